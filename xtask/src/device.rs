@@ -1,0 +1,9 @@
+//! (being written)
+use anyhow::Result;
+
+#[derive(clap::Args, Default)]
+pub struct Args {}
+
+pub fn main(_args: Args) -> Result<()> {
+    anyhow::bail!("not yet implemented")
+}

@@ -1,0 +1,41 @@
+//! Project automation: `cargo xtask <command>`. See README.md.
+
+mod device;
+mod lit;
+mod plugin;
+mod test;
+mod util;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "Build, demo and test the declare-target-indirect runtime")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build device-rtl for nvptx64 / amdgcn (bitcode) and x86_64 (static library).
+    BuildDevice(device::Args),
+    /// Build the libomptarget 16 plugins (x86_64, cuda, amdgpu) into target/plugin/.
+    BuildPlugin(plugin::BuildArgs),
+    /// Build everything and run the indirect-call example through libomptarget 16.
+    Demo(plugin::DemoArgs),
+    /// Run LLVM 16's libomptarget lit suite through our plugin (or LLVM's, to compare).
+    Lit(lit::Args),
+    /// Everything CI runs: prerequisites, builds, unit, link, end-to-end and lit tests.
+    Test(test::Args),
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::BuildDevice(a) => device::main(a),
+        Cmd::BuildPlugin(a) => plugin::build_main(a),
+        Cmd::Demo(a) => plugin::demo_main(a),
+        Cmd::Lit(a) => lit::main(a),
+        Cmd::Test(a) => test::main(a),
+    }
+}
