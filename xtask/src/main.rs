@@ -1,6 +1,7 @@
 //! Project automation: `cargo xtask <command>`. See README.md.
 
 mod device;
+mod fuzz;
 mod lit;
 mod plugin;
 mod test;
@@ -26,6 +27,8 @@ enum Cmd {
     Demo(plugin::DemoArgs),
     /// Run LLVM 16's libomptarget lit suite through our plugin (or LLVM's, to compare).
     Lit(lit::Args),
+    /// Bounded cargo-fuzz runs of every parser target.
+    Fuzz(fuzz::Args),
     /// Everything CI runs: prerequisites, builds, unit, link, end-to-end and lit tests.
     Test(test::Args),
 }
@@ -36,6 +39,7 @@ fn main() -> Result<()> {
         Cmd::BuildPlugin(a) => plugin::build_main(a),
         Cmd::Demo(a) => plugin::demo_main(a),
         Cmd::Lit(a) => lit::main(a),
+        Cmd::Fuzz(a) => fuzz::main(a),
         Cmd::Test(a) => test::main(a),
     }
 }
