@@ -1,24 +1,556 @@
-//! `cargo xtask build-device` (being written by the device-rtl work).
+//! `cargo xtask build-device`: the device RTL for every target, under target/device/.
 //!
 //! Contract used by other xtask modules:
 //! - `build_all()` builds every device artifact listed in README/issue 2 under target/device/.
 //! - `host_staticlib()` builds (if needed) and returns
 //!   target/device/x86_64-unknown-linux-gnu/libdevice_rtl.a.
-use anyhow::Result;
-use std::path::PathBuf;
+//!
+//! Files written (see [`outputs`]):
+//! - nvptx64-nvidia-cuda/device_rtl.bc, and device_rtl.sm_{70,80,90}.{ptx,cubin}
+//!   (PTX from llc-22, assembled by ptxas to prove it is valid),
+//! - amdgcn-amd-amdhsa/{gfx90a,gfx942,gfx1100}/device_rtl.bc,
+//! - x86_64-unknown-linux-gnu/libdevice_rtl.a.
+//!
+//! GPU targets need `core` built from source (`-Zbuild-std=core`), so the build picks a
+//! toolchain that has the library source: a rustup toolchain with `rust-src`, else
+//! Debian's rustc-web + rust-web-src (installed when running as root). Each target gets
+//! its own CARGO_TARGET_DIR under target/device-build/, so the host build's fingerprints
+//! are never disturbed and each target rebuilds incrementally.
+use crate::util;
+use anyhow::{bail, ensure, Context, Result};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Instant, SystemTime};
 
 #[derive(clap::Args, Default)]
-pub struct Args {}
+pub struct Args {
+    /// Rebuild even when every output is newer than its inputs.
+    #[arg(long)]
+    pub force: bool,
+}
 
-pub fn main(_args: Args) -> Result<()> {
-    build_all()
+pub fn main(args: Args) -> Result<()> {
+    build(args.force)
 }
 
 pub fn build_all() -> Result<()> {
-    anyhow::bail!("not yet implemented")
+    build(false)
 }
 
-#[allow(dead_code)]
+/// Builds (if needed) and returns target/device/x86_64-unknown-linux-gnu/libdevice_rtl.a.
 pub fn host_staticlib() -> Result<PathBuf> {
-    anyhow::bail!("not yet implemented")
+    let target = HOST_TARGET;
+    let out = output_of(&target);
+    if !is_fresh(std::slice::from_ref(&out))? {
+        let toolchain = Toolchain::select()?;
+        build_target(&toolchain, &target)?;
+    }
+    Ok(out)
+}
+
+/// The AMD GPUs we build bitcode for (one `core` build each).
+pub const AMDGPU_ARCHES: &[&str] = &["gfx90a", "gfx942", "gfx1100"];
+/// The NVIDIA GPUs the PTX is assembled for.
+pub const NVPTX_ARCHES: &[&str] = &["sm_70", "sm_80", "sm_90"];
+/// PTX ISA version used for all of them (covers sm_70..sm_90; ptxas 12+ reads it).
+const PTX_FEATURE: &str = "+ptx80";
+
+const NVPTX_TRIPLE: &str = "nvptx64-nvidia-cuda";
+const AMDGCN_TRIPLE: &str = "amdgcn-amd-amdhsa";
+const HOST_TRIPLE: &str = "x86_64-unknown-linux-gnu";
+
+/// The symbols every artifact must define.
+pub const EXPORTED_SYMBOLS: &[&str] = &[
+    "__kmpc_target_translate_fptr",
+    "__omp_offloading_fptr_map_p",
+    "__omp_offloading_fptr_map_size",
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Artifact {
+    Bitcode,
+    StaticLib,
+}
+
+/// One thing `cargo rustc` builds: a triple, maybe a CPU, bitcode or a static library.
+#[derive(Clone, Copy)]
+struct DeviceTarget {
+    triple: &'static str,
+    cpu: Option<&'static str>,
+    artifact: Artifact,
+}
+
+const HOST_TARGET: DeviceTarget = DeviceTarget {
+    triple: HOST_TRIPLE,
+    cpu: None,
+    artifact: Artifact::StaticLib,
+};
+
+impl DeviceTarget {
+    fn label(&self) -> String {
+        match self.cpu {
+            Some(cpu) if self.triple == AMDGCN_TRIPLE => format!("{}/{cpu}", self.triple),
+            _ => self.triple.to_string(),
+        }
+    }
+}
+
+fn all_targets() -> Vec<DeviceTarget> {
+    let mut targets = vec![DeviceTarget {
+        triple: NVPTX_TRIPLE,
+        // The oldest GPU we support; clang re-targets the functions when it links them.
+        cpu: Some("sm_70"),
+        artifact: Artifact::Bitcode,
+    }];
+    targets.extend(AMDGPU_ARCHES.iter().map(|&gfx| DeviceTarget {
+        triple: AMDGCN_TRIPLE,
+        cpu: Some(gfx),
+        artifact: Artifact::Bitcode,
+    }));
+    targets.push(HOST_TARGET);
+    targets
+}
+
+/// target/device/
+pub fn device_dir() -> PathBuf {
+    util::target_dir().join("device")
+}
+
+/// The file `cargo xtask build-device` delivers for one target.
+fn output_of(target: &DeviceTarget) -> PathBuf {
+    let dir = device_dir().join(target.label());
+    match target.artifact {
+        Artifact::Bitcode => dir.join("device_rtl.bc"),
+        Artifact::StaticLib => dir.join("libdevice_rtl.a"),
+    }
+}
+
+/// The PTX and cubin made from the nvptx bitcode for one GPU.
+fn nvptx_outputs(sm: &str) -> (PathBuf, PathBuf) {
+    let dir = device_dir().join(NVPTX_TRIPLE);
+    (
+        dir.join(format!("device_rtl.{sm}.ptx")),
+        dir.join(format!("device_rtl.{sm}.cubin")),
+    )
+}
+
+/// Every file build-device writes.
+pub fn outputs() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = all_targets().iter().map(output_of).collect();
+    for sm in NVPTX_ARCHES {
+        let (ptx, cubin) = nvptx_outputs(sm);
+        files.extend([ptx, cubin]);
+    }
+    files
+}
+
+fn build(force: bool) -> Result<()> {
+    util::section("build-device");
+    let all = outputs();
+    if !force && is_fresh(&all)? {
+        eprintln!("device RTL: all outputs are newer than device-rtl's sources, nothing to do");
+        list_outputs(&all);
+        return Ok(());
+    }
+    let toolchain = Toolchain::select()?;
+    let mut timings = Vec::new();
+    for target in all_targets() {
+        let start = Instant::now();
+        build_target(&toolchain, &target)?;
+        timings.push((target.label(), start.elapsed().as_secs_f64()));
+    }
+    let start = Instant::now();
+    assemble_ptx()?;
+    timings.push((
+        "ptxas sm_70/sm_80/sm_90".into(),
+        start.elapsed().as_secs_f64(),
+    ));
+    eprintln!("device RTL build times:");
+    for (label, secs) in timings {
+        eprintln!("  {label:<32} {secs:7.1} s");
+    }
+    list_outputs(&all);
+    Ok(())
+}
+
+fn list_outputs(files: &[PathBuf]) {
+    eprintln!("device RTL outputs:");
+    for f in files {
+        eprintln!("  {}", f.display());
+    }
+}
+
+/// A Rust toolchain that can build `core` for the GPU targets.
+struct Toolchain {
+    description: String,
+    cargo: PathBuf,
+    rustc: PathBuf,
+}
+
+impl Toolchain {
+    fn select() -> Result<Toolchain> {
+        let toolchain = match Self::rustup_with_rust_src()? {
+            Some(t) => t,
+            None => Self::debian()?,
+        };
+        eprintln!(
+            "device toolchain: {} (cargo {}, rustc {})",
+            toolchain.description,
+            toolchain.cargo.display(),
+            toolchain.rustc.display()
+        );
+        Ok(toolchain)
+    }
+
+    /// A rustup toolchain whose sysroot holds the library source and which knows the GPU
+    /// targets; nightlies first (the usual way to build `core` for a GPU).
+    fn rustup_with_rust_src() -> Result<Option<Toolchain>> {
+        let Some(rustup) = util::which("rustup").or_else(home_rustup) else {
+            return Ok(None);
+        };
+        let Ok(list) = util::output(Command::new(&rustup).args(["toolchain", "list"])) else {
+            return Ok(None);
+        };
+        let mut names: Vec<String> = list
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_string)
+            .collect();
+        names.sort_by_key(|n| !n.starts_with("nightly"));
+        for name in names {
+            let which = |tool: &str| {
+                util::output(Command::new(&rustup).args(["which", "--toolchain", &name, tool]))
+                    .map(|s| PathBuf::from(s.trim()))
+            };
+            let (Ok(rustc), Ok(cargo)) = (which("rustc"), which("cargo")) else {
+                continue;
+            };
+            if has_library_source(&rustc)? && knows_gpu_targets(&rustc)? {
+                return Ok(Some(Toolchain {
+                    description: format!("rustup toolchain {name} with rust-src"),
+                    cargo,
+                    rustc,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Debian's rustc-web / cargo-web / rust-web-src, installed when missing.
+    fn debian() -> Result<Toolchain> {
+        util::ensure_debian_packages(&["rustc-web", "cargo-web", "rust-web-src"]).context(
+            "no Rust toolchain can build `core` for the GPU targets: install a nightly with \
+             the rust-src component, or Debian's rustc-web cargo-web rust-web-src",
+        )?;
+        let rustc = PathBuf::from("/usr/bin/rustc");
+        let cargo = PathBuf::from("/usr/bin/cargo");
+        ensure!(
+            rustc.is_file() && cargo.is_file(),
+            "Debian's rustc-web/cargo-web are installed but /usr/bin/rustc or /usr/bin/cargo is missing"
+        );
+        ensure!(
+            has_library_source(&rustc)?,
+            "{} has no library source (rust-web-src) in its sysroot",
+            rustc.display()
+        );
+        ensure!(
+            knows_gpu_targets(&rustc)?,
+            "{} does not list {NVPTX_TRIPLE} and {AMDGCN_TRIPLE}",
+            rustc.display()
+        );
+        let version = util::output(Command::new(&rustc).arg("--version"))?;
+        Ok(Toolchain {
+            description: format!("Debian rustc-web + rust-web-src, {}", version.trim()),
+            cargo,
+            rustc,
+        })
+    }
+}
+
+fn home_rustup() -> Option<PathBuf> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
+    let p = home.join("bin/rustup");
+    p.is_file().then_some(p)
+}
+
+fn has_library_source(rustc: &Path) -> Result<bool> {
+    let sysroot = util::output(Command::new(rustc).args(["--print", "sysroot"]))?;
+    Ok(Path::new(sysroot.trim())
+        .join("lib/rustlib/src/rust/library/core/Cargo.toml")
+        .is_file())
+}
+
+fn knows_gpu_targets(rustc: &Path) -> Result<bool> {
+    let list = util::output(Command::new(rustc).args(["--print", "target-list"]))?;
+    Ok([NVPTX_TRIPLE, AMDGCN_TRIPLE]
+        .iter()
+        .all(|t| list.lines().any(|l| l.trim() == *t)))
+}
+
+/// `cargo rustc` for one target with the chosen toolchain, then copy the artifact to
+/// target/device/ and check it defines the exported symbols and needs nothing it
+/// should not.
+fn build_target(toolchain: &Toolchain, target: &DeviceTarget) -> Result<()> {
+    util::section(&format!("device-rtl for {}", target.label()));
+    let build_dir = util::target_dir()
+        .join("device-build")
+        .join(target.label().replace('/', "-"));
+    // RUSTFLAGS reach `core` too; the cfg and --emit below only device-rtl itself.
+    let mut rustflags = Vec::new();
+    if let Some(cpu) = target.cpu {
+        // amdgcn cannot generate code without a CPU, so `core` gets it too.
+        rustflags.push(format!("-Ctarget-cpu={cpu}"));
+    }
+    if target.artifact == Artifact::StaticLib {
+        // The library goes into shared objects (offload device images).
+        rustflags.push("-Crelocation-model=pic".into());
+    }
+    let mut cmd = Command::new(&toolchain.cargo);
+    cmd.current_dir(util::root())
+        .args([
+            "rustc",
+            "-p",
+            "device-rtl",
+            "--release",
+            "--target",
+            target.triple,
+        ])
+        .args([
+            "-Zbuild-std=core",
+            "--config",
+            "profile.release.panic=\"abort\"",
+        ])
+        // No DWARF in device bitcode: it only gets in the way of the kernels' own.
+        .args(["--config", "profile.release.debug=false"]);
+    if target.artifact == Artifact::StaticLib {
+        cmd.args(["--crate-type", "staticlib"]);
+    }
+    cmd.args(["--", "--cfg", "device_rtl_artifact"]);
+    if target.artifact == Artifact::Bitcode {
+        cmd.arg("--emit=llvm-bc,link");
+    }
+    // Only what we set: the calling cargo's (rustup's) settings must not leak in.
+    for var in [
+        "RUSTUP_TOOLCHAIN",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTDOC",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+        "CARGO_BUILD_RUSTFLAGS",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("RUSTC", &toolchain.rustc)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env("CARGO_TARGET_DIR", &build_dir)
+        .env("RUSTFLAGS", rustflags.join(" "));
+    util::run(&mut cmd)?;
+
+    let release = build_dir.join(target.triple).join("release");
+    let built = match target.artifact {
+        Artifact::Bitcode => newest_with_prefix(&release.join("deps"), "device_rtl-", ".bc")?,
+        Artifact::StaticLib => release.join("libdevice_rtl.a"),
+    };
+    let out = output_of(target);
+    fs::create_dir_all(out.parent().expect("outputs live in a directory"))?;
+    fs::copy(&built, &out)
+        .with_context(|| format!("copying {} to {}", built.display(), out.display()))?;
+    check_symbols(&out, target.artifact)?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}
+
+/// rustc names the bitcode `device_rtl-<hash>.bc`; take the most recent one.
+fn newest_with_prefix(dir: &Path, prefix: &str, suffix: &str) -> Result<PathBuf> {
+    let mut best: Option<(SystemTime, PathBuf)> = None;
+    for entry in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if name.starts_with(prefix) && name.ends_with(suffix) {
+            let mtime = fs::metadata(&path)?.modified()?;
+            if best.as_ref().is_none_or(|(t, _)| mtime > *t) {
+                best = Some((mtime, path));
+            }
+        }
+    }
+    best.map(|(_, p)| p)
+        .with_context(|| format!("no {prefix}*{suffix} in {}", dir.display()))
+}
+
+/// Symbols the x86_64 library may leave to the C library.
+const LIBC_SYMBOLS: &[&str] = &["memcpy", "memmove", "memset", "memcmp", "bcmp", "strlen"];
+
+/// The artifact defines the three exported symbols; bitcode references nothing
+/// outside itself (a leftover call into `core`, e.g. a panic, would be unresolved on
+/// the device); the static library needs at most a few libc functions.
+fn check_symbols(path: &Path, artifact: Artifact) -> Result<()> {
+    let nm = util::llvm22("llvm-nm")?;
+    let defined = util::output(
+        Command::new(&nm)
+            .args(["--defined-only", "--format=just-symbols"])
+            .arg(path),
+    )?;
+    for sym in EXPORTED_SYMBOLS {
+        ensure!(
+            defined.lines().any(|l| l.trim() == *sym),
+            "{} does not define {sym}",
+            path.display()
+        );
+    }
+    let undefined = util::output(
+        Command::new(&nm)
+            .args(["--undefined-only", "--format=just-symbols"])
+            .arg(path),
+    )?;
+    let defined: std::collections::HashSet<&str> = defined.lines().map(str::trim).collect();
+    let unresolved: Vec<&str> = undefined
+        .lines()
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && !s.ends_with(':') && !defined.contains(s))
+        .filter(|s| artifact == Artifact::Bitcode || !LIBC_SYMBOLS.contains(s))
+        .collect();
+    if !unresolved.is_empty() {
+        bail!(
+            "{} has unresolved references: {}",
+            path.display(),
+            unresolved.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// PTX for each NVIDIA GPU from the bitcode, assembled by ptxas into a relocatable
+/// cubin that must define the lookup.
+fn assemble_ptx() -> Result<()> {
+    let bc = output_of(&all_targets()[0]);
+    let llc = util::llvm22("llc")?;
+    let nm = util::llvm22("llvm-nm")?;
+    let ptxas = util::ptxas()?;
+    for sm in NVPTX_ARCHES {
+        let (ptx, cubin) = nvptx_outputs(sm);
+        util::run(
+            Command::new(&llc)
+                .args([
+                    "-O2",
+                    "-mtriple",
+                    NVPTX_TRIPLE,
+                    "-mcpu",
+                    sm,
+                    "-mattr",
+                    PTX_FEATURE,
+                ])
+                .arg(&bc)
+                .arg("-o")
+                .arg(&ptx),
+        )?;
+        let assemble = |ptxas: &Path| {
+            let mut cmd = Command::new(ptxas);
+            cmd.args(["--compile-only", "-arch", sm])
+                .arg(&ptx)
+                .arg("-o")
+                .arg(&cubin);
+            eprintln!("+ {}", util::display(&cmd));
+            cmd.output()
+                .with_context(|| format!("could not start {}", ptxas.display()))
+        };
+        let mut result = assemble(&ptxas)?;
+        let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
+        if !result.status.success() && stderr.contains("is not defined for option 'gpu-name'") {
+            // CUDA 13 dropped sm_70 (Volta); CUDA 12's ptxas still assembles for it.
+            eprintln!(
+                "{} cannot target {sm}; using CUDA 12's ptxas",
+                ptxas.display()
+            );
+            result = assemble(&cuda12_ptxas()?)?;
+        }
+        ensure!(
+            result.status.success(),
+            "ptxas failed for {sm}:\n{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        let syms = util::output(Command::new(&nm).arg("--defined-only").arg(&cubin))?;
+        ensure!(
+            syms.contains("__kmpc_target_translate_fptr"),
+            "ptxas output {} lacks __kmpc_target_translate_fptr",
+            cubin.display()
+        );
+    }
+    Ok(())
+}
+
+/// ptxas from CUDA 12 (the PyPI wheel `nvidia-cuda-nvcc-cu12`, installed when missing
+/// and running as root or in a virtualenv), for GPUs CUDA 13 no longer supports.
+fn cuda12_ptxas() -> Result<PathBuf> {
+    let find = || -> Option<PathBuf> {
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import nvidia, os; print('\\n'.join(os.path.join(p, 'cuda_nvcc', 'bin', 'ptxas') for p in nvidia.__path__))",
+            ])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+    };
+    if let Some(p) = find() {
+        return Ok(p);
+    }
+    if util::is_root() || std::env::var_os("VIRTUAL_ENV").is_some() {
+        util::run(Command::new("python3").args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "nvidia-cuda-nvcc-cu12",
+        ]))?;
+        if let Some(p) = find() {
+            return Ok(p);
+        }
+    }
+    bail!("no ptxas for sm_70: `python3 -m pip install nvidia-cuda-nvcc-cu12` (CUDA 12) and retry")
+}
+
+/// True when every output exists and is newer than every input of the device build:
+/// device-rtl's sources and manifest, the workspace manifest and lock file, and this
+/// file (a change to how we build must rebuild).
+fn is_fresh(outputs: &[PathBuf]) -> Result<bool> {
+    let root = util::root();
+    let mut inputs = vec![
+        root.join("Cargo.toml"),
+        root.join("Cargo.lock"),
+        root.join("device-rtl/Cargo.toml"),
+        root.join("xtask/src/device.rs"),
+    ];
+    collect_files(&root.join("device-rtl/src"), &mut inputs)?;
+    let mut newest_input = SystemTime::UNIX_EPOCH;
+    for input in &inputs {
+        if let Ok(meta) = fs::metadata(input) {
+            newest_input = newest_input.max(meta.modified()?);
+        }
+    }
+    for output in outputs {
+        match fs::metadata(output) {
+            Ok(meta) if meta.modified()? > newest_input => {}
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
+fn collect_files(dir: &Path, into: &mut Vec<PathBuf>) -> Result<()> {
+    for entry in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect_files(&path, into)?;
+        } else {
+            into.push(path);
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,635 @@
+//! Link-survival tests of the device RTL on the artifacts `cargo xtask build-device`
+//! writes under target/device/.
+//!
+//! clang's `-mlink-builtin-bitcode` internalizes what it links; a table global that
+//! loses its external visibility is constant-folded to its initializer (null) and the
+//! lookup silently disappears. These tests link the real bitcode into a real kernel
+//! (tests/fixtures/device/lookup_kernel.c) and check the final PTX, cubin and AMD code
+//! object: both globals still exist, externally visible and writable, and the kernels
+//! still load them. The x86_64 static library is linked into C programs that run.
+use object::elf;
+use object::read::{File, Object, ObjectSection, ObjectSymbol, RelocationTarget, SectionIndex};
+use object::{SectionFlags, SymbolScope};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MAP_P: &str = "__omp_offloading_fptr_map_p";
+const MAP_SIZE: &str = "__omp_offloading_fptr_map_size";
+const LOOKUP: &str = "__kmpc_target_translate_fptr";
+const GLOBALS: [&str; 2] = [MAP_P, MAP_SIZE];
+const AMDGPU_ARCHES: [&str; 3] = ["gfx90a", "gfx942", "gfx1100"];
+const KERNELS: [&str; 2] = ["translate_all", "call_indirect"];
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the workspace")
+        .to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// A file under target/device/, which must exist.
+fn device_artifact(relative: &str) -> PathBuf {
+    let path = target_dir().join("device").join(relative);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo xtask build-device` first",
+        path.display()
+    );
+    path
+}
+
+fn fixture(name: &str) -> PathBuf {
+    workspace_root().join("tests/fixtures/device").join(name)
+}
+
+/// A fresh directory for one test's outputs.
+fn scratch(test: &str) -> PathBuf {
+    let dir = target_dir().join("device-link-tests").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("creating a scratch directory");
+    dir
+}
+
+/// An LLVM 22 tool: `<tool>-22` on PATH or /usr/lib/llvm-22/bin/<tool>.
+fn llvm22(tool: &str) -> PathBuf {
+    let versioned = format!("{tool}-22");
+    which(&versioned)
+        .or_else(|| {
+            let p = Path::new("/usr/lib/llvm-22/bin").join(tool);
+            p.is_file().then_some(p)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{versioned} not found: install clang-22 lld-22 llvm-22 (`cargo xtask test` does)"
+            )
+        })
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// ptxas: on PATH, under CUDA_HOME, or in the `nvidia-cuda-nvcc` Python wheel.
+fn ptxas() -> PathBuf {
+    if let Some(p) = which("ptxas") {
+        return p;
+    }
+    if let Some(home) = std::env::var_os("CUDA_HOME") {
+        let p = PathBuf::from(home).join("bin/ptxas");
+        if p.is_file() {
+            return p;
+        }
+    }
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import nvidia, os; print('\\n'.join(os.path.join(p, 'cu13', 'bin', 'ptxas') for p in nvidia.__path__))",
+        ])
+        .output();
+    out.ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(PathBuf::from)
+                .find(|p| p.is_file())
+        })
+        .expect(
+            "ptxas not found: `python3 -m pip install nvidia-cuda-nvcc` (`cargo xtask test` does)",
+        )
+}
+
+/// Run a command; its stdout, or a panic showing the command and its stderr.
+fn run(cmd: &mut Command) -> String {
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("could not start {shown}: {e}"));
+    assert!(
+        out.status.success(),
+        "{shown} failed with {}:\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// Link the device RTL bitcode into the test kernel the way a device toolchain links
+/// its runtime.
+fn clang_kernel(target_args: &[&str], bc: &Path, out_flag: &str, out: &Path) {
+    run(Command::new(llvm22("clang"))
+        .args(target_args)
+        .args(["-nogpulib", "-O2", out_flag])
+        .arg(fixture("lookup_kernel.c"))
+        .args(["-Xclang", "-mlink-builtin-bitcode", "-Xclang"])
+        .arg(bc)
+        .arg("-o")
+        .arg(out));
+}
+
+/// The lines of one PTX function, from its `.entry`/`.func` line to its closing brace.
+fn ptx_function<'a>(ptx: &'a str, name: &str) -> Vec<&'a str> {
+    let mut lines = ptx.lines();
+    let start = lines
+        .position(|l| {
+            (l.contains(".entry") || l.contains(".func")) && l.contains(&format!(" {name}("))
+        })
+        .unwrap_or_else(|| panic!("no function {name} in the PTX"));
+    ptx.lines().skip(start).take_while(|l| *l != "}").collect()
+}
+
+/// The `target triple` and `target datalayout` lines of an LLVM module in text form.
+fn triple_and_datalayout(ll: &str) -> (String, String) {
+    let line = |prefix: &str| {
+        ll.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line"))
+            .to_string()
+    };
+    (line("target triple"), line("target datalayout"))
+}
+
+/// Every symbol any relocation in `file` (static or dynamic) points at, by the name of
+/// the section the relocation applies to ("<dynamic>" for dynamic relocations).
+fn relocation_targets(file: &File) -> BTreeSet<(String, String)> {
+    let symbol_name = |index| {
+        file.symbol_by_index(index)
+            .ok()
+            .and_then(|s| s.name().ok().map(str::to_string))
+            .unwrap_or_default()
+    };
+    let mut targets = BTreeSet::new();
+    for section in file.sections() {
+        let section_name = section.name().unwrap_or_default().to_string();
+        for (_, reloc) in section.relocations() {
+            if let RelocationTarget::Symbol(index) = reloc.target() {
+                targets.insert((section_name.clone(), symbol_name(index)));
+            }
+        }
+    }
+    if let Some(dynamic) = file.dynamic_relocations() {
+        for (_, reloc) in dynamic {
+            if let RelocationTarget::Symbol(index) = reloc.target() {
+                let name = file
+                    .dynamic_symbols()
+                    .find(|s| s.index() == index)
+                    .and_then(|s| s.name().ok().map(str::to_string))
+                    .unwrap_or_default();
+                targets.insert(("<dynamic>".to_string(), name));
+            }
+        }
+    }
+    targets
+}
+
+fn section_is_writable(file: &File, index: SectionIndex) -> (String, bool) {
+    let section = file
+        .section_by_index(index)
+        .expect("symbol's section exists");
+    let name = section.name().unwrap_or_default().to_string();
+    let writable = match section.flags() {
+        SectionFlags::Elf { sh_flags } => sh_flags & u64::from(elf::SHF_WRITE) != 0,
+        _ => false,
+    };
+    (name, writable)
+}
+
+/// Both table globals are in `symbols`: not local, weak or global binding, defined in a
+/// writable section.
+fn assert_globals_exported<'d, 'f>(
+    what: &str,
+    file: &'f File<'d>,
+    symbols: impl Iterator<Item = object::read::Symbol<'d, 'f>>,
+) {
+    let symbols: Vec<_> = symbols.collect();
+    for name in GLOBALS {
+        let sym = symbols
+            .iter()
+            .find(|s| s.name() == Ok(name))
+            .unwrap_or_else(|| panic!("{what}: no symbol {name}"));
+        assert!(
+            sym.is_global() || sym.is_weak(),
+            "{what}: {name} is local after the link"
+        );
+        assert_ne!(
+            sym.scope(),
+            SymbolScope::Compilation,
+            "{what}: {name} is not exported"
+        );
+        assert_eq!(sym.size(), 8, "{what}: {name} should be 8 bytes");
+        let index = sym
+            .section_index()
+            .unwrap_or_else(|| panic!("{what}: {name} is undefined"));
+        let (section, writable) = section_is_writable(file, index);
+        assert!(
+            writable,
+            "{what}: {name} lives in read-only section {section}"
+        );
+    }
+}
+
+#[test]
+fn bitcode_matches_clang_22_triple_datalayout_and_cpu() {
+    let mut cases = vec![(
+        "nvptx64-nvidia-cuda/device_rtl.bc".to_string(),
+        [
+            "--target=nvptx64-nvidia-cuda",
+            "-march=sm_70",
+            "-Xclang",
+            "-target-feature",
+            "-Xclang",
+            "+ptx80",
+        ]
+        .map(String::from)
+        .to_vec(),
+        "sm_70".to_string(),
+    )];
+    for gfx in AMDGPU_ARCHES {
+        cases.push((
+            format!("amdgcn-amd-amdhsa/{gfx}/device_rtl.bc"),
+            vec![
+                "--target=amdgcn-amd-amdhsa".to_string(),
+                format!("-mcpu={gfx}"),
+            ],
+            gfx.to_string(),
+        ));
+    }
+    for (relative, clang_args, cpu) in cases {
+        let bc = device_artifact(&relative);
+        let ours = run(Command::new(llvm22("llvm-dis")).arg(&bc).arg("-o").arg("-"));
+        let clangs = run(Command::new(llvm22("clang")).args(&clang_args).args([
+            "-nogpulib",
+            "-S",
+            "-emit-llvm",
+            "-x",
+            "c",
+            "/dev/null",
+            "-o",
+            "-",
+        ]));
+        assert_eq!(
+            triple_and_datalayout(&ours),
+            triple_and_datalayout(&clangs),
+            "{relative}: triple/datalayout differ from clang-22's, -mlink-builtin-bitcode would reject or miscompile it"
+        );
+        assert!(
+            ours.contains(&format!("\"target-cpu\"=\"{cpu}\"")),
+            "{relative} was not built for {cpu}"
+        );
+        // Nothing left to resolve on the device: no call into `core` (a panic, say).
+        let undefined = run(Command::new(llvm22("llvm-nm"))
+            .arg("--undefined-only")
+            .arg(&bc));
+        assert!(undefined.trim().is_empty(), "{relative} needs: {undefined}");
+        let defined = run(Command::new(llvm22("llvm-nm"))
+            .arg("--defined-only")
+            .arg(&bc));
+        for (name, kind) in [(LOOKUP, " T "), (MAP_P, " W "), (MAP_SIZE, " W ")] {
+            assert!(
+                defined
+                    .lines()
+                    .any(|l| l.contains(kind) && l.ends_with(name)),
+                "{relative}: {name} is not defined as{kind}in:\n{defined}"
+            );
+        }
+    }
+}
+
+#[test]
+fn prebuilt_ptx_assembles_and_declares_weak_globals() {
+    for sm in ["sm_70", "sm_80", "sm_90"] {
+        let ptx = String::from_utf8(read(&device_artifact(&format!(
+            "nvptx64-nvidia-cuda/device_rtl.{sm}.ptx"
+        ))))
+        .expect("PTX is text");
+        assert!(
+            ptx.contains(&format!(".target {sm}")),
+            "{sm} PTX targets another GPU"
+        );
+        for g in GLOBALS {
+            assert!(
+                ptx.lines()
+                    .any(|l| l.starts_with(".weak .global") && l.contains(g)),
+                "{sm} PTX does not declare {g} as .weak .global"
+            );
+        }
+        // The whole lookup works in 64-bit registers: no table size or index is
+        // truncated to 32 bits (LLVM's own device lookup truncates the count).
+        let lookup = ptx_function(&ptx, LOOKUP);
+        let narrow: Vec<&&str> = lookup
+            .iter()
+            .filter(|l| [".b32", ".u32", ".s32"].iter().any(|t| l.contains(t)))
+            .collect();
+        assert!(
+            narrow.is_empty(),
+            "{sm}: 32-bit operations in the lookup: {narrow:?}"
+        );
+        assert!(
+            lookup.iter().any(|l| l.contains("setp.gt.u64"))
+                && lookup.iter().any(|l| l.contains("selp.b64")),
+            "{sm}: the lookup lost its unsigned compare/select search:\n{}",
+            lookup.join("\n")
+        );
+        let cubin_bytes = read(&device_artifact(&format!(
+            "nvptx64-nvidia-cuda/device_rtl.{sm}.cubin"
+        )));
+        let cubin = File::parse(&*cubin_bytes).expect("cubin is ELF");
+        assert_globals_exported(&format!("{sm} cubin"), &cubin, cubin.symbols());
+        assert!(
+            cubin
+                .symbols()
+                .any(|s| s.name() == Ok(LOOKUP) && s.is_definition()),
+            "{sm} cubin does not define {LOOKUP}"
+        );
+    }
+}
+
+/// Both table globals are declared in the PTX in `.global` memory (writable, not
+/// `.const`) and externally visible (`.weak` or `.visible`), so the plugin can find and
+/// write them by name.
+fn check_ptx_globals(ptx: &str) -> Result<(), String> {
+    for g in GLOBALS {
+        let decl = ptx
+            .lines()
+            .find(|l| l.contains(&format!(" {g}[")) && !l.trim_start().starts_with("//"))
+            .ok_or_else(|| format!("{g} was removed from the linked PTX"))?;
+        if !decl.contains(".global") || decl.contains(".const") {
+            return Err(format!("{g} is not in writable .global memory: {decl}"));
+        }
+        if !(decl.starts_with(".weak") || decl.starts_with(".visible")) {
+            return Err(format!("{g} is no longer externally visible: {decl}"));
+        }
+    }
+    Ok(())
+}
+
+const NVPTX_SM90: [&str; 6] = [
+    "--target=nvptx64-nvidia-cuda",
+    "-march=sm_90",
+    "-Xclang",
+    "-target-feature",
+    "-Xclang",
+    "+ptx80",
+];
+
+#[test]
+fn nvptx_sm90_link_keeps_table_globals_and_their_loads() {
+    let bc = device_artifact("nvptx64-nvidia-cuda/device_rtl.bc");
+    let dir = scratch("nvptx-sm90");
+    let ptx_path = dir.join("lookup_kernel.ptx");
+    clang_kernel(&NVPTX_SM90, &bc, "-S", &ptx_path);
+    let ptx = String::from_utf8(read(&ptx_path)).expect("PTX is text");
+
+    // Declared in global (writable, device-wide) memory, visible outside the module.
+    if let Err(problem) = check_ptx_globals(&ptx) {
+        panic!("{problem}\n{ptx}");
+    }
+    assert!(
+        !ptx.contains(".extern"),
+        "the link left unresolved symbols:\n{ptx}"
+    );
+
+    // Each kernel still reads the table globals at run time (not folded to null), and
+    // runs the search: unsigned 64-bit key compares feeding selects.
+    for kernel in KERNELS {
+        let body = ptx_function(&ptx, kernel);
+        for g in GLOBALS {
+            assert!(
+                body.iter()
+                    .any(|l| l.trim_start().starts_with("ld.") && l.contains(&format!("[{g}]"))),
+                "kernel {kernel} does not load {g}: the lookup was folded away\n{}",
+                body.join("\n")
+            );
+        }
+        assert!(
+            body.iter()
+                .any(|l| l.contains("setp.gt.u64") || l.contains("setp.le.u64")),
+            "kernel {kernel} has no unsigned key compare"
+        );
+        assert!(
+            body.iter().any(|l| l.contains("selp.b64")),
+            "kernel {kernel} has no select"
+        );
+    }
+
+    // ptxas accepts it, and the cubin keeps the globals exported and writable. The
+    // kernels reach them through addresses ptxas places in a constant bank, so the
+    // references show as relocations against both symbols.
+    let cubin_path = dir.join("lookup_kernel.cubin");
+    run(Command::new(ptxas())
+        .args(["-arch=sm_90"])
+        .arg(&ptx_path)
+        .arg("-o")
+        .arg(&cubin_path));
+    let cubin_bytes = read(&cubin_path);
+    let cubin = File::parse(&*cubin_bytes).expect("cubin is ELF");
+    assert_globals_exported("sm_90 cubin", &cubin, cubin.symbols());
+    let references = relocation_targets(&cubin);
+    for g in GLOBALS {
+        assert!(
+            references
+                .iter()
+                .any(|(section, sym)| sym == g && !section.starts_with(".debug")),
+            "cubin: no code or constant-bank relocation against {g}; relocations: {references:?}"
+        );
+    }
+    for kernel in KERNELS {
+        assert!(
+            cubin
+                .symbols()
+                .any(|s| s.name() == Ok(kernel) && s.is_definition()),
+            "sm_90 cubin: kernel {kernel} missing"
+        );
+    }
+}
+
+/// The check above is not vacuous: the same bitcode with its `llvm.used` list removed
+/// (what the Rust statics look like without `#[used]`) gets its globals internalized
+/// by `-mlink-builtin-bitcode`, and `check_ptx_globals` rejects the result.
+#[test]
+fn nvptx_check_catches_internalized_globals() {
+    let bc = device_artifact("nvptx64-nvidia-cuda/device_rtl.bc");
+    let dir = scratch("nvptx-without-used");
+    let ll = run(Command::new(llvm22("llvm-dis")).arg(&bc).arg("-o").arg("-"));
+    assert!(
+        ll.contains("@llvm.used"),
+        "the bitcode has no llvm.used list"
+    );
+    let stripped: String = ll
+        .lines()
+        // Drop the list, and the module summary (`^N = ...`) that refers to it.
+        .filter(|l| !l.starts_with("@llvm.used") && !l.starts_with('^'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let ll_path = dir.join("without_used.ll");
+    std::fs::write(&ll_path, stripped).expect("writing the stripped module");
+    let stripped_bc = dir.join("without_used.bc");
+    run(Command::new(llvm22("llvm-as"))
+        .arg(&ll_path)
+        .arg("-o")
+        .arg(&stripped_bc));
+    let ptx_path = dir.join("lookup_kernel.ptx");
+    clang_kernel(&NVPTX_SM90, &stripped_bc, "-S", &ptx_path);
+    let ptx = String::from_utf8(read(&ptx_path)).expect("PTX is text");
+    assert!(
+        check_ptx_globals(&ptx).is_err(),
+        "globals survived without llvm.used, so the check proves nothing:\n{ptx}"
+    );
+}
+
+#[test]
+fn amdgcn_link_keeps_table_globals_and_their_loads() {
+    for gfx in AMDGPU_ARCHES {
+        let bc = device_artifact(&format!("amdgcn-amd-amdhsa/{gfx}/device_rtl.bc"));
+        let dir = scratch(&format!("amdgcn-{gfx}"));
+        let obj_path = dir.join("lookup_kernel.o");
+        let mcpu = format!("-mcpu={gfx}");
+        clang_kernel(&["--target=amdgcn-amd-amdhsa", &mcpu], &bc, "-c", &obj_path);
+        let hsaco_path = dir.join("lookup_kernel.hsaco");
+        run(Command::new(llvm22("ld.lld"))
+            .arg("-shared")
+            .arg(&obj_path)
+            .arg("-o")
+            .arg(&hsaco_path));
+
+        // The kernels' code addresses both globals (in the relocatable object, before the
+        // linker resolves anything).
+        let obj_bytes = read(&obj_path);
+        let obj = File::parse(&*obj_bytes).expect("object is ELF");
+        let references = relocation_targets(&obj);
+        for g in GLOBALS {
+            assert!(
+                references.contains(&(".text".to_string(), g.to_string())),
+                "{gfx}: .text has no relocation against {g}: the lookup was folded away; {references:?}"
+            );
+        }
+
+        // The code object exports both, writable, and still loads them through the GOT
+        // (dynamic relocations the loader resolves).
+        let hsaco_bytes = read(&hsaco_path);
+        let hsaco = File::parse(&*hsaco_bytes).expect("code object is ELF");
+        assert_eq!(
+            hsaco.kind(),
+            object::ObjectKind::Dynamic,
+            "{gfx}: not a shared object"
+        );
+        assert_globals_exported(
+            &format!("{gfx} code object .symtab"),
+            &hsaco,
+            hsaco.symbols(),
+        );
+        assert_globals_exported(
+            &format!("{gfx} code object .dynsym"),
+            &hsaco,
+            hsaco.dynamic_symbols(),
+        );
+        let dynamic = relocation_targets(&hsaco);
+        for g in GLOBALS {
+            assert!(
+                dynamic.contains(&("<dynamic>".to_string(), g.to_string())),
+                "{gfx}: code object has no dynamic relocation against {g}: {dynamic:?}"
+            );
+        }
+        for kernel in KERNELS {
+            assert!(
+                hsaco
+                    .symbols()
+                    .any(|s| s.name() == Ok(kernel) && s.is_definition()),
+                "{gfx}: kernel {kernel} missing from the code object"
+            );
+        }
+        // And the disassembly has scalar loads that the GOT relocations feed.
+        let disassembly = run(Command::new(llvm22("llvm-objdump"))
+            .args(["-d", "-r"])
+            .arg(&obj_path));
+        for g in GLOBALS {
+            assert!(
+                disassembly
+                    .lines()
+                    .any(|l| l.contains(g) && l.contains("GOTPCREL")),
+                "{gfx}: no GOT-relative access to {g} in the kernel code:\n{disassembly}"
+            );
+        }
+    }
+}
+
+/// Build and run tests/fixtures/device/host_lookup.c against the x86_64 library.
+fn run_host_lookup(test: &str, extra_args: &[&str]) {
+    let lib = device_artifact("x86_64-unknown-linux-gnu/libdevice_rtl.a");
+    let dir = scratch(test);
+    let exe = dir.join("host_lookup");
+    run(Command::new(llvm22("clang"))
+        .args(["-O2", "-Wall", "-Werror"])
+        .args(extra_args)
+        .arg(fixture("host_lookup.c"))
+        .arg(&lib)
+        .arg("-o")
+        .arg(&exe));
+    let stdout = run(&mut Command::new(&exe));
+    let passed: u32 = stdout
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("host_lookup: ")?
+                .strip_suffix(" checks passed")
+        })
+        .unwrap_or_else(|| panic!("unexpected output:\n{stdout}"))
+        .parse()
+        .expect("a check count");
+    // 1 default + 6 hits + 8 misses + 2 empty/null + 1 call + 2 per big entry.
+    assert_eq!(passed, 18 + 200_000, "{stdout}");
+}
+
+#[test]
+fn x86_64_library_translates_from_c() {
+    run_host_lookup("x86_64-extern-globals", &[]);
+}
+
+#[test]
+fn x86_64_library_weak_globals_merge_with_a_front_end_definition() {
+    run_host_lookup("x86_64-weak-globals", &["-DDEFINE_WEAK_GLOBALS"]);
+}
+
+#[test]
+fn x86_64_library_links_into_a_shared_object_without_undefined_symbols() {
+    let lib = device_artifact("x86_64-unknown-linux-gnu/libdevice_rtl.a");
+    let dir = scratch("x86_64-shared");
+    let so = dir.join("libdevice_image.so");
+    // -z defs: every reference must resolve against the library itself or libc.
+    run(Command::new(llvm22("clang"))
+        .args(["-shared", "-fPIC", "-fuse-ld=lld", "-Wl,-z,defs"])
+        .arg(format!("-Wl,--undefined={LOOKUP}"))
+        .arg(&lib)
+        .arg("-o")
+        .arg(&so));
+    let bytes = read(&so);
+    let file = File::parse(&*bytes).expect("shared object is ELF");
+    assert_globals_exported("x86_64 shared object", &file, file.dynamic_symbols());
+    let lookup = file
+        .dynamic_symbols()
+        .find(|s| s.name() == Ok(LOOKUP))
+        .expect("the lookup is exported");
+    assert!(lookup.is_definition() && lookup.is_global());
+    for sym in file.dynamic_symbols().filter(|s| s.is_undefined()) {
+        let name = sym.name().unwrap_or_default();
+        assert!(
+            ["memcpy", "memmove", "memset", "memcmp", "bcmp", ""].contains(&name)
+                || name.starts_with("__cxa_finalize")
+                || name.starts_with("_ITM_")
+                || name.starts_with("__gmon_start__"),
+            "the shared object needs {name} from outside libc"
+        );
+    }
+}
