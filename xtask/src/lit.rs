@@ -1,26 +1,396 @@
-//! `cargo xtask lit` (being written by the lit-suite work).
+//! `cargo xtask lit`: LLVM 16's own libomptarget lit suite for x86_64-pc-linux-gnu,
+//! run through our plugin (or LLVM's, for the baseline).
 //!
-//! Contract used by other xtask modules:
-//! - `run_suite(plugin_dir)` runs LLVM 16's libomptarget lit tests for
-//!   x86_64-pc-linux-gnu, through the plugins in `plugin_dir` (None = LLVM's own),
-//!   and returns the counts; with Some(dir) it also proves our plugin was the one loaded.
-use anyhow::Result;
-use std::path::Path;
+//! - The tests come from Debian's `llvm-toolchain-16` source package ([`debian_source`]),
+//!   the configuration from `tests/lit/lit.site.cfg.in` ([`site_config`]), and lit is
+//!   llvm-16-tools' own `lit.py`.
+//! - `run_suite(Some(dir))` puts `dir` first on the tests' `LD_LIBRARY_PATH`, so
+//!   libomptarget.so.16's bare-name `dlopen` of `libomptarget.rtl.x86_64[.nextgen].so`
+//!   finds ours (`LIBOMPTARGET_NEXTGEN_PLUGINS=0` when `dir` has no `.nextgen.so` name).
+//!   `run_suite(None)` uses LLVM's plugins.
+//! - Either way the loader's own log ([`load_proof`]) must show that every passed test
+//!   ran its program and that each run initialized the x86_64 plugin from the expected
+//!   directory, and (ours) that our plugin wrote its load marker from that process and
+//!   that no process loaded any of LLVM's plugin files (so `dir` must provide every
+//!   name libomptarget tries: x86_64, cuda, amdgpu, each `.so` and `.nextgen.so`).
+//! - Each run leaves `target/lit/<llvm|ours>/`: `lit.log`, the loader logs `ld-debug/`,
+//!   the marker `plugin-load-marker.txt` and the built test programs. A lock file keeps
+//!   two runs of the same kind from clearing each other's evidence.
+//!
+//! Contract: `run_suite` fails when the suite cannot run or the load proof fails; it
+//! returns the counts even when tests fail, so the caller can show them.
+//! [`assert_matches_baseline`] is the pass criterion: all 114 tests found, 92 passed
+//! (what LLVM's own plugin gives), 22 unsupported, no failure. `cargo xtask lit`
+//! applies it (without a `--filter`; with one, it requires no failures only).
+
+mod debian_source;
+mod load_proof;
+mod results;
+mod site_config;
+
+use crate::{plugin, util};
+use anyhow::{bail, Context, Result};
+use results::{Failure, Status, TestResult};
+use site_config::{SiteConfig, LLVM16_PREFIX};
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The target this suite runs for (the plugin we test is the x86_64 one).
+const TARGET: &str = "x86_64-pc-linux-gnu";
+/// LLVM 16's suite as Debian ships it, through LLVM's own x86_64 plugin.
+pub const BASELINE_TOTAL: usize = 114;
+pub const BASELINE_PASSED: usize = 92;
+pub const BASELINE_UNSUPPORTED: usize = 22;
 
 #[derive(clap::Args, Default)]
-pub struct Args {}
+pub struct Args {
+    /// Run through the plugins in DIR (default: LLVM's own, the baseline).
+    #[arg(long, value_name = "DIR", conflicts_with = "ours")]
+    pub plugin_dir: Option<PathBuf>,
+    /// Build our plugins (`cargo xtask build-plugin`) and run through them.
+    #[arg(long)]
+    pub ours: bool,
+    /// Only run tests whose path matches REGEX (lit's --filter).
+    #[arg(long, value_name = "REGEX")]
+    pub filter: Option<String>,
+    /// Parallel lit workers (default: the number of CPUs).
+    #[arg(short = 'j', long)]
+    pub jobs: Option<usize>,
+}
 
-#[allow(dead_code)]
+/// What one run of the suite gave.
+#[derive(Debug)]
 pub struct LitSummary {
     pub passed: usize,
+    /// FAIL, XPASS, UNRESOLVED and TIMEOUT: whatever makes lit fail.
     pub failed: usize,
     pub unsupported: usize,
+    pub xfail: usize,
+    /// Tests lit found (after the filter).
+    pub total: usize,
+    pub results: Vec<TestResult>,
+    pub failures: Vec<Failure>,
+    /// The directory the plugins came from.
+    pub plugin_dir: PathBuf,
+    pub load_proof: load_proof::LoadProof,
+    /// Wall time of the lit run (not the one-time download).
+    pub run_time: Duration,
 }
 
-pub fn main(_args: Args) -> Result<()> {
-    run_suite(None).map(|_| ())
+impl LitSummary {
+    pub fn failed_tests(&self) -> Vec<&str> {
+        self.results
+            .iter()
+            .filter(|r| r.status.failed())
+            .map(|r| r.name.as_str())
+            .collect()
+    }
 }
 
-pub fn run_suite(_plugin_dir: Option<&Path>) -> Result<LitSummary> {
-    anyhow::bail!("not yet implemented")
+pub fn main(args: Args) -> Result<()> {
+    let plugin_dir = match (&args.plugin_dir, args.ours) {
+        (Some(dir), _) => Some(dir.clone()),
+        (None, true) => Some(plugin::build_plugins()?),
+        (None, false) => None,
+    };
+    let options = Options {
+        plugin_dir: plugin_dir.as_deref(),
+        filter: args.filter.as_deref(),
+        jobs: args.jobs,
+    };
+    let summary = run(&options)?;
+    if options.filter.is_some() {
+        if summary.failed != 0 {
+            bail!(
+                "{} test(s) failed: {:?}",
+                summary.failed,
+                summary.failed_tests()
+            );
+        }
+        Ok(())
+    } else {
+        assert_matches_baseline(&summary)
+    }
+}
+
+/// Runs the whole suite (all CPUs) through the plugins in `plugin_dir`, or LLVM's.
+pub fn run_suite(plugin_dir: Option<&Path>) -> Result<LitSummary> {
+    run(&Options {
+        plugin_dir,
+        filter: None,
+        jobs: None,
+    })
+}
+
+/// Passes when the run matches LLVM's own plugin on this suite: every test found,
+/// the same 92 passing, nothing failing.
+pub fn assert_matches_baseline(s: &LitSummary) -> Result<()> {
+    let got = (s.total, s.passed, s.unsupported, s.failed);
+    let want = (BASELINE_TOTAL, BASELINE_PASSED, BASELINE_UNSUPPORTED, 0);
+    if got != want {
+        bail!(
+            "lit through {}: {} tests, {} passed, {} unsupported, {} failed; LLVM's own \
+             plugin gives {BASELINE_TOTAL} tests, {BASELINE_PASSED} passed, \
+             {BASELINE_UNSUPPORTED} unsupported, 0 failed. Failed: {:?}",
+            s.plugin_dir.display(),
+            s.total,
+            s.passed,
+            s.unsupported,
+            s.failed,
+            s.failed_tests()
+        );
+    }
+    Ok(())
+}
+
+struct Options<'a> {
+    plugin_dir: Option<&'a Path>,
+    filter: Option<&'a str>,
+    jobs: Option<usize>,
+}
+
+fn run(options: &Options) -> Result<LitSummary> {
+    util::section("lit: LLVM 16 libomptarget suite (x86_64-pc-linux-gnu)");
+    util::ensure_debian_packages(&[
+        "clang-16",
+        "libomp-16-dev",
+        "clang-tools-16",
+        "llvm-16-tools",
+        "python3",
+    ])?;
+    let lit_py = Path::new(LLVM16_PREFIX).join("build/utils/lit/lit.py");
+    if !lit_py.is_file() {
+        bail!("{} not found (package llvm-16-tools)", lit_py.display());
+    }
+    let tests = debian_source::libomptarget_tests()?;
+    let llvm_plugin_dir = Path::new(LLVM16_PREFIX).join("lib");
+
+    let (label, plugin_dir) = match options.plugin_dir {
+        Some(dir) => ("ours", canonical_dir(dir)?),
+        None => ("llvm", canonical_dir(&llvm_plugin_dir)?),
+    };
+    let ours = options.plugin_dir.is_some();
+    let has = |name: &str| plugin_dir.join(name).is_file();
+    let x86_64_names = [
+        "libomptarget.rtl.x86_64.so",
+        "libomptarget.rtl.x86_64.nextgen.so",
+    ];
+    if !x86_64_names.iter().any(|n| has(n)) {
+        bail!(
+            "{} holds no libomptarget.rtl.x86_64[.nextgen].so; build it with \
+             `cargo xtask build-plugin`",
+            plugin_dir.display()
+        );
+    }
+
+    // One run per label at a time: a second run would clear this one's loader logs.
+    let lit_dir = util::target_dir().join("lit");
+    fs::create_dir_all(&lit_dir)?;
+    let lock = fs::File::create(lit_dir.join(format!("{label}.lock")))?;
+    if lock.try_lock().is_err() {
+        eprintln!("lit: another `{label}` run holds {label}.lock; waiting");
+        lock.lock()?;
+    }
+    // A fresh directory per run: stale loader logs or markers would void the proof.
+    let run_dir = lit_dir.join(label);
+    if run_dir.exists() {
+        fs::remove_dir_all(&run_dir).with_context(|| format!("clearing {}", run_dir.display()))?;
+    }
+    let exec_root = run_dir.join(TARGET);
+    let ld_debug_dir = run_dir.join("ld-debug");
+    fs::create_dir_all(&exec_root)?;
+    fs::create_dir_all(&ld_debug_dir)?;
+    let exec_root = canonical_dir(&exec_root)?;
+    let ld_debug_dir = canonical_dir(&ld_debug_dir)?;
+    let marker = run_dir.join("plugin-load-marker.txt");
+
+    let environment = test_environment(ours.then_some(&*plugin_dir), &ld_debug_dir, &marker)?;
+    let clang_version = util::output(Command::new(util::llvm16("clang")?).arg("-dumpversion"))?;
+    let site = SiteConfig {
+        tests: &tests,
+        exec_root: &exec_root,
+        clang_version: clang_version.trim(),
+        environment: &environment,
+    };
+    for f in site.required_files() {
+        if !f.exists() {
+            bail!("{} is missing: is LLVM 16 fully installed?", f.display());
+        }
+    }
+    let template_path = util::root().join("tests/lit/lit.site.cfg.in");
+    let template = fs::read_to_string(&template_path)
+        .with_context(|| format!("reading {}", template_path.display()))?;
+    fs::write(exec_root.join("lit.site.cfg"), site.render(&template)?)?;
+
+    let jobs = options.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+    });
+    let mut lit = lit_command(&lit_py, jobs, options.filter, &exec_root);
+    eprintln!(
+        "lit: plugins from {} ({label}), {jobs} workers",
+        plugin_dir.display()
+    );
+    let start = Instant::now();
+    let log = run_streaming(&mut lit, &run_dir.join("lit.log"))?;
+    let run_time = start.elapsed();
+
+    let (results, failures) = results::parse(&log);
+    if results.is_empty() {
+        bail!(
+            "lit reported no test results; see {}",
+            run_dir.join("lit.log").display()
+        );
+    }
+    let count = |pred: fn(Status) -> bool| results.iter().filter(|r| pred(r.status)).count();
+    let passed_paths: Vec<&str> = results
+        .iter()
+        .filter(|r| r.status.passed())
+        .map(|r| r.path())
+        .collect();
+    let load_proof = load_proof::prove(
+        &ld_debug_dir,
+        &marker,
+        &load_proof::Expectation {
+            plugin_dir: &plugin_dir,
+            llvm_plugin_dir: &llvm_plugin_dir,
+            ours,
+            exec_root: &exec_root,
+            passed_tests: &passed_paths,
+        },
+    )
+    .context("proving which plugin the tests loaded")?;
+
+    let summary = LitSummary {
+        passed: count(Status::passed),
+        failed: count(Status::failed),
+        unsupported: count(|s| s == Status::Unsupported),
+        xfail: count(|s| s == Status::XFail),
+        total: results.len(),
+        results,
+        failures,
+        plugin_dir,
+        load_proof,
+        run_time,
+    };
+    report(&summary);
+    Ok(summary)
+}
+
+/// What every test command gets (lit hands tests a cleaned environment): the loader's
+/// log for the load proof, our plugin's marker, and, for our plugins, the search path
+/// that makes libomptarget's bare-name dlopen find them first.
+fn test_environment(
+    our_plugin_dir: Option<&Path>,
+    ld_debug_dir: &Path,
+    marker: &Path,
+) -> Result<Vec<(String, String)>> {
+    let mut env = vec![
+        ("LD_DEBUG".to_owned(), "libs".to_owned()),
+        (
+            "LD_DEBUG_OUTPUT".to_owned(),
+            path_string(&ld_debug_dir.join("pid"))?,
+        ),
+        ("OMPTARGET_RS_LOAD_MARKER".to_owned(), path_string(marker)?),
+    ];
+    if let Some(dir) = our_plugin_dir {
+        env.push(("LD_LIBRARY_PATH".to_owned(), path_string(dir)?));
+        if !dir.join("libomptarget.rtl.x86_64.nextgen.so").is_file() {
+            // Otherwise libomptarget would find LLVM's .nextgen.so before our .so.
+            env.push(("LIBOMPTARGET_NEXTGEN_PLUGINS".to_owned(), "0".to_owned()));
+        }
+    }
+    Ok(env)
+}
+
+fn lit_command(lit_py: &Path, jobs: usize, filter: Option<&str>, exec_root: &Path) -> Command {
+    let mut lit = Command::new("python3");
+    lit.arg(lit_py)
+        // Not succinct: one `STATUS: name (i of n)` line per test, all statuses.
+        .args(["-v", "--no-progress-bar", "-j", &jobs.to_string()]);
+    if let Some(filter) = filter {
+        lit.args(["--filter", filter]);
+    }
+    lit.arg(exec_root)
+        // What the tests see is set in lit.site.cfg; keep the caller's loader settings
+        // from leaking in through lit's pass-through list.
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("LD_PRELOAD")
+        .env_remove("LIBOMPTARGET_NEXTGEN_PLUGINS")
+        .env_remove("OMP_TARGET_OFFLOAD")
+        .env_remove("LIBOMPTARGET_DEBUG");
+    lit
+}
+
+/// Runs `cmd`, echoing its stdout line by line and saving it to `log_path`. lit's exit
+/// status is not an error here: failing tests are read from the output.
+fn run_streaming(cmd: &mut Command, log_path: &Path) -> Result<String> {
+    eprintln!("+ {}", util::display(cmd));
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("could not start `{}`", util::display(cmd)))?;
+    let stdout = child.stdout.take().context("lit's stdout")?;
+    let mut log_file = fs::File::create(log_path)?;
+    let mut log = String::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        eprintln!("{line}");
+        writeln!(log_file, "{line}")?;
+        log.push_str(&line);
+        log.push('\n');
+    }
+    let status = child.wait()?;
+    // lit: 0 all passed, 1 some test failed; anything else is lit itself failing.
+    if !matches!(status.code(), Some(0) | Some(1)) {
+        bail!("lit failed with {status}; see {}", log_path.display());
+    }
+    Ok(log)
+}
+
+fn report(s: &LitSummary) {
+    util::section("lit: summary");
+    eprintln!("plugins from   {}", s.plugin_dir.display());
+    eprintln!(
+        "tests {}: {} passed, {} failed, {} unsupported, {} xfail  ({:.1} s)",
+        s.total,
+        s.passed,
+        s.failed,
+        s.unsupported,
+        s.xfail,
+        s.run_time.as_secs_f64()
+    );
+    let p = &s.load_proof;
+    eprintln!(
+        "load proof: {} processes logged by the loader; {} runs of the {} passed tests' \
+         programs, each initializing libomptarget.rtl.x86_64 from the directory above; \
+         {} load-marker lines",
+        p.processes, p.test_program_runs, p.tests_covered, p.marker_lines
+    );
+    for f in &s.failures {
+        const LIMIT: usize = 4000;
+        let tail_start = f.output.len().saturating_sub(LIMIT);
+        let tail_start = (tail_start..=f.output.len())
+            .find(|&i| f.output.is_char_boundary(i))
+            .unwrap_or(f.output.len());
+        eprintln!("\n--- FAILED {} (last {LIMIT} bytes) ---", f.name);
+        eprintln!("{}", &f.output[tail_start..]);
+    }
+    for name in s.failed_tests() {
+        eprintln!("FAILED: {name}");
+    }
+}
+
+fn canonical_dir(dir: &Path) -> Result<PathBuf> {
+    fs::canonicalize(dir).with_context(|| format!("{} does not exist", dir.display()))
+}
+
+fn path_string(p: &Path) -> Result<String> {
+    p.to_str()
+        .map(str::to_owned)
+        .with_context(|| format!("path is not UTF-8: {}", p.display()))
 }
