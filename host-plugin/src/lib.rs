@@ -1,1 +1,26 @@
+//! A libomptarget 16 plugin that makes OpenMP `declare target indirect` work.
+//!
+//! When libomptarget loads a device image, the plugin resolves the image's offload entries,
+//! builds the sorted host -> device function pointer table from its indirect entries
+//! ([`fptr`]), copies it to the device and points the device runtime's
+//! `__omp_offloading_fptr_map_p` / `__omp_offloading_fptr_map_size` at it, so that
+//! `__kmpc_target_translate_fptr` can translate host function addresses on the device.
+//!
+//! Layout: [`abi`] holds the `#[repr(C)]` LLVM 16 structures and the `extern "C"`
+//! `__tgt_rtl_*` shims; [`plugin`] is the safe core; [`backend`] hides the device kind
+//! (the host CPU through dlopen + libffi here).
 
+pub mod abi;
+pub mod backend;
+pub mod diag;
+pub mod entries;
+pub mod error;
+pub mod fptr;
+pub mod image;
+pub mod plugin;
+
+pub use backend::{Backend, BackendError, DeviceAddr};
+pub use entries::{EntryKind, OffloadEntry};
+pub use error::PluginError;
+pub use fptr::FptrMapEntry;
+pub use plugin::{DeviceEntry, Plugin, PluginKind};

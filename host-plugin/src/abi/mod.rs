@@ -1,0 +1,742 @@
+//! The C boundary: LLVM 16's `__tgt_rtl_*` entry points over one process-wide [`Plugin`].
+//!
+//! Each shim converts its C arguments, calls the safe core inside [`guard`] (which turns
+//! errors and panics into a printed message plus OFFLOAD_FAIL), and converts back.
+
+pub mod types;
+
+use crate::diag;
+use crate::entries::{OffloadEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
+use crate::error::PluginError;
+use crate::fptr::FptrMapEntry;
+use crate::plugin::{DeviceEntry, Plugin, PluginKind};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, OnceLock};
+pub use types::*;
+
+/// Largest vtable we read from host memory for an indirect vtable entry: far above any
+/// real class, low enough that a corrupt size fails instead of reading gigabytes.
+const MAX_VTABLE_BYTES: u64 = 1 << 20;
+
+/// Which plugin this library is, from the name libomptarget loaded it by
+/// (`libomptarget.rtl.<kind>.so`): one build serves every kind, each copy is its own.
+fn own_kind() -> PluginKind {
+    #[repr(C)]
+    struct DlInfo {
+        fname: *const c_char,
+        fbase: *mut c_void,
+        sname: *const c_char,
+        saddr: *mut c_void,
+    }
+    extern "C" {
+        fn dladdr(addr: *const c_void, info: *mut DlInfo) -> i32;
+    }
+    let mut info = DlInfo {
+        fname: std::ptr::null(),
+        fbase: std::ptr::null_mut(),
+        sname: std::ptr::null(),
+        saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only reads the address (one of our own functions) and fills `info`.
+    let found = unsafe { dladdr(own_kind as *const c_void, &mut info) } != 0;
+    let file = if found && !info.fname.is_null() {
+        // SAFETY: dladdr returned a NUL-terminated path owned by the dynamic loader.
+        unsafe { CStr::from_ptr(info.fname) }
+            .to_string_lossy()
+            .into_owned()
+    } else {
+        String::new()
+    };
+    let base = file.rsplit('/').next().unwrap_or("");
+    PluginKind::all()
+        .into_iter()
+        .find(|k| base.starts_with(&format!("libomptarget.rtl.{}.", k.name())))
+        .unwrap_or(PluginKind::X86_64)
+}
+
+fn plugin() -> &'static Plugin {
+    static PLUGIN: OnceLock<Plugin> = OnceLock::new();
+    PLUGIN.get_or_init(|| {
+        let kind = own_kind();
+        diag::set_plugin_name(kind.name());
+        let p = Plugin::new(kind);
+        diag::debug(|| format!("plugin {} with {} devices", kind.name(), p.device_count()));
+        p
+    })
+}
+
+/// Tables handed to libomptarget, per (device, image): they must stay put until the
+/// image is unloaded, so they live here, boxed.
+struct PublishedTable {
+    _entries: Vec<DeviceEntry>,
+    _raw: Box<[TgtOffloadEntry]>,
+    _table: Box<TgtTargetTable>,
+}
+
+// SAFETY: the raw pointers point into this struct's own boxed data (names into
+// `_entries`' CStrings, the table into `raw`) and are only read by libomptarget.
+unsafe impl Send for PublishedTable {}
+
+fn published() -> &'static Mutex<HashMap<(i32, usize), PublishedTable>> {
+    static TABLES: OnceLock<Mutex<HashMap<(i32, usize), PublishedTable>>> = OnceLock::new();
+    TABLES.get_or_init(Default::default)
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Run a shim body: an error or a panic is reported and becomes `fail`.
+fn guard<R>(what: &'static str, fail: R, body: impl FnOnce() -> Result<R, PluginError>) -> R {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            diag::error(&format!("{what}: {e}"));
+            fail
+        }
+        Err(p) => {
+            diag::error(&format!(
+                "{what}: {}",
+                PluginError::Panic(what, panic_message(p))
+            ));
+            fail
+        }
+    }
+}
+
+fn status(r: Result<(), PluginError>) -> Result<i32, PluginError> {
+    r.map(|()| OFFLOAD_SUCCESS)
+}
+
+fn invalid(device: i32, what: impl Into<String>) -> PluginError {
+    PluginError::Invalid {
+        device,
+        what: what.into(),
+    }
+}
+
+/// The bytes of a device image.
+///
+/// # Safety
+/// `image` is null or a `__tgt_device_image` whose start/end bound readable memory.
+unsafe fn image_bytes<'a>(image: *const TgtDeviceImage) -> Option<(usize, &'a [u8])> {
+    // SAFETY: caller contract: null or a valid image descriptor.
+    let img = unsafe { image.as_ref() }?;
+    let start = img.image_start as usize;
+    let len = (img.image_end as usize).checked_sub(start)?;
+    if img.image_start.is_null() || len == 0 {
+        return None;
+    }
+    // SAFETY: libomptarget's descriptor bounds the image in memory it keeps alive.
+    Some((start, unsafe {
+        std::slice::from_raw_parts(img.image_start as *const u8, len)
+    }))
+}
+
+/// Owned copies of the image's host entries.
+///
+/// # Safety
+/// `image`'s entry range is an array of valid entries with NUL-terminated names, and each
+/// indirect vtable entry's host address points at `size` readable bytes.
+unsafe fn host_entries(
+    device: i32,
+    image: &TgtDeviceImage,
+) -> Result<Vec<OffloadEntry>, PluginError> {
+    let (begin, end) = (image.entries_begin, image.entries_end);
+    if begin.is_null() || end.is_null() || begin == end {
+        return Ok(Vec::new());
+    }
+    let bytes = (end as usize)
+        .checked_sub(begin as usize)
+        .unwrap_or(usize::MAX);
+    if !bytes.is_multiple_of(std::mem::size_of::<TgtOffloadEntry>()) || bytes == usize::MAX {
+        return Err(invalid(
+            device,
+            "the image's entry range is not an array of entries",
+        ));
+    }
+    let count = bytes / std::mem::size_of::<TgtOffloadEntry>();
+    // SAFETY: caller contract: begin..end is an array of `count` entries.
+    let raw = unsafe { std::slice::from_raw_parts(begin, count) };
+    raw.iter()
+        .enumerate()
+        .map(|(i, e)| {
+            if e.name.is_null() {
+                return Err(invalid(device, format!("offload entry {i} has no name")));
+            }
+            // SAFETY: entry names are NUL-terminated strings in the host binary.
+            let name = unsafe { CStr::from_ptr(e.name) }.to_owned();
+            let is_vtable = e.flags & FLAG_INDIRECT != 0 && e.flags & FLAG_INDIRECT_VTABLE != 0;
+            let host_vtable = if is_vtable && !e.addr.is_null() {
+                let size = e.size as u64;
+                if size > MAX_VTABLE_BYTES {
+                    return Err(invalid(
+                        device,
+                        format!(
+                            "entry `{}`: vtable size {size} is implausible",
+                            name.to_string_lossy()
+                        ),
+                    ));
+                }
+                // SAFETY: caller contract: an indirect vtable entry's address is the host
+                // vtable, `size` bytes long.
+                Some(unsafe { std::slice::from_raw_parts(e.addr as *const u8, e.size) }.to_vec())
+            } else {
+                None
+            };
+            Ok(OffloadEntry {
+                host_addr: e.addr as u64,
+                name,
+                size: e.size as u64,
+                flags: e.flags,
+                host_vtable,
+            })
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Plugin lifetime
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_init_plugin() -> i32 {
+    guard("init_plugin", OFFLOAD_FAIL, || {
+        plugin();
+        diag::write_load_marker();
+        Ok(OFFLOAD_SUCCESS)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_deinit_plugin() -> i32 {
+    guard("deinit_plugin", OFFLOAD_FAIL, || {
+        let r = plugin().unload_all();
+        published()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        status(r)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_number_of_devices() -> i32 {
+    guard("number_of_devices", 0, || {
+        diag::write_load_marker();
+        Ok(plugin().device_count() as i32)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_init_requires(flags: i64) -> i64 {
+    guard("init_requires", flags, || {
+        diag::debug(|| format!("requires flags {flags:#x}"));
+        Ok(flags)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_supports_empty_images() -> i32 {
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_set_info_flag(flags: u32) {
+    guard("set_info_flag", (), || {
+        diag::set_info_flags(flags);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_print_device_info(device: i32) {
+    guard("print_device_info", (), || {
+        let p = plugin();
+        println!(
+            "    omptarget-rs {} plugin, device {device} of {}: {}",
+            p.kind().name(),
+            p.device_count(),
+            match p.kind() {
+                PluginKind::X86_64 => "the host CPU (images run through dlopen + libffi)",
+                _ => "no backend yet",
+            }
+        );
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Images
+
+/// # Safety
+/// `image` is null or a valid `__tgt_device_image`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_is_valid_binary(image: *mut TgtDeviceImage) -> i32 {
+    guard("is_valid_binary", 0, || {
+        diag::write_load_marker();
+        // SAFETY: forwarded caller contract.
+        let bytes = unsafe { image_bytes(image) };
+        Ok(bytes.is_some_and(|(_, b)| plugin().is_valid_binary(b)) as i32)
+    })
+}
+
+/// # Safety
+/// `image` is null or a valid `__tgt_device_image`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_is_valid_binary_info(
+    image: *mut TgtDeviceImage,
+    _info: *mut TgtImageInfo,
+) -> i32 {
+    // SAFETY: forwarded caller contract.
+    unsafe { __tgt_rtl_is_valid_binary(image) }
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_init_device(device: i32) -> i32 {
+    guard("init_device", OFFLOAD_FAIL, || {
+        status(plugin().init_device(device))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_deinit_device(device: i32) -> i32 {
+    guard("deinit_device", OFFLOAD_FAIL, || {
+        plugin().synchronize(device)?;
+        Ok(OFFLOAD_SUCCESS)
+    })
+}
+
+/// # Safety
+/// `image` is null or a valid `__tgt_device_image` whose entries are valid host entries.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_load_binary(
+    device: i32,
+    image: *mut TgtDeviceImage,
+) -> *mut TgtTargetTable {
+    guard("load_binary", std::ptr::null_mut(), || {
+        // SAFETY: forwarded caller contract.
+        let (key, bytes) = unsafe { image_bytes(image) }
+            .ok_or_else(|| invalid(device, "load_binary got no image"))?;
+        // SAFETY: image_bytes checked `image` is non-null; the entries are libomptarget's.
+        let entries = unsafe { host_entries(device, &*image) }?;
+        let device_entries = plugin().load_binary(device, key, bytes, &entries)?;
+        let mut raw: Box<[TgtOffloadEntry]> = device_entries
+            .iter()
+            .map(|e| TgtOffloadEntry {
+                addr: e.addr as *mut c_void,
+                name: e.name.as_ptr() as *mut c_char,
+                size: e.size as usize,
+                flags: e.flags,
+                reserved: 0,
+            })
+            .collect();
+        let range = raw.as_mut_ptr_range();
+        let mut table = Box::new(TgtTargetTable {
+            entries_begin: range.start,
+            entries_end: range.end,
+        });
+        let table_ptr: *mut TgtTargetTable = &mut *table;
+        published()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                (device, key),
+                PublishedTable {
+                    _entries: device_entries,
+                    _raw: raw,
+                    _table: table,
+                },
+            );
+        diag::debug(|| format!("device {device}: loaded image {key:#x}"));
+        Ok(table_ptr)
+    })
+}
+
+/// # Safety
+/// `desc` is null or a valid `__tgt_bin_desc`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_register_lib(_desc: *mut TgtBinDesc) -> i32 {
+    OFFLOAD_SUCCESS
+}
+
+/// Unload the descriptor's images from every device they were loaded on.
+///
+/// # Safety
+/// `desc` is null or a valid `__tgt_bin_desc`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_unregister_lib(desc: *mut TgtBinDesc) -> i32 {
+    guard("unregister_lib", OFFLOAD_FAIL, || {
+        // SAFETY: forwarded caller contract.
+        let Some(desc) = (unsafe { desc.as_ref() }) else {
+            return Ok(OFFLOAD_SUCCESS);
+        };
+        let n = usize::try_from(desc.num_device_images).unwrap_or(0);
+        if desc.device_images.is_null() || n == 0 {
+            return Ok(OFFLOAD_SUCCESS);
+        }
+        // SAFETY: the descriptor holds `n` device images.
+        let images = unsafe { std::slice::from_raw_parts(desc.device_images, n) };
+        let p = plugin();
+        for img in images {
+            let key = img.image_start as usize;
+            for device in 0..p.device_count() as i32 {
+                p.unload(device, key)?;
+                published()
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&(device, key));
+            }
+        }
+        Ok(OFFLOAD_SUCCESS)
+    })
+}
+
+/// The seed design's optional entry point: install a whole host-built table on a device.
+///
+/// # Safety
+/// `table` is null (with `table_size` 0) or points at `table_size` entries.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_set_function_ptr_map(
+    device: i32,
+    table_size: u64,
+    table: *mut FptrMapEntry,
+) {
+    guard("set_function_ptr_map", (), || {
+        let rows: &[FptrMapEntry] = if table_size == 0 {
+            &[]
+        } else if table.is_null() {
+            return Err(invalid(
+                device,
+                format!("table of {table_size} entries at null"),
+            ));
+        } else {
+            let n = usize::try_from(table_size)
+                .ok()
+                .filter(|n| n.checked_mul(16).is_some_and(|b| b <= isize::MAX as usize))
+                .ok_or_else(|| invalid(device, format!("table size {table_size} is too large")))?;
+            // SAFETY: caller contract: `table` points at `n` entries.
+            unsafe { std::slice::from_raw_parts(table, n) }
+        };
+        let patched = plugin().set_function_ptr_map(device, rows)?;
+        diag::debug(|| {
+            format!(
+                "device {device}: fptr map of {} rows installed in {patched} images",
+                rows.len()
+            )
+        });
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Memory
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_data_alloc(
+    device: i32,
+    size: i64,
+    _host_ptr: *mut c_void,
+    kind: i32,
+) -> *mut c_void {
+    guard("data_alloc", std::ptr::null_mut(), || {
+        // TARGET_ALLOC_DEFAULT, HOST, SHARED, DEVICE: all ordinary memory on the host.
+        if !(0..=3).contains(&kind) {
+            return Err(invalid(device, format!("unknown allocation kind {kind}")));
+        }
+        let size = usize::try_from(size)
+            .map_err(|_| invalid(device, format!("allocation size {size}")))?;
+        Ok(plugin().alloc(device, size)? as *mut c_void)
+    })
+}
+
+/// # Safety
+/// `ptr` is null or came from `__tgt_rtl_data_alloc` on this device.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_data_delete(device: i32, ptr: *mut c_void, _kind: i32) -> i32 {
+    guard("data_delete", OFFLOAD_FAIL, || {
+        if ptr.is_null() {
+            return Ok(OFFLOAD_SUCCESS);
+        }
+        // SAFETY: forwarded caller contract.
+        status(unsafe { plugin().free(device, ptr as u64) })
+    })
+}
+
+fn length(device: i32, size: i64) -> Result<usize, PluginError> {
+    usize::try_from(size).map_err(|_| invalid(device, format!("transfer size {size}")))
+}
+
+/// # Safety
+/// `tgt` is device memory and `hst` host memory, each `size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_data_submit(
+    device: i32,
+    tgt: *mut c_void,
+    hst: *mut c_void,
+    size: i64,
+) -> i32 {
+    guard("data_submit", OFFLOAD_FAIL, || {
+        let n = length(device, size)?;
+        if n == 0 {
+            return Ok(OFFLOAD_SUCCESS);
+        }
+        if hst.is_null() || tgt.is_null() {
+            return Err(invalid(device, "copy to the device with a null pointer"));
+        }
+        // SAFETY: caller contract: `hst` holds `n` readable bytes.
+        let src = unsafe { std::slice::from_raw_parts(hst as *const u8, n) };
+        // SAFETY: caller contract: `tgt` is `n` bytes of device memory.
+        status(unsafe { plugin().submit(device, tgt as u64, src) })
+    })
+}
+
+/// # Safety
+/// As `__tgt_rtl_data_submit`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_data_submit_async(
+    device: i32,
+    tgt: *mut c_void,
+    hst: *mut c_void,
+    size: i64,
+    _async: *mut TgtAsyncInfo,
+) -> i32 {
+    // SAFETY: forwarded caller contract; the host device completes it synchronously.
+    unsafe { __tgt_rtl_data_submit(device, tgt, hst, size) }
+}
+
+/// # Safety
+/// `hst` is host memory and `tgt` device memory, each `size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_data_retrieve(
+    device: i32,
+    hst: *mut c_void,
+    tgt: *mut c_void,
+    size: i64,
+) -> i32 {
+    guard("data_retrieve", OFFLOAD_FAIL, || {
+        let n = length(device, size)?;
+        if n == 0 {
+            return Ok(OFFLOAD_SUCCESS);
+        }
+        if hst.is_null() || tgt.is_null() {
+            return Err(invalid(device, "copy from the device with a null pointer"));
+        }
+        // SAFETY: caller contract: `hst` holds `n` writable bytes that nothing else uses
+        // during the call.
+        let dst = unsafe { std::slice::from_raw_parts_mut(hst as *mut u8, n) };
+        // SAFETY: caller contract: `tgt` is `n` bytes of device memory.
+        status(unsafe { plugin().retrieve(device, dst, tgt as u64) })
+    })
+}
+
+/// # Safety
+/// As `__tgt_rtl_data_retrieve`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_data_retrieve_async(
+    device: i32,
+    hst: *mut c_void,
+    tgt: *mut c_void,
+    size: i64,
+    _async: *mut TgtAsyncInfo,
+) -> i32 {
+    // SAFETY: forwarded caller contract; the host device completes it synchronously.
+    unsafe { __tgt_rtl_data_retrieve(device, hst, tgt, size) }
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_is_data_exchangable(src_device: i32, dst_device: i32) -> i32 {
+    guard("is_data_exchangable", 0, || {
+        let n = plugin().device_count() as i32;
+        Ok(((0..n).contains(&src_device) && (0..n).contains(&dst_device)) as i32)
+    })
+}
+
+/// # Safety
+/// `src` is `size` bytes of device memory on `src_device`, `dst` on `dst_device`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_data_exchange(
+    src_device: i32,
+    src: *mut c_void,
+    dst_device: i32,
+    dst: *mut c_void,
+    size: i64,
+) -> i32 {
+    guard("data_exchange", OFFLOAD_FAIL, || {
+        let n = length(dst_device, size)?;
+        if n == 0 {
+            return Ok(OFFLOAD_SUCCESS);
+        }
+        if src.is_null() || dst.is_null() {
+            return Err(invalid(
+                dst_device,
+                "device-to-device copy with a null pointer",
+            ));
+        }
+        // SAFETY: forwarded caller contract.
+        status(unsafe { plugin().exchange(src_device, src as u64, dst_device, dst as u64, n) })
+    })
+}
+
+/// # Safety
+/// As `__tgt_rtl_data_exchange`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_data_exchange_async(
+    src_device: i32,
+    src: *mut c_void,
+    dst_device: i32,
+    dst: *mut c_void,
+    size: i64,
+    _async: *mut TgtAsyncInfo,
+) -> i32 {
+    // SAFETY: forwarded caller contract; the host device completes it synchronously.
+    unsafe { __tgt_rtl_data_exchange(src_device, src, dst_device, dst, size) }
+}
+
+/// Page-locking: host-device memory is already the host's, so the locked address is the
+/// host address itself.
+///
+/// # Safety
+/// `locked` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_data_lock(
+    device: i32,
+    ptr: *mut c_void,
+    _size: i64,
+    locked: *mut *mut c_void,
+) -> i32 {
+    guard("data_lock", OFFLOAD_FAIL, || {
+        plugin().synchronize(device)?;
+        // SAFETY: caller contract: null or a writable pointer slot.
+        let slot = unsafe { locked.as_mut() }
+            .ok_or_else(|| invalid(device, "data_lock without an output"))?;
+        *slot = ptr;
+        Ok(OFFLOAD_SUCCESS)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_data_unlock(device: i32, _ptr: *mut c_void) -> i32 {
+    guard("data_unlock", OFFLOAD_FAIL, || {
+        status(plugin().synchronize(device))
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Kernels and synchronisation
+
+/// # Safety
+/// `entry` is a kernel address from a table this plugin returned; `args`/`offsets` hold
+/// `kernel_args.num_args` values; the arguments are valid device addresses.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
+    device: i32,
+    entry: *mut c_void,
+    args: *mut *mut c_void,
+    offsets: *mut isize,
+    kernel_args: *const KernelArgs,
+    _async: *mut TgtAsyncInfo,
+) -> i32 {
+    guard("launch_kernel", OFFLOAD_FAIL, || {
+        // SAFETY: caller contract: null or libomptarget's KernelArgsTy.
+        let ka = unsafe { kernel_args.as_ref() }
+            .ok_or_else(|| invalid(device, "no kernel arguments"))?;
+        let n = ka.num_args as usize;
+        let pointers: Vec<u64> = if n == 0 {
+            Vec::new()
+        } else {
+            if args.is_null() || offsets.is_null() {
+                return Err(invalid(device, format!("{n} kernel arguments at null")));
+            }
+            // SAFETY: caller contract: `n` argument pointers and offsets.
+            let (a, o) = unsafe {
+                (
+                    std::slice::from_raw_parts(args, n),
+                    std::slice::from_raw_parts(offsets, n),
+                )
+            };
+            // The kernel gets base pointer + offset, as in LLVM's host plugin.
+            a.iter()
+                .zip(o)
+                .map(|(&p, &off)| (p as u64).wrapping_add(off as u64))
+                .collect()
+        };
+        // SAFETY: forwarded caller contract; the core checks `entry` is a loaded kernel.
+        status(unsafe { plugin().launch(device, entry as u64, &pointers) })
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_synchronize(device: i32, _async: *mut TgtAsyncInfo) -> i32 {
+    guard("synchronize", OFFLOAD_FAIL, || {
+        status(plugin().synchronize(device))
+    })
+}
+
+/// Nothing is ever pending on the host device: every queue is already complete.
+///
+/// # Safety
+/// `async_info` is null or a valid `__tgt_async_info`.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_query_async(device: i32, async_info: *mut TgtAsyncInfo) -> i32 {
+    guard("query_async", OFFLOAD_FAIL, || {
+        plugin().synchronize(device)?;
+        // SAFETY: caller contract: null or valid.
+        if let Some(info) = unsafe { async_info.as_mut() } {
+            info.queue = std::ptr::null_mut();
+        }
+        Ok(OFFLOAD_SUCCESS)
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Events: every operation completes before it returns, so an event is only a token.
+
+/// The token every event handle points at.
+static EVENT_TOKEN: u8 = 0;
+
+/// # Safety
+/// `event` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_create_event(_device: i32, event: *mut *mut c_void) -> i32 {
+    // SAFETY: caller contract: null or a writable handle slot.
+    match unsafe { event.as_mut() } {
+        Some(slot) => {
+            *slot = &EVENT_TOKEN as *const u8 as *mut c_void;
+            OFFLOAD_SUCCESS
+        }
+        None => OFFLOAD_FAIL,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_record_event(
+    _device: i32,
+    _event: *mut c_void,
+    _async: *mut TgtAsyncInfo,
+) -> i32 {
+    OFFLOAD_SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_wait_event(
+    _device: i32,
+    _event: *mut c_void,
+    _async: *mut TgtAsyncInfo,
+) -> i32 {
+    OFFLOAD_SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_sync_event(_device: i32, _event: *mut c_void) -> i32 {
+    OFFLOAD_SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_destroy_event(_device: i32, _event: *mut c_void) -> i32 {
+    OFFLOAD_SUCCESS
+}

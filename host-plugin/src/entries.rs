@@ -1,0 +1,101 @@
+//! Offload entries as the plugin sees them, and what each one asks the plugin to do.
+
+use std::ffi::CString;
+
+/// `OMP_DECLARE_TARGET_CTOR`: a global constructor, launched as a kernel by libomptarget.
+pub const FLAG_CTOR: i32 = 0x02;
+/// `OMP_DECLARE_TARGET_DTOR`: a global destructor, launched as a kernel by libomptarget.
+pub const FLAG_DTOR: i32 = 0x04;
+/// `OMP_DECLARE_TARGET_INDIRECT` (clang 18+) / `OMP_DECLARE_TARGET_FPTR` (the seed design).
+pub const FLAG_INDIRECT: i32 = 0x08;
+/// `OMP_DECLARE_TARGET_INDIRECT_VTABLE` (newest clang): the entry describes a whole vtable.
+pub const FLAG_INDIRECT_VTABLE: i32 = 0x20;
+
+/// An owned copy of one host `__tgt_offload_entry`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OffloadEntry {
+    /// The host address (function, global or vtable).
+    pub host_addr: u64,
+    pub name: CString,
+    pub size: u64,
+    pub flags: i32,
+    /// For indirect vtable entries: the host vtable's bytes (`size` of them).
+    pub host_vtable: Option<Vec<u8>>,
+}
+
+/// What an entry asks of the plugin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A kernel (also ctor/dtor thunks): resolve the device function.
+    Kernel,
+    /// A declare-target global of `size` bytes: resolve the device global.
+    Global,
+    /// Seed convention: the device symbol is the indirect function itself.
+    IndirectFunction,
+    /// clang 18+ convention: an 8-byte device global holds the device function's address.
+    IndirectThroughGlobal,
+    /// Indirect vtable: a device global holds the device vtable's address.
+    IndirectVtable,
+}
+
+impl OffloadEntry {
+    pub fn name_lossy(&self) -> String {
+        self.name.to_string_lossy().into_owned()
+    }
+
+    /// Classify by flags and size; `None` for combinations no compiler emits.
+    pub fn kind(&self) -> Option<EntryKind> {
+        if self.flags & FLAG_INDIRECT == 0 {
+            return Some(if self.size == 0 {
+                EntryKind::Kernel
+            } else {
+                EntryKind::Global
+            });
+        }
+        if self.flags & FLAG_INDIRECT_VTABLE != 0 {
+            return (self.size != 0 && self.size.is_multiple_of(8))
+                .then_some(EntryKind::IndirectVtable);
+        }
+        match self.size {
+            0 => Some(EntryKind::IndirectFunction),
+            8 => Some(EntryKind::IndirectThroughGlobal),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(size: u64, flags: i32) -> OffloadEntry {
+        OffloadEntry {
+            host_addr: 0x1000,
+            name: CString::new("f").unwrap(),
+            size,
+            flags,
+            host_vtable: None,
+        }
+    }
+
+    #[test]
+    fn classification() {
+        assert_eq!(entry(0, 0).kind(), Some(EntryKind::Kernel));
+        assert_eq!(entry(0, FLAG_CTOR).kind(), Some(EntryKind::Kernel));
+        assert_eq!(entry(4, 0).kind(), Some(EntryKind::Global));
+        assert_eq!(
+            entry(0, FLAG_INDIRECT).kind(),
+            Some(EntryKind::IndirectFunction)
+        );
+        assert_eq!(
+            entry(8, FLAG_INDIRECT).kind(),
+            Some(EntryKind::IndirectThroughGlobal)
+        );
+        assert_eq!(entry(4, FLAG_INDIRECT).kind(), None);
+        assert_eq!(
+            entry(24, FLAG_INDIRECT | FLAG_INDIRECT_VTABLE).kind(),
+            Some(EntryKind::IndirectVtable)
+        );
+        assert_eq!(entry(12, FLAG_INDIRECT | FLAG_INDIRECT_VTABLE).kind(), None);
+    }
+}

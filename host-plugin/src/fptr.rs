@@ -1,0 +1,226 @@
+//! The host -> device function pointer table that `__kmpc_target_translate_fptr` searches.
+//!
+//! Pure: turns (host, device) address pairs into the sorted, duplicate-free table the
+//! device runtime binary-searches. Keys are ordered as unsigned 64-bit addresses.
+
+use bytemuck::{Pod, Zeroable};
+use thiserror::Error;
+
+/// One row of the device table, laid out as the device runtime reads it:
+/// `struct { int64_t host_ptr; int64_t tgt_ptr; }` (we keep the bits as u64).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Pod, Zeroable)]
+pub struct FptrMapEntry {
+    pub host_ptr: u64,
+    pub tgt_ptr: u64,
+}
+
+/// A pair found while loading an image, with the offload entry it came from (for errors).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndirectPair {
+    pub host_ptr: u64,
+    pub tgt_ptr: u64,
+    /// The offload entry's name (plus `[slot]` for vtable slots).
+    pub origin: String,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum FptrError {
+    #[error(
+        "host address {host:#x} is mapped to two device addresses: {first_tgt:#x} by entry \
+         `{first}` and {second_tgt:#x} by entry `{second}`"
+    )]
+    Conflict {
+        host: u64,
+        first: String,
+        first_tgt: u64,
+        second: String,
+        second_tgt: u64,
+    },
+}
+
+/// Sort by host address, drop exact duplicates, reject a host address with two targets.
+pub fn build(mut pairs: Vec<IndirectPair>) -> Result<Vec<FptrMapEntry>, FptrError> {
+    // Stable sort keeps the first-seen entry first, so errors name entries in image order.
+    pairs.sort_by_key(|p| p.host_ptr);
+    let mut table: Vec<FptrMapEntry> = Vec::with_capacity(pairs.len());
+    let mut last_origin: Option<&IndirectPair> = None;
+    for pair in &pairs {
+        if let Some(prev) = last_origin.filter(|prev| prev.host_ptr == pair.host_ptr) {
+            if prev.tgt_ptr != pair.tgt_ptr {
+                return Err(FptrError::Conflict {
+                    host: pair.host_ptr,
+                    first: prev.origin.clone(),
+                    first_tgt: prev.tgt_ptr,
+                    second: pair.origin.clone(),
+                    second_tgt: pair.tgt_ptr,
+                });
+            }
+            continue;
+        }
+        table.push(FptrMapEntry {
+            host_ptr: pair.host_ptr,
+            tgt_ptr: pair.tgt_ptr,
+        });
+        last_origin = Some(pair);
+    }
+    Ok(table)
+}
+
+/// Validate a table handed to us whole (`__tgt_rtl_set_function_ptr_map`): same rules.
+pub fn from_rows(rows: &[FptrMapEntry]) -> Result<Vec<FptrMapEntry>, FptrError> {
+    build(
+        rows.iter()
+            .enumerate()
+            .map(|(i, r)| IndirectPair {
+                host_ptr: r.host_ptr,
+                tgt_ptr: r.tgt_ptr,
+                origin: format!("row {i}"),
+            })
+            .collect(),
+    )
+}
+
+/// Pairs for an indirect vtable: host slot i -> device slot i, both read as 8-byte words.
+/// Null host slots (offset-to-top of zero, absent RTTI) carry no function and are skipped.
+pub fn vtable_pairs(origin: &str, host_vtable: &[u8], device_vtable: &[u8]) -> Vec<IndirectPair> {
+    host_vtable
+        .chunks_exact(8)
+        .zip(device_vtable.chunks_exact(8))
+        .enumerate()
+        .filter_map(|(slot, (h, d))| {
+            let host_ptr = u64::from_ne_bytes(h.try_into().ok()?);
+            let tgt_ptr = u64::from_ne_bytes(d.try_into().ok()?);
+            (host_ptr != 0).then(|| IndirectPair {
+                host_ptr,
+                tgt_ptr,
+                origin: format!("{origin}[{slot}]"),
+            })
+        })
+        .collect()
+}
+
+/// The table as the bytes the device reads.
+pub fn as_bytes(table: &[FptrMapEntry]) -> &[u8] {
+    bytemuck::cast_slice(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn pair(h: u64, t: u64, o: &str) -> IndirectPair {
+        IndirectPair {
+            host_ptr: h,
+            tgt_ptr: t,
+            origin: o.into(),
+        }
+    }
+
+    #[test]
+    fn sorts_as_unsigned() {
+        let t = build(vec![
+            pair(u64::MAX, 1, "a"),
+            pair(0x10, 2, "b"),
+            pair(0x8000_0000_0000_0000, 3, "c"),
+        ])
+        .unwrap();
+        let keys: Vec<u64> = t.iter().map(|e| e.host_ptr).collect();
+        assert_eq!(keys, vec![0x10, 0x8000_0000_0000_0000, u64::MAX]);
+        assert_eq!(t[2].tgt_ptr, 1);
+    }
+
+    #[test]
+    fn same_pair_twice_is_deduplicated() {
+        let t = build(vec![pair(5, 50, "a"), pair(5, 50, "b"), pair(1, 10, "c")]).unwrap();
+        assert_eq!(
+            t,
+            vec![
+                FptrMapEntry {
+                    host_ptr: 1,
+                    tgt_ptr: 10
+                },
+                FptrMapEntry {
+                    host_ptr: 5,
+                    tgt_ptr: 50
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn conflict_names_both_entries() {
+        let err = build(vec![pair(5, 50, "first"), pair(5, 51, "second")]).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("`first`") && msg.contains("`second`"), "{msg}");
+        assert!(msg.contains("0x32") && msg.contains("0x33"), "{msg}");
+    }
+
+    #[test]
+    fn vtable_slots_pair_up_and_skip_null() {
+        let host: Vec<u8> = [0u64, 0x100, 0x200]
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        let dev: Vec<u8> = [0u64, 0x900, 0xa00]
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        let pairs = vtable_pairs("vt", &host, &dev);
+        assert_eq!(
+            pairs,
+            vec![pair(0x100, 0x900, "vt[1]"), pair(0x200, 0xa00, "vt[2]")]
+        );
+    }
+
+    #[test]
+    fn bytes_are_pairs_of_native_words() {
+        let t = [FptrMapEntry {
+            host_ptr: 1,
+            tgt_ptr: 2,
+        }];
+        let b = as_bytes(&t);
+        assert_eq!(b.len(), 16);
+        assert_eq!(u64::from_ne_bytes(b[8..16].try_into().unwrap()), 2);
+    }
+
+    proptest! {
+        // Whatever the input order and duplication, the table is strictly increasing,
+        // and every input pair is found in it by binary search (when build succeeds).
+        #[test]
+        fn table_is_sorted_unique_and_complete(
+            raw in proptest::collection::vec((any::<u64>(), 0u64..4), 0..64),
+            dups in proptest::collection::vec(any::<prop::sample::Index>(), 0..16),
+        ) {
+            // Device address derived from host address: consistent, so no conflicts.
+            let mut pairs: Vec<IndirectPair> = raw.iter()
+                .map(|&(h, _)| pair(h, h.wrapping_mul(3), "p")).collect();
+            if !pairs.is_empty() {
+                for d in &dups {
+                    let p = pairs[d.index(pairs.len())].clone();
+                    pairs.push(p);
+                }
+            }
+            let table = build(pairs.clone()).unwrap();
+            prop_assert!(table.windows(2).all(|w| w[0].host_ptr < w[1].host_ptr));
+            for p in &pairs {
+                let i = table.binary_search_by_key(&p.host_ptr, |e| e.host_ptr).unwrap();
+                prop_assert_eq!(table[i].tgt_ptr, p.tgt_ptr);
+            }
+        }
+
+        // Any host address given two different targets is rejected.
+        #[test]
+        fn any_conflict_is_rejected(
+            hosts in proptest::collection::vec(any::<u64>(), 1..32),
+            pick in any::<prop::sample::Index>(),
+        ) {
+            let mut pairs: Vec<IndirectPair> = hosts.iter().map(|&h| pair(h, 7, "x")).collect();
+            let h = hosts[pick.index(hosts.len())];
+            pairs.push(pair(h, 8, "y"));
+            let is_conflict = matches!(build(pairs), Err(FptrError::Conflict { .. }));
+            prop_assert!(is_conflict);
+        }
+    }
+}

@@ -1,0 +1,676 @@
+//! The safe core: devices, the images loaded on them, their entry and fptr tables.
+//!
+//! Everything libomptarget asks for goes through here; the `abi` shims only convert
+//! C structures to and from these types.
+
+use crate::backend::{absent::Absent, host::HostBackend, Backend, DeviceAddr, LoadedModule};
+use crate::entries::{EntryKind, OffloadEntry};
+use crate::error::PluginError;
+use crate::fptr::{self, FptrMapEntry, IndirectPair};
+use crate::{diag, image};
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CStr, CString};
+use std::sync::{Mutex, MutexGuard, RwLock};
+
+/// The device runtime's table pointer and size (see device-rtl).
+pub const FPTR_MAP_P: &CStr = c"__omp_offloading_fptr_map_p";
+pub const FPTR_MAP_SIZE: &CStr = c"__omp_offloading_fptr_map_size";
+
+/// Which libomptarget plugin this is: its name and the device kind it drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PluginKind {
+    X86_64,
+    Cuda,
+    Amdgpu,
+}
+
+impl PluginKind {
+    /// The part of `libomptarget.rtl.<name>.so` libomptarget loads this kind by.
+    pub fn name(self) -> &'static str {
+        match self {
+            PluginKind::X86_64 => "x86_64",
+            PluginKind::Cuda => "cuda",
+            PluginKind::Amdgpu => "amdgpu",
+        }
+    }
+
+    pub fn all() -> [PluginKind; 3] {
+        [PluginKind::X86_64, PluginKind::Cuda, PluginKind::Amdgpu]
+    }
+
+    /// The backend that runs this kind's devices (CUDA and AMDGPU: none yet).
+    pub fn backend(self) -> Box<dyn Backend> {
+        match self {
+            PluginKind::X86_64 => Box::new(HostBackend),
+            PluginKind::Cuda => Box::new(Absent::new("cuda", object::elf::EM_CUDA)),
+            PluginKind::Amdgpu => Box::new(Absent::new("amdgpu", object::elf::EM_AMDGPU)),
+        }
+    }
+}
+
+/// One entry of the table returned to libomptarget: the device side of a host entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceEntry {
+    pub addr: DeviceAddr,
+    pub name: CString,
+    pub size: u64,
+    pub flags: i32,
+}
+
+/// Where an image's fptr table lives on the device, if the image can hold one.
+struct InstalledTable {
+    map_p: DeviceAddr,
+    map_size: DeviceAddr,
+    /// The device copy of the table (None when the table is empty).
+    allocation: Option<DeviceAddr>,
+    table: Vec<FptrMapEntry>,
+}
+
+struct LoadedImage {
+    key: usize,
+    name: String,
+    /// Kept alive while the image is loaded; dropping it unloads the image.
+    _module: Box<dyn LoadedModule>,
+    entries: Vec<DeviceEntry>,
+    fptr: Option<InstalledTable>,
+}
+
+#[derive(Default)]
+struct DeviceState {
+    images: Mutex<Vec<LoadedImage>>,
+    /// Addresses of every kernel of the images loaded here: launches are checked
+    /// against it, so a stale or made-up address fails instead of jumping anywhere.
+    kernels: RwLock<HashSet<DeviceAddr>>,
+}
+
+pub struct Plugin {
+    kind: PluginKind,
+    backend: Box<dyn Backend>,
+    devices: Vec<DeviceState>,
+}
+
+/// A name for an image in messages: where libomptarget keeps it and how big it is.
+pub fn image_name(key: usize, len: usize) -> String {
+    format!("image {key:#x} ({len} bytes)")
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock was already reported; the data stays usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Plugin {
+    pub fn new(kind: PluginKind) -> Self {
+        Self::with_backend(kind, kind.backend())
+    }
+
+    pub fn with_backend(kind: PluginKind, backend: Box<dyn Backend>) -> Self {
+        let devices = (0..backend.device_count())
+            .map(|_| DeviceState::default())
+            .collect();
+        Plugin {
+            kind,
+            backend,
+            devices,
+        }
+    }
+
+    pub fn kind(&self) -> PluginKind {
+        self.kind
+    }
+
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn device(&self, device: i32) -> Result<(usize, &DeviceState), PluginError> {
+        usize::try_from(device)
+            .ok()
+            .and_then(|d| self.devices.get(d).map(|s| (d, s)))
+            .ok_or(PluginError::NoSuchDevice {
+                device,
+                count: self.devices.len(),
+            })
+    }
+
+    fn backend_err(
+        device: i32,
+        what: impl Into<String>,
+    ) -> impl FnOnce(crate::BackendError) -> PluginError {
+        let what = what.into();
+        move |source| PluginError::Backend {
+            device,
+            what,
+            source,
+        }
+    }
+
+    pub fn is_valid_binary(&self, image: &[u8]) -> bool {
+        image::elf_machine(image) == Some(self.backend.elf_machine())
+    }
+
+    pub fn init_device(&self, device: i32) -> Result<(), PluginError> {
+        let (d, _) = self.device(device)?;
+        self.backend
+            .init_device(d)
+            .map_err(Self::backend_err(device, "initialising"))
+    }
+
+    /// Load an image on a device, resolve its entries (one device entry per host entry,
+    /// in order), and install its indirect function table. `key` identifies the image
+    /// (libomptarget's address of it); loading the same key again replaces it.
+    pub fn load_binary(
+        &self,
+        device: i32,
+        key: usize,
+        image_bytes: &[u8],
+        entries: &[OffloadEntry],
+    ) -> Result<Vec<DeviceEntry>, PluginError> {
+        let (d, state) = self.device(device)?;
+        let name = image_name(key, image_bytes.len());
+        let symbols = image::inspect_shared_object(image_bytes, self.backend.elf_machine())
+            .map_err(|source| PluginError::Image {
+                image: name.clone(),
+                device,
+                source,
+            })?;
+        let module =
+            self.backend
+                .load_image(d, image_bytes)
+                .map_err(|source| PluginError::Load {
+                    image: name.clone(),
+                    device,
+                    source,
+                })?;
+        let ctx = LoadContext {
+            plugin: self,
+            device,
+            d,
+            image: &name,
+            module: module.as_ref(),
+            symbols: &symbols,
+        };
+        let (device_entries, pairs) = ctx.resolve_entries(entries)?;
+        // Entry names by host address, for the table dump.
+        let origins: HashMap<u64, String> = pairs
+            .iter()
+            .map(|p| (p.host_ptr, p.origin.clone()))
+            .collect();
+        let table = fptr::build(pairs).map_err(|source| PluginError::Fptr {
+            image: name.clone(),
+            device,
+            source,
+        })?;
+        let has_indirect = entries
+            .iter()
+            .any(|e| e.flags & crate::entries::FLAG_INDIRECT != 0);
+        let fptr = ctx.install_table(table, &origins, has_indirect)?;
+
+        let kernels: Vec<DeviceAddr> = entries
+            .iter()
+            .zip(&device_entries)
+            .filter(|(e, _)| e.kind() == Some(EntryKind::Kernel))
+            .map(|(_, de)| de.addr)
+            .collect();
+        let loaded = LoadedImage {
+            key,
+            name,
+            _module: module,
+            entries: device_entries.clone(),
+            fptr,
+        };
+        self.unload(device, key)?;
+        lock(&state.images).push(loaded);
+        state
+            .kernels
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(kernels);
+        Ok(device_entries)
+    }
+
+    /// Unload one image (if loaded): free its table, close it.
+    pub fn unload(&self, device: i32, key: usize) -> Result<(), PluginError> {
+        let (d, state) = self.device(device)?;
+        let removed: Vec<LoadedImage> = {
+            let mut images = lock(&state.images);
+            let (gone, kept) = std::mem::take(&mut *images)
+                .into_iter()
+                .partition(|i| i.key == key);
+            *images = kept;
+            gone
+        };
+        self.release(device, d, state, removed)
+    }
+
+    /// Unload everything on every device (`__tgt_rtl_deinit_plugin`).
+    pub fn unload_all(&self) -> Result<(), PluginError> {
+        let mut first_err = Ok(());
+        for (d, state) in self.devices.iter().enumerate() {
+            let removed = std::mem::take(&mut *lock(&state.images));
+            let r = self.release(d as i32, d, state, removed);
+            if first_err.is_ok() {
+                first_err = r;
+            }
+        }
+        first_err
+    }
+
+    fn release(
+        &self,
+        device: i32,
+        d: usize,
+        state: &DeviceState,
+        removed: Vec<LoadedImage>,
+    ) -> Result<(), PluginError> {
+        let mut result = Ok(());
+        for img in removed {
+            {
+                let mut kernels = state.kernels.write().unwrap_or_else(|e| e.into_inner());
+                for e in &img.entries {
+                    kernels.remove(&e.addr);
+                }
+            }
+            if let Some(alloc) = img.fptr.as_ref().and_then(|t| t.allocation) {
+                // SAFETY: `alloc` came from `backend.alloc` on this device when the table
+                // was installed and the image using it is being unloaded.
+                let r = unsafe { self.backend.free(d, alloc) };
+                if let Err(source) = r {
+                    result = Err(PluginError::Backend {
+                        device,
+                        what: format!("freeing the indirect table of {}", img.name),
+                        source,
+                    });
+                }
+            }
+            diag::debug(|| format!("device {device}: unloaded {}", img.name));
+        }
+        result
+    }
+
+    /// The indirect function table installed for an image (for tools and tests).
+    pub fn fptr_table(&self, device: i32, key: usize) -> Option<Vec<FptrMapEntry>> {
+        let (_, state) = self.device(device).ok()?;
+        let images = lock(&state.images);
+        let img = images.iter().find(|i| i.key == key)?;
+        img.fptr.as_ref().map(|t| t.table.clone())
+    }
+
+    /// Number of images loaded on a device.
+    pub fn loaded_images(&self, device: i32) -> usize {
+        self.device(device)
+            .map(|(_, s)| lock(&s.images).len())
+            .unwrap_or(0)
+    }
+
+    /// `__tgt_rtl_set_function_ptr_map`: install a whole table, handed over by the host
+    /// runtime, in every image loaded on the device that has the table globals.
+    pub fn set_function_ptr_map(
+        &self,
+        device: i32,
+        rows: &[FptrMapEntry],
+    ) -> Result<usize, PluginError> {
+        let (d, state) = self.device(device)?;
+        let table = fptr::from_rows(rows).map_err(|source| PluginError::Fptr {
+            image: "the table given to __tgt_rtl_set_function_ptr_map".into(),
+            device,
+            source,
+        })?;
+        let mut images = lock(&state.images);
+        let mut patched = 0;
+        for img in images.iter_mut() {
+            let Some(installed) = img.fptr.as_mut() else {
+                continue;
+            };
+            let new_alloc = self.upload(device, d, &table, installed.map_p, installed.map_size)?;
+            if let Some(old) = std::mem::replace(&mut installed.allocation, new_alloc) {
+                // SAFETY: `old` came from `backend.alloc` on this device and the image
+                // now points at the new table.
+                unsafe { self.backend.free(d, old) }
+                    .map_err(Self::backend_err(device, "freeing the previous table"))?;
+            }
+            installed.table = table.clone();
+            patched += 1;
+        }
+        Ok(patched)
+    }
+
+    /// Copy a table to the device and point the image's globals at it.
+    fn upload(
+        &self,
+        device: i32,
+        d: usize,
+        table: &[FptrMapEntry],
+        map_p: DeviceAddr,
+        map_size: DeviceAddr,
+    ) -> Result<Option<DeviceAddr>, PluginError> {
+        let bytes = fptr::as_bytes(table);
+        let allocation = if table.is_empty() {
+            None
+        } else {
+            let a = self
+                .backend
+                .alloc(d, bytes.len())
+                .map_err(Self::backend_err(device, "allocating the indirect table"))?;
+            // SAFETY: `a` is a fresh allocation of exactly `bytes.len()` bytes.
+            unsafe { self.backend.write(d, a, bytes) }
+                .map_err(Self::backend_err(device, "copying the indirect table"))?;
+            Some(a)
+        };
+        let p = allocation.unwrap_or(0).to_ne_bytes();
+        let n = (table.len() as u64).to_ne_bytes();
+        // SAFETY: `map_p` and `map_size` are the addresses of the image's 8-byte table
+        // globals, resolved through the backend and size-checked against the ELF symbols.
+        unsafe {
+            self.backend
+                .write(d, map_p, &p)
+                .and_then(|()| self.backend.write(d, map_size, &n))
+        }
+        .map_err(Self::backend_err(
+            device,
+            "writing the indirect table globals",
+        ))?;
+        Ok(allocation)
+    }
+
+    fn check_launch(&self, device: i32, kernel: DeviceAddr) -> Result<usize, PluginError> {
+        let (d, state) = self.device(device)?;
+        let known = state
+            .kernels
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&kernel);
+        if !known {
+            return Err(PluginError::Invalid {
+                device,
+                what: format!("{kernel:#x} is not a kernel of any image loaded on it"),
+            });
+        }
+        Ok(d)
+    }
+
+    /// Run a kernel of a loaded image with pointer arguments.
+    ///
+    /// # Safety
+    /// The arguments are device addresses valid for what the kernel does with them.
+    pub unsafe fn launch(
+        &self,
+        device: i32,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+    ) -> Result<(), PluginError> {
+        let d = self.check_launch(device, kernel)?;
+        diag::debug(|| {
+            format!(
+                "device {device}: launching {kernel:#x} with {} args",
+                args.len()
+            )
+        });
+        // SAFETY: `kernel` is a kernel of an image loaded on this device (checked above);
+        // the caller vouches for the arguments.
+        unsafe { self.backend.launch(d, kernel, args) }
+            .map_err(Self::backend_err(device, format!("kernel {kernel:#x}")))
+    }
+
+    pub fn alloc(&self, device: i32, size: usize) -> Result<DeviceAddr, PluginError> {
+        let (d, _) = self.device(device)?;
+        self.backend
+            .alloc(d, size)
+            .map_err(Self::backend_err(device, "allocating"))
+    }
+
+    /// # Safety
+    /// `addr` came from `alloc` on this device and is dead.
+    pub unsafe fn free(&self, device: i32, addr: DeviceAddr) -> Result<(), PluginError> {
+        let (d, _) = self.device(device)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { self.backend.free(d, addr) }.map_err(Self::backend_err(device, "freeing"))
+    }
+
+    /// # Safety
+    /// `dst .. dst + src.len()` is device memory of `device`.
+    pub unsafe fn submit(
+        &self,
+        device: i32,
+        dst: DeviceAddr,
+        src: &[u8],
+    ) -> Result<(), PluginError> {
+        let (d, _) = self.device(device)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { self.backend.write(d, dst, src) }
+            .map_err(Self::backend_err(device, "copying to the device"))
+    }
+
+    /// # Safety
+    /// `src .. src + dst.len()` is device memory of `device`.
+    pub unsafe fn retrieve(
+        &self,
+        device: i32,
+        dst: &mut [u8],
+        src: DeviceAddr,
+    ) -> Result<(), PluginError> {
+        let (d, _) = self.device(device)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { self.backend.read(d, src, dst) }
+            .map_err(Self::backend_err(device, "copying from the device"))
+    }
+
+    /// # Safety
+    /// Both ranges of `len` bytes are device memory of their devices.
+    pub unsafe fn exchange(
+        &self,
+        src_device: i32,
+        src: DeviceAddr,
+        dst_device: i32,
+        dst: DeviceAddr,
+        len: usize,
+    ) -> Result<(), PluginError> {
+        let (s, _) = self.device(src_device)?;
+        let (t, _) = self.device(dst_device)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { self.backend.copy(s, src, t, dst, len) }.map_err(Self::backend_err(
+            dst_device,
+            format!("copying from device {src_device}"),
+        ))
+    }
+
+    pub fn synchronize(&self, device: i32) -> Result<(), PluginError> {
+        let (d, _) = self.device(device)?;
+        self.backend
+            .synchronize(d)
+            .map_err(Self::backend_err(device, "synchronizing"))
+    }
+}
+
+/// What resolving one image's entries needs to know.
+struct LoadContext<'a> {
+    plugin: &'a Plugin,
+    device: i32,
+    d: usize,
+    image: &'a str,
+    module: &'a dyn LoadedModule,
+    symbols: &'a image::ImageSymbols,
+}
+
+impl LoadContext<'_> {
+    fn entry_err(&self, entry: &OffloadEntry, reason: impl Into<String>) -> PluginError {
+        PluginError::Entry {
+            image: self.image.to_string(),
+            device: self.device,
+            entry: entry.name_lossy(),
+            reason: reason.into(),
+        }
+    }
+
+    fn read_word(&self, entry: &OffloadEntry, addr: DeviceAddr) -> Result<u64, PluginError> {
+        let mut word = [0u8; 8];
+        // SAFETY: callers pass the address of an image global whose ELF symbol size was
+        // checked to be 8 bytes.
+        unsafe { self.plugin.backend.read(self.d, addr, &mut word) }
+            .map_err(|e| self.entry_err(entry, format!("reading its device global: {e}")))?;
+        Ok(u64::from_ne_bytes(word))
+    }
+
+    /// An 8-byte global of the image, address and size checked.
+    fn pointer_global(&self, entry: &OffloadEntry) -> Result<DeviceAddr, PluginError> {
+        match self.symbols.size_of(entry.name.to_bytes()) {
+            Some(8) => {}
+            Some(n) => {
+                return Err(self.entry_err(
+                    entry,
+                    format!(
+                        "its device global is {n} bytes, an indirect entry needs 8 (a pointer)"
+                    ),
+                ))
+            }
+            None => {
+                return Err(self.entry_err(entry, "the image does not export its device global"))
+            }
+        }
+        self.module
+            .global(&entry.name)
+            .map_err(|e| self.entry_err(entry, e.to_string()))
+    }
+
+    /// One device entry per host entry, in order, plus the (host, device) function pairs.
+    fn resolve_entries(
+        &self,
+        entries: &[OffloadEntry],
+    ) -> Result<(Vec<DeviceEntry>, Vec<IndirectPair>), PluginError> {
+        let mut out = Vec::with_capacity(entries.len());
+        let mut pairs = Vec::new();
+        for entry in entries {
+            let kind = entry.kind().ok_or_else(|| {
+                self.entry_err(
+                    entry,
+                    format!(
+                        "flags {:#x} with size {} is not a known kind of offload entry",
+                        entry.flags, entry.size
+                    ),
+                )
+            })?;
+            let missing = |e: crate::BackendError| self.entry_err(entry, e.to_string());
+            let addr = match kind {
+                EntryKind::Kernel => self.module.function(&entry.name).map_err(missing)?,
+                EntryKind::Global => self.module.global(&entry.name).map_err(missing)?,
+                EntryKind::IndirectFunction => {
+                    let f = self.module.function(&entry.name).map_err(missing)?;
+                    pairs.push(IndirectPair {
+                        host_ptr: entry.host_addr,
+                        tgt_ptr: f,
+                        origin: entry.name_lossy(),
+                    });
+                    f
+                }
+                EntryKind::IndirectThroughGlobal => {
+                    let global = self.pointer_global(entry)?;
+                    let f = self.read_word(entry, global)?;
+                    pairs.push(IndirectPair {
+                        host_ptr: entry.host_addr,
+                        tgt_ptr: f,
+                        origin: entry.name_lossy(),
+                    });
+                    // libomptarget 16 maps a size-8 entry's host address to what we
+                    // return here, and translates pointers through that map (a function
+                    // pointer captured by a target region): so return the device
+                    // function, not the global that holds it.
+                    f
+                }
+                EntryKind::IndirectVtable => {
+                    let global = self.pointer_global(entry)?;
+                    let device_vtable = self.read_word(entry, global)?;
+                    let host = entry.host_vtable.as_deref().ok_or_else(|| {
+                        self.entry_err(entry, "the host vtable's contents were not provided")
+                    })?;
+                    let mut dev = vec![0u8; host.len()];
+                    // SAFETY: the device global holds the device vtable's address; the
+                    // device vtable has the same layout, hence size, as the host one.
+                    unsafe { self.plugin.backend.read(self.d, device_vtable, &mut dev) }.map_err(
+                        |e| self.entry_err(entry, format!("reading the device vtable: {e}")),
+                    )?;
+                    pairs.extend(fptr::vtable_pairs(&entry.name_lossy(), host, &dev));
+                    // The device counterpart of the host vtable object.
+                    device_vtable
+                }
+            };
+            out.push(DeviceEntry {
+                addr,
+                name: entry.name.clone(),
+                size: entry.size,
+                flags: entry.flags,
+            });
+        }
+        Ok((out, pairs))
+    }
+
+    /// Upload the table and patch the device runtime's globals, if the image has them.
+    fn install_table(
+        &self,
+        table: Vec<FptrMapEntry>,
+        origins: &HashMap<u64, String>,
+        has_indirect: bool,
+    ) -> Result<Option<InstalledTable>, PluginError> {
+        let global = |name: &CStr| -> Result<Option<DeviceAddr>, PluginError> {
+            match self.symbols.size_of(name.to_bytes()) {
+                None => Ok(None),
+                Some(8) => self
+                    .module
+                    .global(name)
+                    .map(Some)
+                    .map_err(|source| PluginError::Load {
+                        image: self.image.to_string(),
+                        device: self.device,
+                        source,
+                    }),
+                Some(n) => Err(PluginError::Entry {
+                    image: self.image.to_string(),
+                    device: self.device,
+                    entry: name.to_string_lossy().into_owned(),
+                    reason: format!("the device runtime's table global is {n} bytes, not 8"),
+                }),
+            }
+        };
+        let (Some(map_p), Some(map_size)) = (global(FPTR_MAP_P)?, global(FPTR_MAP_SIZE)?) else {
+            if has_indirect {
+                diag::info(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE, || {
+                    format!(
+                        "device {}: {} has indirect functions but no {} / {}: its indirect \
+                         calls will not be translated (link the device runtime into it)",
+                        self.device,
+                        self.image,
+                        FPTR_MAP_P.to_string_lossy(),
+                        FPTR_MAP_SIZE.to_string_lossy()
+                    )
+                });
+            }
+            return Ok(None);
+        };
+        let allocation = self
+            .plugin
+            .upload(self.device, self.d, &table, map_p, map_size)?;
+        diag::info(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE, || {
+            let mut s = format!(
+                "device {}: {}: indirect function table, {} entries at {:#x}",
+                self.device,
+                self.image,
+                table.len(),
+                allocation.unwrap_or(0)
+            );
+            for row in &table {
+                s.push_str(&format!(
+                    "\n  host {:#018x} -> device {:#018x}  {}",
+                    row.host_ptr,
+                    row.tgt_ptr,
+                    origins.get(&row.host_ptr).map_or("", String::as_str)
+                ));
+            }
+            s
+        });
+        Ok(Some(InstalledTable {
+            map_p,
+            map_size,
+            allocation,
+            table,
+        }))
+    }
+}

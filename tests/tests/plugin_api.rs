@@ -1,0 +1,319 @@
+//! The plugin core and host backend through the crate's Rust API, on device images
+//! compiled by clang 16 (tests/fixtures/plugin/*.c linked with device-rtl).
+
+mod plugin_support;
+
+use host_plugin::entries::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
+use host_plugin::{DeviceEntry, OffloadEntry, Plugin, PluginError, PluginKind};
+use plugin_support::*;
+use std::ffi::CString;
+use std::process::Command;
+
+/// Build a fixture into an x86-64 shared object, the host backend's image format.
+fn build_image(fixture: &str, with_device_rtl: bool) -> Vec<u8> {
+    let dir = scratch(&format!("api-{fixture}"));
+    let so = dir.join(format!("{fixture}.so"));
+    let mut cmd = Command::new(clang16());
+    cmd.args(["-O1", "-shared", "-fPIC"])
+        .arg(root().join(format!("tests/fixtures/plugin/{fixture}.c")));
+    if with_device_rtl {
+        cmd.arg("-Wl,--undefined=__kmpc_target_translate_fptr")
+            .arg(device_staticlib());
+    }
+    run_ok(cmd.arg("-o").arg(&so));
+    std::fs::read(&so).expect("read the built image")
+}
+
+fn entry(name: &str, host: u64, size: u64, flags: i32) -> OffloadEntry {
+    OffloadEntry {
+        host_addr: host,
+        name: CString::new(name).unwrap(),
+        size,
+        flags,
+        host_vtable: None,
+    }
+}
+
+fn words(w: &[u64]) -> Vec<u8> {
+    w.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+// Host "addresses" are only keys for the device: any distinct values do.
+const HOST_ADD_ONE: u64 = 0x5000;
+const HOST_NEGATE: u64 = 0x3000;
+const HOST_VTABLE: u64 = 0x9000;
+const HOST_VT_SLOT1: u64 = 0xA000;
+const HOST_VT_SLOT2: u64 = 0xA008;
+
+fn full_entries() -> Vec<OffloadEntry> {
+    let mut vt = entry(
+        "vtable_ptr",
+        HOST_VTABLE,
+        24,
+        FLAG_INDIRECT | FLAG_INDIRECT_VTABLE,
+    );
+    vt.host_vtable = Some(words(&[0, HOST_VT_SLOT1, HOST_VT_SLOT2]));
+    vec![
+        entry("kernel_call", 0x100, 0, 0),
+        entry("kernel_bump", 0x108, 0, 0),
+        entry("counter", 0x200, 4, 0),
+        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+        entry("ptr_to_negate", HOST_NEGATE, 8, FLAG_INDIRECT),
+        vt,
+    ]
+}
+
+/// Run `kernel_call` on the device: returns (io[0] after the call, translated pointer).
+fn call_through(plugin: &Plugin, kernel: &DeviceEntry, host_fp: u64, arg: i64) -> (i64, u64) {
+    let fp = plugin.alloc(0, 8).unwrap();
+    let io = plugin.alloc(0, 16).unwrap();
+    let mut io_bytes = [0u8; 16];
+    io_bytes[..8].copy_from_slice(&arg.to_ne_bytes());
+    // SAFETY: fp and io are fresh device allocations of 8 and 16 bytes; kernel_call takes
+    // two pointers to exactly those.
+    unsafe {
+        plugin.submit(0, fp, &host_fp.to_ne_bytes()).unwrap();
+        plugin.submit(0, io, &io_bytes).unwrap();
+        plugin.launch(0, kernel.addr, &[fp, io]).unwrap();
+        plugin.retrieve(0, &mut io_bytes, io).unwrap();
+        plugin.free(0, fp).unwrap();
+        plugin.free(0, io).unwrap();
+    }
+    (
+        i64::from_ne_bytes(io_bytes[..8].try_into().unwrap()),
+        u64::from_ne_bytes(io_bytes[8..].try_into().unwrap()),
+    )
+}
+
+#[test]
+fn every_kind_of_indirect_entry_translates_on_the_device() {
+    let image = build_image("device_image", true);
+    let plugin = Plugin::new(PluginKind::X86_64);
+    plugin.init_device(0).unwrap();
+    let key = 0x1111;
+    let entries = full_entries();
+    let dev = plugin.load_binary(0, key, &image, &entries).unwrap();
+
+    // One device entry per host entry, in order: libomptarget 16 matches by index.
+    assert_eq!(dev.len(), entries.len());
+    for (d, h) in dev.iter().zip(&entries) {
+        assert_eq!((&d.name, d.size, d.flags), (&h.name, h.size, h.flags));
+        assert_ne!(d.addr, 0, "{:?} unresolved", d.name);
+    }
+
+    // The table: sorted by host address, the vtable's null slot skipped.
+    let table = plugin
+        .fptr_table(0, key)
+        .expect("the image has the table globals");
+    let keys: Vec<u64> = table.iter().map(|r| r.host_ptr).collect();
+    assert_eq!(
+        keys,
+        vec![HOST_NEGATE, HOST_ADD_ONE, HOST_VT_SLOT1, HOST_VT_SLOT2]
+    );
+    // Indirect entries' device addresses are the device functions themselves (what
+    // libomptarget 16 maps their host addresses to), for both conventions.
+    assert_eq!(table[1].tgt_ptr, dev[3].addr);
+    assert_eq!(table[0].tgt_ptr, dev[4].addr);
+
+    // What the device runtime makes of it, from inside a kernel.
+    let kernel = &dev[0];
+    assert_eq!(
+        call_through(&plugin, kernel, HOST_ADD_ONE, 41),
+        (42, dev[3].addr)
+    );
+    assert_eq!(call_through(&plugin, kernel, HOST_NEGATE, 5).0, -5);
+    assert_eq!(call_through(&plugin, kernel, HOST_VT_SLOT1, 10).0, 11);
+    assert_eq!(call_through(&plugin, kernel, HOST_VT_SLOT2, 10).0, 20);
+    // Unregistered pointers and null come back unchanged (and are not called).
+    assert_eq!(call_through(&plugin, kernel, 0x4000, 7), (7, 0x4000));
+    assert_eq!(call_through(&plugin, kernel, 0, 7), (7, 0));
+
+    // The global entry is the real device global: a kernel's write shows through it.
+    let counter = dev[2].addr;
+    let mut value = [0u8; 4];
+    let by = plugin.alloc(0, 4).unwrap();
+    // SAFETY: `counter` is the image's 4-byte global; `by` a fresh 4-byte allocation
+    // that kernel_bump reads.
+    unsafe {
+        plugin.retrieve(0, &mut value, counter).unwrap();
+        assert_eq!(i32::from_ne_bytes(value), 5);
+        plugin.submit(0, by, &3i32.to_ne_bytes()).unwrap();
+        plugin.launch(0, dev[1].addr, &[by]).unwrap();
+        plugin.retrieve(0, &mut value, counter).unwrap();
+        plugin.free(0, by).unwrap();
+    }
+    assert_eq!(i32::from_ne_bytes(value), 8);
+
+    // Unloading closes the image and forgets its kernels.
+    plugin.unload(0, key).unwrap();
+    assert_eq!(plugin.loaded_images(0), 0);
+    assert!(plugin.fptr_table(0, key).is_none());
+    // SAFETY: the launch is refused before anything runs (the kernel is gone).
+    let err = unsafe { plugin.launch(0, kernel.addr, &[]) }.unwrap_err();
+    assert!(err.to_string().contains("not a kernel"), "{err}");
+}
+
+#[test]
+fn set_function_ptr_map_replaces_the_table() {
+    let image = build_image("device_image", true);
+    let plugin = Plugin::new(PluginKind::X86_64);
+    let entries = vec![
+        entry("kernel_call", 0x100, 0, 0),
+        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+        entry("twice", 0x5100, 0, FLAG_INDIRECT),
+    ];
+    let dev = plugin.load_binary(1, 7, &image, &entries).unwrap();
+    let (add_one, twice) = (dev[1].addr, dev[2].addr);
+    // Rows out of order; the plugin sorts its copy.
+    let rows = [
+        host_plugin::FptrMapEntry {
+            host_ptr: 0x7000,
+            tgt_ptr: twice,
+        },
+        host_plugin::FptrMapEntry {
+            host_ptr: 0x6000,
+            tgt_ptr: add_one,
+        },
+    ];
+    assert_eq!(plugin.set_function_ptr_map(1, &rows).unwrap(), 1);
+    let keys: Vec<u64> = plugin
+        .fptr_table(1, 7)
+        .unwrap()
+        .iter()
+        .map(|r| r.host_ptr)
+        .collect();
+    assert_eq!(keys, vec![0x6000, 0x7000]);
+    // `call_through` runs on device 0; load the same image there too.
+    let dev0 = plugin.load_binary(0, 7, &image, &entries).unwrap();
+    let rows0 = [host_plugin::FptrMapEntry {
+        host_ptr: 0x6000,
+        tgt_ptr: dev0[2].addr,
+    }];
+    plugin.set_function_ptr_map(0, &rows0).unwrap();
+    assert_eq!(call_through(&plugin, &dev0[0], 0x6000, 4).0, 8);
+    // The entries' own table was replaced: HOST_ADD_ONE is no longer known.
+    assert_eq!(
+        call_through(&plugin, &dev0[0], HOST_ADD_ONE, 4),
+        (4, HOST_ADD_ONE)
+    );
+
+    let conflict = [
+        rows[0],
+        host_plugin::FptrMapEntry {
+            host_ptr: 0x7000,
+            tgt_ptr: add_one,
+        },
+    ];
+    let err = plugin.set_function_ptr_map(1, &conflict).unwrap_err();
+    assert!(err.to_string().contains("0x7000"), "{err}");
+    plugin.unload_all().unwrap();
+}
+
+/// Load must fail with an error naming `needles`, and leave nothing loaded.
+fn assert_load_fails(plugin: &Plugin, image: &[u8], entries: &[OffloadEntry], needles: &[&str]) {
+    let err = plugin.load_binary(0, 42, image, entries).unwrap_err();
+    let msg = err.to_string();
+    for n in needles {
+        assert!(msg.contains(n), "error {msg:?} does not mention {n:?}");
+    }
+    assert_eq!(plugin.loaded_images(0), 0);
+}
+
+#[test]
+fn bad_images_and_entries_fail_with_clear_errors() {
+    let image = build_image("device_image", true);
+    let plugin = Plugin::new(PluginKind::X86_64);
+
+    assert_load_fails(
+        &plugin,
+        b"definitely not an ELF file",
+        &[],
+        &["device 0", "ELF"],
+    );
+    assert_load_fails(
+        &plugin,
+        &image[..image.len() / 3],
+        &[],
+        &["device 0", "image"],
+    );
+    assert!(!plugin.is_valid_binary(b"\x7fELF"));
+    assert!(plugin.is_valid_binary(&image));
+
+    let missing = [
+        entry("kernel_call", 0x100, 0, 0),
+        entry("no_such_kernel", 0x108, 0, 0),
+    ];
+    assert_load_fails(
+        &plugin,
+        &image,
+        &missing,
+        &["no_such_kernel", "not found", "device 0"],
+    );
+
+    let conflict = [
+        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+        entry("twice", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+    ];
+    assert_load_fails(
+        &plugin,
+        &image,
+        &conflict,
+        &["`add_one`", "`twice`", "0x5000"],
+    );
+
+    let not_pointer = [entry("not_a_pointer", 0x3000, 8, FLAG_INDIRECT)];
+    assert_load_fails(&plugin, &image, &not_pointer, &["not_a_pointer", "4 bytes"]);
+
+    let odd_size = [entry("add_one", 0x3000, 12, FLAG_INDIRECT)];
+    assert_load_fails(&plugin, &image, &odd_size, &["add_one", "size 12"]);
+
+    let vtable_without_host = [entry(
+        "vtable_ptr",
+        0x9000,
+        24,
+        FLAG_INDIRECT | FLAG_INDIRECT_VTABLE,
+    )];
+    assert_load_fails(&plugin, &image, &vtable_without_host, &["vtable_ptr"]);
+
+    let bad_device = plugin.load_binary(9, 1, &image, &[]).unwrap_err();
+    assert!(matches!(
+        bad_device,
+        PluginError::NoSuchDevice { device: 9, .. }
+    ));
+
+    // The same pair twice is one row, not a conflict.
+    let dup = [
+        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+    ];
+    plugin.load_binary(0, 1, &image, &dup).unwrap();
+    assert_eq!(plugin.fptr_table(0, 1).unwrap().len(), 1);
+    plugin.unload_all().unwrap();
+    assert_eq!(plugin.loaded_images(0), 0);
+}
+
+#[test]
+fn image_without_the_device_runtime_still_loads() {
+    let image = build_image("no_table_image", false);
+    let plugin = Plugin::new(PluginKind::X86_64);
+    let entries = [
+        entry("kernel_nop", 0x100, 0, 0),
+        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+    ];
+    let dev = plugin.load_binary(2, 3, &image, &entries).unwrap();
+    assert!(plugin.fptr_table(2, 3).is_none());
+    // SAFETY: kernel_nop takes no arguments.
+    unsafe { plugin.launch(2, dev[0].addr, &[]) }.unwrap();
+    plugin.unload(2, 3).unwrap();
+}
+
+#[test]
+fn gpu_kinds_have_no_devices_yet() {
+    for kind in [PluginKind::Cuda, PluginKind::Amdgpu] {
+        let plugin = Plugin::new(kind);
+        assert_eq!(plugin.device_count(), 0);
+        assert!(plugin.init_device(0).is_err());
+        assert!(plugin.alloc(0, 8).is_err());
+    }
+    assert_eq!(Plugin::new(PluginKind::X86_64).device_count(), 4);
+}

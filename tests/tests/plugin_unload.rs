@@ -1,0 +1,76 @@
+//! Unloading really closes images: after unload/deinit no mapping of them remains.
+//! (Its own test binary: nothing else loads images in this process meanwhile.)
+
+mod plugin_support;
+
+use host_plugin::entries::FLAG_INDIRECT;
+use host_plugin::{OffloadEntry, Plugin, PluginKind};
+use plugin_support::*;
+use std::ffi::CString;
+use std::process::Command;
+
+/// Mappings of our image files in this process (the host backend names them
+/// `omptarget-rs-image-<pid>-<n>.so` and unlinks them after dlopen).
+fn mapped_images() -> usize {
+    let tag = format!("omptarget-rs-image-{}-", std::process::id());
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(&tag))
+        .count()
+}
+
+#[test]
+fn unload_and_unload_all_close_every_image() {
+    let dir = scratch("unload");
+    let so = dir.join("device_image.so");
+    run_ok(
+        Command::new(clang16())
+            .args(["-O1", "-shared", "-fPIC"])
+            .arg(root().join("tests/fixtures/plugin/device_image.c"))
+            .arg("-Wl,--undefined=__kmpc_target_translate_fptr")
+            .arg(device_staticlib())
+            .arg("-o")
+            .arg(&so),
+    );
+    let image = std::fs::read(&so).unwrap();
+    let entries = [OffloadEntry {
+        host_addr: 0x5000,
+        name: CString::new("add_one").unwrap(),
+        size: 0,
+        flags: FLAG_INDIRECT,
+        host_vtable: None,
+    }];
+    let plugin = Plugin::new(PluginKind::X86_64);
+    assert_eq!(mapped_images(), 0);
+
+    plugin.load_binary(0, 1, &image, &entries).unwrap();
+    plugin.load_binary(1, 1, &image, &entries).unwrap();
+    plugin.load_binary(1, 2, &image, &entries).unwrap();
+    let per_image = mapped_images() / 3;
+    assert!(
+        per_image > 0,
+        "images are not mapped under their temporary names"
+    );
+    // Nothing is left in the temporary directory: the files were unlinked.
+    let leftovers = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("omptarget-rs-image-{}-", std::process::id()))
+        })
+        .count();
+    assert_eq!(leftovers, 0);
+
+    // Reloading a key replaces the image instead of adding one.
+    plugin.load_binary(1, 2, &image, &entries).unwrap();
+    assert_eq!(mapped_images(), 3 * per_image);
+
+    plugin.unload(1, 2).unwrap();
+    assert_eq!(mapped_images(), 2 * per_image);
+    plugin.unload_all().unwrap();
+    assert_eq!(mapped_images(), 0);
+    assert_eq!(plugin.loaded_images(0) + plugin.loaded_images(1), 0);
+}
