@@ -1,0 +1,530 @@
+//! Host offload entry tables, read from an x86-64 (or other 64-bit little-endian) ELF
+//! executable, shared object or relocatable object, with relocations applied.
+//!
+//! * LLVM 20+: section `llvm_offload_entries`, 56-byte entries
+//!   `{u64 reserved; u16 version = 1; u16 kind; u32 flags; void *addr; char *name;
+//!   u64 size; u64 data; void *aux}`.
+//! * LLVM <= 19: section `omp_offloading_entries`, 32-byte entries
+//!   `{void *addr; char *name; u64 size; i32 flags; i32 reserved}`.
+//!
+//! In a relocatable object or a position-independent executable `addr` and `name` hold
+//! 0 until relocated, so the reader applies the section's `R_X86_64_64` relocations
+//! (objects) or the dynamic `R_X86_64_RELATIVE` / `R_X86_64_64` relocations (PIE).
+
+use crate::error::{Error, Result};
+use crate::reader::Reader;
+use object::elf;
+use object::read::elf::{ElfFile64, FileHeader};
+use object::{
+    Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationFlags, RelocationTarget,
+    SectionIndex,
+};
+use std::collections::HashMap;
+
+/// Section of LLVM 20+ entries.
+pub const SECTION_LLVM: &str = "llvm_offload_entries";
+/// Section of LLVM <= 19 entries.
+pub const SECTION_LEGACY: &str = "omp_offloading_entries";
+
+/// Which entry layout a table uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum EntryLayout {
+    /// 32 bytes, LLVM <= 19.
+    Legacy32,
+    /// 56 bytes, LLVM 20+.
+    Llvm56,
+}
+
+impl EntryLayout {
+    pub fn size(self) -> u64 {
+        match self {
+            EntryLayout::Legacy32 => 32,
+            EntryLayout::Llvm56 => 56,
+        }
+    }
+
+    /// Offsets of the `addr` and `name` pointer fields of the entry at `at`.
+    fn pointer_offsets(self, at: u64) -> (u64, u64) {
+        match self {
+            EntryLayout::Llvm56 => (at + 16, at + 24),
+            EntryLayout::Legacy32 => (at, at + 8),
+        }
+    }
+}
+
+/// One entry as stored, pointers unrelocated. For the 32-byte layout `version`,
+/// `kind`, `data` and `aux` are 0 and `reserved` is the trailing `i32`; for the 56-byte
+/// layout `reserved` is the leading `u64`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct RawEntry {
+    pub reserved: u64,
+    pub version: u16,
+    pub kind: u16,
+    pub flags: u32,
+    pub addr: u64,
+    pub name: u64,
+    pub size: u64,
+    pub data: u64,
+    pub aux: u64,
+}
+
+/// Decode an entry table (a section's bytes). The 56-byte layout must have version 1.
+pub fn parse_table(data: &[u8], layout: EntryLayout) -> Result<Vec<RawEntry>> {
+    let r = Reader::new(data, "offload entries");
+    if !(data.len() as u64).is_multiple_of(layout.size()) {
+        return Err(r.invalid(
+            "section size",
+            0,
+            data.len() as u64,
+            "not a multiple of the entry size",
+        ));
+    }
+    let count = data.len() as u64 / layout.size();
+    let mut out = Vec::with_capacity(count as usize);
+    for index in 0..count {
+        let at = index * layout.size();
+        let entry = match layout {
+            EntryLayout::Llvm56 => {
+                let e = RawEntry {
+                    reserved: r.u64(at, "reserved")?,
+                    version: r.u16(at + 8, "version")?,
+                    kind: r.u16(at + 10, "kind")?,
+                    flags: r.u32(at + 12, "flags")?,
+                    addr: r.u64(at + 16, "addr")?,
+                    name: r.u64(at + 24, "name")?,
+                    size: r.u64(at + 32, "size")?,
+                    data: r.u64(at + 40, "data")?,
+                    aux: r.u64(at + 48, "aux")?,
+                };
+                if e.version != 1 {
+                    return Err(r.invalid("version", at + 8, e.version.into(), "expected 1"));
+                }
+                e
+            }
+            EntryLayout::Legacy32 => RawEntry {
+                addr: r.u64(at, "addr")?,
+                name: r.u64(at + 8, "name")?,
+                size: r.u64(at + 16, "size")?,
+                flags: r.u32(at + 24, "flags")?,
+                reserved: r.u32(at + 28, "reserved")?.into(),
+                ..RawEntry::default()
+            },
+        };
+        out.push(entry);
+    }
+    Ok(out)
+}
+
+/// Encode an entry table in `layout` (little-endian, as on x86-64). For the 32-byte
+/// layout the low 32 bits of `reserved` are written and `version`, `kind`, `data`,
+/// `aux` are dropped.
+pub fn write_table(entries: &[RawEntry], layout: EntryLayout) -> Vec<u8> {
+    let mut out = Vec::with_capacity(entries.len() * layout.size() as usize);
+    for e in entries {
+        match layout {
+            EntryLayout::Llvm56 => {
+                out.extend_from_slice(&e.reserved.to_le_bytes());
+                out.extend_from_slice(&e.version.to_le_bytes());
+                out.extend_from_slice(&e.kind.to_le_bytes());
+                out.extend_from_slice(&e.flags.to_le_bytes());
+                for v in [e.addr, e.name, e.size, e.data, e.aux] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            EntryLayout::Legacy32 => {
+                for v in [e.addr, e.name, e.size] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                out.extend_from_slice(&e.flags.to_le_bytes());
+                out.extend_from_slice(&(e.reserved as u32).to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// The flag bits of an OpenMP offload entry.
+pub mod flags {
+    pub const LINK: u32 = 0x1;
+    pub const CTOR: u32 = 0x2;
+    pub const DTOR: u32 = 0x4;
+    pub const INDIRECT: u32 = 0x8;
+    pub const REQUIRES: u32 = 0x10;
+    pub const INDIRECT_VTABLE: u32 = 0x20;
+
+    /// Names of the set bits, plus `0x..` for bits we do not know.
+    pub fn names(flags: u32) -> Vec<String> {
+        let known = [
+            (LINK, "link"),
+            (CTOR, "ctor"),
+            (DTOR, "dtor"),
+            (INDIRECT, "indirect"),
+            (REQUIRES, "requires"),
+            (INDIRECT_VTABLE, "indirect_vtable"),
+        ];
+        let mut out: Vec<String> = known
+            .iter()
+            .filter(|(bit, _)| flags & bit != 0)
+            .map(|(_, n)| (*n).to_owned())
+            .collect();
+        let unknown = flags & !known.iter().fold(0, |a, (b, _)| a | b);
+        if unknown != 0 {
+            out.push(format!("{unknown:#x}"));
+        }
+        out
+    }
+}
+
+/// What an entry describes, from its flags and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum EntryRole {
+    /// A target region (kernel): size 0, no ctor/dtor/indirect flag.
+    Kernel,
+    Ctor,
+    Dtor,
+    /// A `declare target indirect` function: its address may be called on the device.
+    IndirectFunction,
+    /// An indirect vtable.
+    IndirectVtable,
+    /// A global variable (`size` bytes); `link` globals have the link flag.
+    Global,
+    /// The `requires` flags record.
+    Requires,
+}
+
+/// One entry, relocated.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct OffloadEntry {
+    pub layout: EntryLayout,
+    /// Offset of the entry inside its section.
+    pub offset: u64,
+    /// 56-byte layout only: the `version` and `kind` fields (0 for the 32-byte layout).
+    pub version: u16,
+    pub kind: u16,
+    pub flags: u32,
+    /// The host address (virtual address in a linked file, section offset of the
+    /// target in an object).
+    pub addr: u64,
+    /// The symbol at `addr` (the host function or variable), when one is known.
+    pub host_symbol: Option<String>,
+    /// The entry name: the device symbol the runtime looks up.
+    pub name: String,
+    pub size: u64,
+    pub data: u64,
+    pub aux: u64,
+}
+
+impl OffloadEntry {
+    pub fn role(&self) -> EntryRole {
+        let f = self.flags;
+        if f & flags::INDIRECT_VTABLE != 0 {
+            EntryRole::IndirectVtable
+        } else if f & flags::INDIRECT != 0 {
+            EntryRole::IndirectFunction
+        } else if f & flags::REQUIRES != 0 {
+            EntryRole::Requires
+        } else if f & flags::CTOR != 0 {
+            EntryRole::Ctor
+        } else if f & flags::DTOR != 0 {
+            EntryRole::Dtor
+        } else if self.size == 0 {
+            EntryRole::Kernel
+        } else {
+            EntryRole::Global
+        }
+    }
+
+    pub fn is_indirect(&self) -> bool {
+        self.flags & (flags::INDIRECT | flags::INDIRECT_VTABLE) != 0
+    }
+}
+
+/// A value a relocation puts into a pointer field.
+#[derive(Clone, Copy)]
+enum Resolved {
+    /// A virtual address / absolute value.
+    Address(u64),
+    /// An offset inside a section (relocatable objects).
+    InSection(SectionIndex, u64),
+}
+
+/// Read every host offload entry of an ELF file (both layouts, every entry section).
+pub fn read_host_entries(elf_bytes: &[u8]) -> Result<Vec<OffloadEntry>> {
+    let file = ElfFile64::<object::Endianness>::parse(elf_bytes)?;
+    if !file.is_little_endian() {
+        return Err(Error::Elf("big-endian ELF is not supported".into()));
+    }
+    let relocatable = file.elf_header().e_type(file.endian()) == elf::ET_REL;
+    let symbols = SymbolIndex::new(&file);
+    let dynamic = if relocatable {
+        HashMap::new()
+    } else {
+        dynamic_relocations(&file)
+    };
+    let mut out = Vec::new();
+    for section in file.sections() {
+        let layout = match section.name() {
+            Ok(SECTION_LLVM) => EntryLayout::Llvm56,
+            Ok(SECTION_LEGACY) => EntryLayout::Legacy32,
+            _ => continue,
+        };
+        let data = section.data()?;
+        let relocs: HashMap<u64, Resolved> = if relocatable {
+            section_relocations(&file, &section)
+        } else {
+            HashMap::new()
+        };
+        let table = parse_table(data, layout)?;
+        let r = Reader::new(data, "offload entries");
+        let base = section.address();
+        for (index, raw) in table.iter().enumerate() {
+            let at = index as u64 * layout.size();
+            let (addr_at, name_at) = layout.pointer_offsets(at);
+            // The value a pointer field holds once relocated.
+            let pointer = |field_at: u64, value: u64| -> Resolved {
+                if relocatable {
+                    return relocs
+                        .get(&field_at)
+                        .copied()
+                        .unwrap_or(Resolved::Address(value));
+                }
+                Resolved::Address(dynamic.get(&(base + field_at)).copied().unwrap_or(value))
+            };
+            let addr = pointer(addr_at, raw.addr);
+            let name_ptr = pointer(name_at, raw.name);
+            let name = read_c_string(&file, name_ptr).ok_or_else(|| {
+                r.invalid(
+                    "name",
+                    name_at,
+                    raw_of(name_ptr),
+                    "does not point to a NUL-terminated string in the file",
+                )
+            })?;
+            out.push(OffloadEntry {
+                layout,
+                offset: at,
+                version: raw.version,
+                kind: raw.kind,
+                flags: raw.flags,
+                addr: raw_of(addr),
+                host_symbol: symbols.name_at(addr),
+                name,
+                size: raw.size,
+                data: raw.data,
+                aux: raw.aux,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn raw_of(r: Resolved) -> u64 {
+    match r {
+        Resolved::Address(a) | Resolved::InSection(_, a) => a,
+    }
+}
+
+/// Relocations of a section of a relocatable object, keyed by the field offset.
+fn section_relocations<'d>(
+    file: &ElfFile64<'d, object::Endianness>,
+    section: &object::read::elf::ElfSection64<'d, '_, object::Endianness>,
+) -> HashMap<u64, Resolved> {
+    let mut out = HashMap::new();
+    for (offset, reloc) in section.relocations() {
+        let RelocationFlags::Elf { r_type } = reloc.flags() else {
+            continue;
+        };
+        if r_type != elf::R_X86_64_64 && r_type != elf::R_AARCH64_ABS64 {
+            continue;
+        }
+        let addend = reloc.addend() as u64;
+        let resolved = match reloc.target() {
+            RelocationTarget::Symbol(idx) => match file.symbol_by_index(idx) {
+                Ok(sym) => match sym.section_index() {
+                    Some(sec) => Resolved::InSection(sec, sym.address().wrapping_add(addend)),
+                    None => Resolved::Address(sym.address().wrapping_add(addend)),
+                },
+                Err(_) => continue,
+            },
+            RelocationTarget::Section(sec) => Resolved::InSection(sec, addend),
+            RelocationTarget::Absolute => Resolved::Address(addend),
+            _ => continue,
+        };
+        out.insert(offset, resolved);
+    }
+    out
+}
+
+/// Dynamic relocations of a linked file that write a pointer: vaddr -> value.
+fn dynamic_relocations(file: &ElfFile64<'_, object::Endianness>) -> HashMap<u64, u64> {
+    let mut out = HashMap::new();
+    let Some(relocs) = file.dynamic_relocations() else {
+        return out;
+    };
+    for (vaddr, reloc) in relocs {
+        let RelocationFlags::Elf { r_type } = reloc.flags() else {
+            continue;
+        };
+        let addend = reloc.addend() as u64;
+        let value = match r_type {
+            elf::R_X86_64_RELATIVE | elf::R_AARCH64_RELATIVE => addend,
+            elf::R_X86_64_64 | elf::R_AARCH64_ABS64 => match reloc.target() {
+                RelocationTarget::Symbol(idx) => match file
+                    .dynamic_symbol_table()
+                    .and_then(|t| t.symbol_by_index(idx).ok())
+                {
+                    // An undefined symbol (value 0) is resolved at run time: keep 0 + addend.
+                    Some(sym) => sym.address().wrapping_add(addend),
+                    None => continue,
+                },
+                _ => addend,
+            },
+            _ => continue,
+        };
+        out.insert(vaddr, value);
+    }
+    out
+}
+
+/// The NUL-terminated string a resolved pointer points at, if it lies in the file.
+fn read_c_string(file: &ElfFile64<'_, object::Endianness>, at: Resolved) -> Option<String> {
+    let (data, offset) = match at {
+        Resolved::InSection(sec, off) => (file.section_by_index(sec).ok()?.data().ok()?, off),
+        Resolved::Address(addr) => {
+            let sec = file.sections().find(|s| {
+                s.kind() != object::SectionKind::UninitializedData
+                    && addr >= s.address()
+                    && addr - s.address() < s.size()
+                    && s.address() != 0
+            })?;
+            (sec.data().ok()?, addr - sec.address())
+        }
+    };
+    let rest = data.get(usize::try_from(offset).ok()?..)?;
+    let end = rest.iter().position(|&b| b == 0)?;
+    std::str::from_utf8(&rest[..end]).ok().map(str::to_owned)
+}
+
+/// Named symbols by (section, offset) for objects and by address for linked files.
+struct SymbolIndex {
+    by_section: HashMap<(SectionIndex, u64), String>,
+    by_address: HashMap<u64, String>,
+}
+
+impl SymbolIndex {
+    fn new(file: &ElfFile64<'_, object::Endianness>) -> Self {
+        let mut by_section = HashMap::new();
+        let mut by_address = HashMap::new();
+        let named = file.symbols().chain(file.dynamic_symbols()).filter(|s| {
+            matches!(
+                s.kind(),
+                object::SymbolKind::Text | object::SymbolKind::Data
+            ) && s.is_definition()
+        });
+        for sym in named {
+            let Ok(name) = sym.name() else { continue };
+            if name.is_empty() {
+                continue;
+            }
+            // Prefer global names over local aliases.
+            let global = sym.is_global();
+            if let Some(sec) = sym.section_index() {
+                let key = (sec, sym.address());
+                if global || !by_section.contains_key(&key) {
+                    by_section.insert(key, name.to_owned());
+                }
+            }
+            if global || !by_address.contains_key(&sym.address()) {
+                by_address.insert(sym.address(), name.to_owned());
+            }
+        }
+        SymbolIndex {
+            by_section,
+            by_address,
+        }
+    }
+
+    fn name_at(&self, at: Resolved) -> Option<String> {
+        match at {
+            Resolved::InSection(sec, off) => self.by_section.get(&(sec, off)).cloned(),
+            Resolved::Address(0) => None,
+            Resolved::Address(a) => self.by_address.get(&a).cloned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<RawEntry> {
+        vec![
+            RawEntry {
+                version: 1,
+                kind: 1,
+                flags: flags::INDIRECT,
+                addr: 0x11c0,
+                name: 0x60c8,
+                size: 8,
+                ..RawEntry::default()
+            },
+            RawEntry {
+                version: 1,
+                kind: 1,
+                addr: 0x8038,
+                name: 0x60c0,
+                size: 4,
+                data: 7,
+                aux: 9,
+                reserved: 3,
+                ..RawEntry::default()
+            },
+        ]
+    }
+
+    #[test]
+    fn tables_round_trip() {
+        let entries = sample();
+        let bytes = write_table(&entries, EntryLayout::Llvm56);
+        assert_eq!(bytes.len(), 112);
+        assert_eq!(parse_table(&bytes, EntryLayout::Llvm56).unwrap(), entries);
+        let legacy: Vec<RawEntry> = entries
+            .iter()
+            .map(|e| RawEntry {
+                addr: e.addr,
+                name: e.name,
+                size: e.size,
+                flags: e.flags,
+                reserved: e.reserved,
+                ..RawEntry::default()
+            })
+            .collect();
+        let bytes = write_table(&legacy, EntryLayout::Legacy32);
+        assert_eq!(bytes.len(), 64);
+        assert_eq!(parse_table(&bytes, EntryLayout::Legacy32).unwrap(), legacy);
+    }
+
+    #[test]
+    fn bad_tables_are_errors() {
+        let bytes = write_table(&sample(), EntryLayout::Llvm56);
+        for len in 1..bytes.len() {
+            if len % 56 != 0 {
+                let e = parse_table(&bytes[..len], EntryLayout::Llvm56).unwrap_err();
+                assert!(e.to_string().contains("section size"), "{e}");
+            }
+        }
+        let mut bad = bytes.clone();
+        bad[56 + 8] = 2;
+        let e = parse_table(&bad, EntryLayout::Llvm56)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`version`") && e.contains("0x40"), "{e}");
+    }
+
+    #[test]
+    fn flag_names() {
+        assert_eq!(flags::names(0x8), ["indirect"]);
+        assert_eq!(flags::names(0x21), ["link", "indirect_vtable"]);
+        assert_eq!(flags::names(0x106), ["ctor", "dtor", "0x100"]);
+    }
+}
