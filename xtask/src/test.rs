@@ -1,9 +1,153 @@
-//! `cargo xtask test`: what CI runs.
-use anyhow::Result;
+//! `cargo xtask test`: everything CI runs, in order.
+//!
+//! 1. prerequisites (Debian packages and the ptxas wheel; installed when run as root),
+//! 2. formatting and clippy with `-D warnings`,
+//! 3. the artifacts the tests read: device RTL (all targets) and the plugins,
+//! 4. `cargo test --workspace`: unit, property, link-survival and end-to-end tests,
+//! 5. LLVM 16's libomptarget lit suite through our x86_64 plugin,
+//! 6. bounded fuzzing of every parser.
+//!
+//! Build steps stop at the first failure (later steps need their output); test steps all
+//! run so one report shows every failure. The last line is `xtask test: N passed, N failed`.
+
+use crate::{device, fuzz, lit, plugin, util};
+use anyhow::{bail, Result};
+use std::process::Command;
+use std::time::Instant;
 
 #[derive(clap::Args, Default)]
-pub struct Args {}
+pub struct Args {
+    /// Skip the libomptarget lit suite (it downloads LLVM 16's source package once).
+    #[arg(long)]
+    pub skip_lit: bool,
+    /// Skip the bounded fuzzing runs.
+    #[arg(long)]
+    pub skip_fuzz: bool,
+    /// Seconds each fuzz target runs.
+    #[arg(long, default_value_t = 20)]
+    pub fuzz_seconds: u64,
+    /// Skip `cargo fmt --check` and clippy.
+    #[arg(long)]
+    pub skip_lint: bool,
+}
 
-pub fn main(_args: Args) -> Result<()> {
-    anyhow::bail!("not yet implemented")
+/// Every Debian package some step needs, installed in one apt-get run up front.
+const DEBIAN_PACKAGES: &[&str] = &[
+    // Device bitcode: Debian's Rust can build `core` for nvptx64/amdgcn here.
+    "rustc-web",
+    "cargo-web",
+    "rust-web-src",
+    // Linking device bitcode into kernels, offload tools for the formats tests.
+    "clang-22",
+    "lld-22",
+    "llvm-22",
+    // The real libomptarget 16 and the compiler that targets it.
+    "clang-16",
+    "libomp-16-dev",
+    "clang-tools-16",
+    "llvm-16-tools",
+    "libffi-dev",
+    // Source-package tooling for the lit suite, compression for bundles.
+    "dpkg-dev",
+    "xz-utils",
+    "zstd",
+    "python3-pip",
+];
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+struct Step {
+    name: &'static str,
+    result: Result<()>,
+    secs: f64,
+}
+
+fn timed(name: &'static str, f: impl FnOnce() -> Result<()>) -> Step {
+    util::section(name);
+    let start = Instant::now();
+    let result = f();
+    let secs = start.elapsed().as_secs_f64();
+    match &result {
+        Ok(()) => eprintln!("<== {name}: ok ({secs:.1} s)"),
+        Err(e) => eprintln!("<== {name}: FAILED ({secs:.1} s): {e:#}"),
+    }
+    Step { name, result, secs }
+}
+
+pub fn main(args: Args) -> Result<()> {
+    let mut steps = Vec::new();
+
+    // Build steps: each later step needs what these produce, so stop at the first failure.
+    type BuildStep = (&'static str, Box<dyn FnOnce() -> Result<()>>);
+    let build_steps: Vec<BuildStep> = vec![
+        (
+            "prerequisites",
+            Box::new(|| {
+                util::ensure_debian_packages(DEBIAN_PACKAGES)?;
+                util::ptxas().map(|p| eprintln!("ptxas: {}", p.display()))
+            }),
+        ),
+        ("build device RTL", Box::new(device::build_all)),
+        (
+            "build plugins",
+            Box::new(|| plugin::build_plugins().map(|_| ())),
+        ),
+    ];
+    for (name, f) in build_steps {
+        let step = timed(name, f);
+        let failed = step.result.is_err();
+        steps.push(step);
+        if failed {
+            return summarize(&steps);
+        }
+    }
+
+    if !args.skip_lint {
+        steps.push(timed("cargo fmt --check", || {
+            util::run(cargo().args(["fmt", "--all", "--check"]))
+        }));
+        steps.push(timed("cargo clippy -D warnings", || {
+            util::run(cargo().args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]))
+        }));
+    }
+    steps.push(timed("cargo test --workspace", || {
+        util::run(cargo().args(["test", "--workspace", "--no-fail-fast"]))
+    }));
+    if !args.skip_lit {
+        steps.push(timed("libomptarget 16 lit suite (our plugin)", || {
+            let dir = util::target_dir().join("plugin");
+            let summary = lit::run_suite(Some(&dir))?;
+            lit::assert_matches_baseline(&summary)
+        }));
+    }
+    if !args.skip_fuzz {
+        steps.push(timed("bounded fuzzing", || {
+            fuzz::run_all(args.fuzz_seconds, &[]).map(|_| ())
+        }));
+    }
+    summarize(&steps)
+}
+
+fn summarize(steps: &[Step]) -> Result<()> {
+    util::section("summary");
+    for s in steps {
+        let verdict = if s.result.is_ok() { "ok" } else { "FAILED" };
+        eprintln!("  {verdict:>6}  {:7.1} s  {}", s.secs, s.name);
+    }
+    let failed = steps.iter().filter(|s| s.result.is_err()).count();
+    let passed = steps.len() - failed;
+    println!("xtask test: {passed} passed, {failed} failed");
+    if failed > 0 {
+        bail!("{failed} step(s) failed");
+    }
+    Ok(())
 }
