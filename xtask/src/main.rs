@@ -4,6 +4,7 @@ mod device;
 mod fuzz;
 mod lit;
 mod plugin;
+mod reliability;
 mod test;
 mod util;
 
@@ -11,7 +12,10 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "xtask", about = "Build, demo and test the declare-target-indirect runtime")]
+#[command(
+    name = "xtask",
+    about = "Build, demo and test the declare-target-indirect runtime"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -29,6 +33,8 @@ enum Cmd {
     Lit(lit::Args),
     /// Bounded cargo-fuzz runs of every parser target.
     Fuzz(fuzz::Args),
+    /// Endurance, stress and dlopen cycles through libomptarget 16; --valgrind; --asan.
+    Reliability(reliability::Args),
     /// Everything CI runs: prerequisites, builds, unit, link, end-to-end and lit tests.
     Test(test::Args),
 }
@@ -41,5 +47,6 @@ fn main() -> Result<()> {
         Cmd::Lit(a) => lit::main(a),
         Cmd::Fuzz(a) => fuzz::main(a),
         Cmd::Test(a) => test::main(a),
+        Cmd::Reliability(a) => reliability::main(a),
     }
 }
