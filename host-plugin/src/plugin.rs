@@ -3,7 +3,10 @@
 //! Everything libomptarget asks for goes through here; the `abi` shims only convert
 //! C structures to and from these types.
 
-use crate::backend::{absent::Absent, host::HostBackend, Backend, DeviceAddr, LoadedModule};
+use crate::backend::{
+    absent::Absent, cuda::CudaBackend, host::HostBackend, AllocKind, Backend, DeviceAddr,
+    EventHandle, LaunchRequest, LoadedModule, QueueHandle,
+};
 use crate::entries::{EntryKind, OffloadEntry};
 use crate::error::PluginError;
 use crate::fptr::{self, FptrMapEntry, IndirectPair};
@@ -38,11 +41,12 @@ impl PluginKind {
         [PluginKind::X86_64, PluginKind::Cuda, PluginKind::Amdgpu]
     }
 
-    /// The backend that runs this kind's devices (CUDA and AMDGPU: none yet).
+    /// The backend that runs this kind's devices (AMDGPU: none yet). CUDA finds no
+    /// devices, quietly, where there is no driver.
     pub fn backend(self) -> Box<dyn Backend> {
         match self {
             PluginKind::X86_64 => Box::new(HostBackend),
-            PluginKind::Cuda => Box::new(Absent::new("cuda", object::elf::EM_CUDA)),
+            PluginKind::Cuda => Box::new(CudaBackend::new()),
             PluginKind::Amdgpu => Box::new(Absent::new("amdgpu", object::elf::EM_AMDGPU)),
         }
     }
@@ -85,8 +89,10 @@ struct DeviceState {
 
 pub struct Plugin {
     kind: PluginKind,
-    backend: Box<dyn Backend>,
+    /// Declared before the backend so the images unload before the backend drops (a GPU
+    /// backend releases its contexts then).
     devices: Vec<DeviceState>,
+    backend: Box<dyn Backend>,
 }
 
 /// A name for an image in messages: where libomptarget keeps it and how big it is.
@@ -147,6 +153,7 @@ impl Plugin {
 
     pub fn is_valid_binary(&self, image: &[u8]) -> bool {
         image::elf_machine(image) == Some(self.backend.elf_machine())
+            && self.backend.is_compatible(image)
     }
 
     pub fn init_device(&self, device: i32) -> Result<(), PluginError> {
@@ -168,12 +175,14 @@ impl Plugin {
     ) -> Result<Vec<DeviceEntry>, PluginError> {
         let (d, state) = self.device(device)?;
         let name = image_name(key, image_bytes.len());
-        let symbols = image::inspect_shared_object(image_bytes, self.backend.elf_machine())
-            .map_err(|source| PluginError::Image {
-                image: name.clone(),
-                device,
-                source,
-            })?;
+        let symbols =
+            self.backend
+                .inspect_image(image_bytes)
+                .map_err(|source| PluginError::Image {
+                    image: name.clone(),
+                    device,
+                    source,
+                })?;
         let module =
             self.backend
                 .load_image(d, image_bytes)
@@ -188,7 +197,7 @@ impl Plugin {
             d,
             image: &name,
             module: module.as_ref(),
-            symbols: &symbols,
+            symbols: symbols.as_ref(),
         };
         let (device_entries, pairs) = ctx.resolve_entries(entries)?;
         // Entry names by host address, for the table dump.
@@ -412,6 +421,47 @@ impl Plugin {
             .map_err(Self::backend_err(device, format!("kernel {kernel:#x}")))
     }
 
+    /// Run a kernel of a loaded image with the team and thread counts libomptarget asks
+    /// for (0: the backend's default).
+    ///
+    /// # Safety
+    /// The arguments are device addresses valid for what the kernel does with them.
+    pub unsafe fn launch_teams(
+        &self,
+        device: i32,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        request: LaunchRequest,
+    ) -> Result<(), PluginError> {
+        let d = self.check_launch(device, kernel)?;
+        diag::debug(|| {
+            format!(
+                "device {device}: launching {kernel:#x} with {} args, {request:?}",
+                args.len()
+            )
+        });
+        // SAFETY: `kernel` is a kernel of an image loaded on this device (checked above);
+        // the caller vouches for the arguments.
+        unsafe { self.backend.launch_teams(d, kernel, args, request) }
+            .map_err(Self::backend_err(device, format!("kernel {kernel:#x}")))
+    }
+
+    /// Allocate memory of one of LLVM 16's kinds (device, pinned host, managed).
+    pub fn alloc_kind(
+        &self,
+        device: i32,
+        size: usize,
+        kind: AllocKind,
+    ) -> Result<DeviceAddr, PluginError> {
+        let (d, _) = self.device(device)?;
+        self.backend
+            .alloc_kind(d, size, kind)
+            .map_err(Self::backend_err(
+                device,
+                format!("allocating {kind:?} memory"),
+            ))
+    }
+
     pub fn alloc(&self, device: i32, size: usize) -> Result<DeviceAddr, PluginError> {
         let (d, _) = self.device(device)?;
         self.backend
@@ -480,6 +530,111 @@ impl Plugin {
             .synchronize(d)
             .map_err(Self::backend_err(device, "synchronizing"))
     }
+
+    /// A queue for asynchronous copies, None where the device copies synchronously.
+    pub fn queue_create(&self, device: i32) -> Result<Option<QueueHandle>, PluginError> {
+        let (d, _) = self.device(device)?;
+        self.backend
+            .queue_create(d)
+            .map_err(Self::backend_err(device, "creating a queue"))
+    }
+
+    /// Wait for a queue's work and destroy it.
+    pub fn queue_finish(&self, device: i32, queue: QueueHandle) -> Result<(), PluginError> {
+        let (d, _) = self.device(device)?;
+        self.backend
+            .queue_finish(d, queue)
+            .map_err(Self::backend_err(
+                device,
+                format!("finishing queue {queue:#x}"),
+            ))
+    }
+
+    pub fn queue_done(&self, device: i32, queue: QueueHandle) -> Result<bool, PluginError> {
+        let (d, _) = self.device(device)?;
+        self.backend.queue_done(d, queue).map_err(Self::backend_err(
+            device,
+            format!("querying queue {queue:#x}"),
+        ))
+    }
+
+    /// # Safety
+    /// As [`Backend::write_async`].
+    pub unsafe fn submit_async(
+        &self,
+        device: i32,
+        dst: DeviceAddr,
+        src: *const u8,
+        len: usize,
+        queue: QueueHandle,
+    ) -> Result<(), PluginError> {
+        let (d, _) = self.device(device)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { self.backend.write_async(d, dst, src, len, queue) }
+            .map_err(Self::backend_err(device, "queueing a copy to the device"))
+    }
+
+    /// # Safety
+    /// As [`Backend::read_async`].
+    pub unsafe fn retrieve_async(
+        &self,
+        device: i32,
+        dst: *mut u8,
+        src: DeviceAddr,
+        len: usize,
+        queue: QueueHandle,
+    ) -> Result<(), PluginError> {
+        let (d, _) = self.device(device)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { self.backend.read_async(d, src, dst, len, queue) }
+            .map_err(Self::backend_err(device, "queueing a copy from the device"))
+    }
+
+    /// A new event, None where events are only tokens (everything is already complete).
+    pub fn event_create(&self, device: i32) -> Result<Option<EventHandle>, PluginError> {
+        let (d, _) = self.device(device)?;
+        self.backend
+            .event_create(d)
+            .map_err(Self::backend_err(device, "creating an event"))
+    }
+
+    pub fn event_record(
+        &self,
+        device: i32,
+        event: EventHandle,
+        queue: Option<QueueHandle>,
+    ) -> Result<(), PluginError> {
+        let (d, _) = self.device(device)?;
+        self.backend
+            .event_record(d, event, queue)
+            .map_err(Self::backend_err(device, "recording an event"))
+    }
+
+    pub fn event_wait(
+        &self,
+        device: i32,
+        event: EventHandle,
+        queue: Option<QueueHandle>,
+    ) -> Result<(), PluginError> {
+        let (d, _) = self.device(device)?;
+        self.backend
+            .event_wait(d, event, queue)
+            .map_err(Self::backend_err(device, "waiting for an event"))
+    }
+
+    pub fn event_sync(&self, device: i32, event: EventHandle) -> Result<(), PluginError> {
+        let (d, _) = self.device(device)?;
+        self.backend
+            .event_sync(d, event)
+            .map_err(Self::backend_err(device, "synchronizing an event"))
+    }
+
+    pub fn event_destroy(&self, device: i32, event: EventHandle) -> Result<(), PluginError> {
+        let (d, _) = self.device(device)?;
+        self.backend
+            .event_destroy(d, event)
+            .map_err(Self::backend_err(device, "destroying an event"))
+    }
 }
 
 /// What resolving one image's entries needs to know.
@@ -489,10 +644,18 @@ struct LoadContext<'a> {
     d: usize,
     image: &'a str,
     module: &'a dyn LoadedModule,
-    symbols: &'a image::ImageSymbols,
+    /// The image's symbol sizes from its ELF file; None: ask the loaded module.
+    symbols: Option<&'a image::ImageSymbols>,
 }
 
 impl LoadContext<'_> {
+    fn symbol_size(&self, name: &CStr) -> Option<u64> {
+        match self.symbols {
+            Some(symbols) => symbols.size_of(name.to_bytes()),
+            None => self.module.global_size(name),
+        }
+    }
+
     fn entry_err(&self, entry: &OffloadEntry, reason: impl Into<String>) -> PluginError {
         PluginError::Entry {
             image: self.image.to_string(),
@@ -513,7 +676,7 @@ impl LoadContext<'_> {
 
     /// An 8-byte global of the image, address and size checked.
     fn pointer_global(&self, entry: &OffloadEntry) -> Result<DeviceAddr, PluginError> {
-        match self.symbols.size_of(entry.name.to_bytes()) {
+        match self.symbol_size(&entry.name) {
             Some(8) => {}
             Some(n) => {
                 return Err(self.entry_err(
@@ -554,7 +717,10 @@ impl LoadContext<'_> {
                 EntryKind::Kernel => self.module.function(&entry.name).map_err(missing)?,
                 EntryKind::Global => self.module.global(&entry.name).map_err(missing)?,
                 EntryKind::IndirectFunction => {
-                    let f = self.module.function(&entry.name).map_err(missing)?;
+                    let f = self
+                        .module
+                        .indirect_function(&entry.name)
+                        .map_err(missing)?;
                     pairs.push(IndirectPair {
                         host_ptr: entry.host_addr,
                         tgt_ptr: f,
@@ -611,7 +777,7 @@ impl LoadContext<'_> {
         has_indirect: bool,
     ) -> Result<Option<InstalledTable>, PluginError> {
         let global = |name: &CStr| -> Result<Option<DeviceAddr>, PluginError> {
-            match self.symbols.size_of(name.to_bytes()) {
+            match self.symbol_size(name) {
                 None => Ok(None),
                 Some(8) => self
                     .module

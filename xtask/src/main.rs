@@ -2,6 +2,7 @@
 
 mod device;
 mod fuzz;
+mod gpu_bundle;
 mod lit;
 mod plugin;
 mod reliability;
@@ -33,6 +34,8 @@ enum Cmd {
     Lit(lit::Args),
     /// Bounded cargo-fuzz runs of every parser target.
     Fuzz(fuzz::Args),
+    /// Build the CUDA GPU tests, fixtures and plugin into target/gpu-bundle/ with run.sh.
+    GpuBundle(gpu_bundle::Args),
     /// Endurance, stress and dlopen cycles through libomptarget 16; --valgrind; --asan.
     Reliability(reliability::Args),
     /// Everything CI runs: prerequisites, builds, unit, link, end-to-end and lit tests.
@@ -48,5 +51,6 @@ fn main() -> Result<()> {
         Cmd::Fuzz(a) => fuzz::main(a),
         Cmd::Test(a) => test::main(a),
         Cmd::Reliability(a) => reliability::main(a),
+        Cmd::GpuBundle(a) => gpu_bundle::main(a),
     }
 }

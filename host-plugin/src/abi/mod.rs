@@ -5,6 +5,7 @@
 
 pub mod types;
 
+use crate::backend::{AllocKind, EventHandle, LaunchRequest, QueueHandle};
 use crate::diag;
 use crate::entries::{OffloadEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use crate::error::PluginError;
@@ -263,6 +264,7 @@ pub extern "C" fn __tgt_rtl_print_device_info(device: i32) {
             p.device_count(),
             match p.kind() {
                 PluginKind::X86_64 => "the host CPU (images run through dlopen + libffi)",
+                PluginKind::Cuda => "an NVIDIA GPU through the CUDA driver API",
                 _ => "no backend yet",
             }
         );
@@ -444,13 +446,13 @@ pub extern "C" fn __tgt_rtl_data_alloc(
     kind: i32,
 ) -> *mut c_void {
     guard("data_alloc", std::ptr::null_mut(), || {
-        // TARGET_ALLOC_DEFAULT, HOST, SHARED, DEVICE: all ordinary memory on the host.
-        if !(0..=3).contains(&kind) {
-            return Err(invalid(device, format!("unknown allocation kind {kind}")));
-        }
+        // TARGET_ALLOC_DEFAULT, HOST, SHARED, DEVICE: the backend maps each to its memory
+        // (all ordinary memory on the host).
+        let kind = AllocKind::from_raw(kind)
+            .ok_or_else(|| invalid(device, format!("unknown allocation kind {kind}")))?;
         let size = usize::try_from(size)
             .map_err(|_| invalid(device, format!("allocation size {size}")))?;
-        Ok(plugin().alloc(device, size)? as *mut c_void)
+        Ok(plugin().alloc_kind(device, size, kind)? as *mut c_void)
     })
 }
 
@@ -503,10 +505,49 @@ pub unsafe extern "C" fn __tgt_rtl_data_submit_async(
     tgt: *mut c_void,
     hst: *mut c_void,
     size: i64,
-    _async: *mut TgtAsyncInfo,
+    async_info: *mut TgtAsyncInfo,
 ) -> i32 {
-    // SAFETY: forwarded caller contract; the host device completes it synchronously.
-    unsafe { __tgt_rtl_data_submit(device, tgt, hst, size) }
+    guard("data_submit_async", OFFLOAD_FAIL, || {
+        // SAFETY: caller contract: null or a valid `__tgt_async_info`.
+        let Some(queue) = (unsafe { queue_of(device, async_info) })? else {
+            // SAFETY: forwarded caller contract; this device copies synchronously.
+            return Ok(unsafe { __tgt_rtl_data_submit(device, tgt, hst, size) });
+        };
+        let n = length(device, size)?;
+        if n == 0 {
+            return Ok(OFFLOAD_SUCCESS);
+        }
+        if hst.is_null() || tgt.is_null() {
+            return Err(invalid(device, "copy to the device with a null pointer"));
+        }
+        // SAFETY: caller contract: `hst` holds `n` bytes that stay untouched until the
+        // queue is synchronized (libomptarget's rule for asynchronous copies); `tgt` is
+        // `n` bytes of device memory.
+        status(unsafe { plugin().submit_async(device, tgt as u64, hst as *const u8, n, queue) })
+    })
+}
+
+/// The queue of an async info, created on first use. None: copy synchronously (no async
+/// info, or a device whose operations always complete at once).
+///
+/// # Safety
+/// `info` is null or a valid `__tgt_async_info`.
+unsafe fn queue_of(
+    device: i32,
+    info: *mut TgtAsyncInfo,
+) -> Result<Option<QueueHandle>, PluginError> {
+    // SAFETY: caller contract.
+    let Some(info) = (unsafe { info.as_mut() }) else {
+        return Ok(None);
+    };
+    if !info.queue.is_null() {
+        return Ok(Some(info.queue as QueueHandle));
+    }
+    let queue = plugin().queue_create(device)?;
+    if let Some(q) = queue {
+        info.queue = q as *mut c_void;
+    }
+    Ok(queue)
 }
 
 /// # Safety
@@ -542,10 +583,25 @@ pub unsafe extern "C" fn __tgt_rtl_data_retrieve_async(
     hst: *mut c_void,
     tgt: *mut c_void,
     size: i64,
-    _async: *mut TgtAsyncInfo,
+    async_info: *mut TgtAsyncInfo,
 ) -> i32 {
-    // SAFETY: forwarded caller contract; the host device completes it synchronously.
-    unsafe { __tgt_rtl_data_retrieve(device, hst, tgt, size) }
+    guard("data_retrieve_async", OFFLOAD_FAIL, || {
+        // SAFETY: caller contract: null or a valid `__tgt_async_info`.
+        let Some(queue) = (unsafe { queue_of(device, async_info) })? else {
+            // SAFETY: forwarded caller contract; this device copies synchronously.
+            return Ok(unsafe { __tgt_rtl_data_retrieve(device, hst, tgt, size) });
+        };
+        let n = length(device, size)?;
+        if n == 0 {
+            return Ok(OFFLOAD_SUCCESS);
+        }
+        if hst.is_null() || tgt.is_null() {
+            return Err(invalid(device, "copy from the device with a null pointer"));
+        }
+        // SAFETY: caller contract: `hst` holds `n` writable bytes nothing else touches
+        // until the queue is synchronized; `tgt` is `n` bytes of device memory.
+        status(unsafe { plugin().retrieve_async(device, hst as *mut u8, tgt as u64, n, queue) })
+    })
 }
 
 #[no_mangle]
@@ -665,78 +721,138 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
                 .map(|(&p, &off)| (p as u64).wrapping_add(off as u64))
                 .collect()
         };
+        // Only the first dimension: LLVM 16 launches one-dimensional grids.
+        let request = LaunchRequest {
+            num_teams: ka.num_teams[0],
+            thread_limit: ka.thread_limit[0],
+            tripcount: ka.tripcount,
+        };
         // SAFETY: forwarded caller contract; the core checks `entry` is a loaded kernel.
-        status(unsafe { plugin().launch(device, entry as u64, &pointers) })
+        status(unsafe { plugin().launch_teams(device, entry as u64, &pointers, request) })
     })
 }
 
+/// Wait for the async info's queue (and destroy it), or for the whole device.
+///
+/// # Safety
+/// `async_info` is null or a valid `__tgt_async_info`.
 #[no_mangle]
-pub extern "C" fn __tgt_rtl_synchronize(device: i32, _async: *mut TgtAsyncInfo) -> i32 {
+pub unsafe extern "C" fn __tgt_rtl_synchronize(device: i32, async_info: *mut TgtAsyncInfo) -> i32 {
     guard("synchronize", OFFLOAD_FAIL, || {
+        // SAFETY: caller contract: null or valid.
+        if let Some(info) = unsafe { async_info.as_mut() } {
+            if !info.queue.is_null() {
+                let queue = std::mem::replace(&mut info.queue, std::ptr::null_mut());
+                return status(plugin().queue_finish(device, queue as QueueHandle));
+            }
+        }
         status(plugin().synchronize(device))
     })
 }
 
-/// Nothing is ever pending on the host device: every queue is already complete.
+/// A finished queue is destroyed and cleared (libomptarget reads a null queue as
+/// "complete"); where there is no queue everything is already complete.
 ///
 /// # Safety
 /// `async_info` is null or a valid `__tgt_async_info`.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_query_async(device: i32, async_info: *mut TgtAsyncInfo) -> i32 {
     guard("query_async", OFFLOAD_FAIL, || {
-        plugin().synchronize(device)?;
         // SAFETY: caller contract: null or valid.
-        if let Some(info) = unsafe { async_info.as_mut() } {
+        let Some(info) = (unsafe { async_info.as_mut() }) else {
+            return status(plugin().synchronize(device));
+        };
+        if info.queue.is_null() {
+            return status(plugin().synchronize(device));
+        }
+        let queue = info.queue as QueueHandle;
+        if plugin().queue_done(device, queue)? {
             info.queue = std::ptr::null_mut();
+            plugin().queue_finish(device, queue)?;
         }
         Ok(OFFLOAD_SUCCESS)
     })
 }
 
 // ---------------------------------------------------------------------------------------
-// Events: every operation completes before it returns, so an event is only a token.
+// Events: backend events where the backend has them (CUDA), else a token (the host device
+// completes every operation before returning, so there is nothing to wait for).
 
-/// The token every event handle points at.
+/// The token every token event handle points at.
 static EVENT_TOKEN: u8 = 0;
+
+fn is_token(event: *mut c_void) -> bool {
+    std::ptr::eq(event as *const u8, &EVENT_TOKEN)
+}
 
 /// # Safety
 /// `event` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn __tgt_rtl_create_event(_device: i32, event: *mut *mut c_void) -> i32 {
-    // SAFETY: caller contract: null or a writable handle slot.
-    match unsafe { event.as_mut() } {
-        Some(slot) => {
-            *slot = &EVENT_TOKEN as *const u8 as *mut c_void;
-            OFFLOAD_SUCCESS
+pub unsafe extern "C" fn __tgt_rtl_create_event(device: i32, event: *mut *mut c_void) -> i32 {
+    guard("create_event", OFFLOAD_FAIL, || {
+        // SAFETY: caller contract: null or a writable handle slot.
+        let slot = unsafe { event.as_mut() }
+            .ok_or_else(|| invalid(device, "create_event without an output"))?;
+        *slot = match plugin().event_create(device)? {
+            Some(e) => e as *mut c_void,
+            None => &EVENT_TOKEN as *const u8 as *mut c_void,
+        };
+        Ok(OFFLOAD_SUCCESS)
+    })
+}
+
+/// # Safety
+/// `async_info` is null or a valid `__tgt_async_info`; `event` came from create_event.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_record_event(
+    device: i32,
+    event: *mut c_void,
+    async_info: *mut TgtAsyncInfo,
+) -> i32 {
+    guard("record_event", OFFLOAD_FAIL, || {
+        if is_token(event) {
+            return Ok(OFFLOAD_SUCCESS);
         }
-        None => OFFLOAD_FAIL,
-    }
+        // SAFETY: caller contract.
+        let queue = unsafe { queue_of(device, async_info) }?;
+        status(plugin().event_record(device, event as EventHandle, queue))
+    })
 }
 
+/// # Safety
+/// `async_info` is null or a valid `__tgt_async_info`; `event` came from create_event.
 #[no_mangle]
-pub extern "C" fn __tgt_rtl_record_event(
-    _device: i32,
-    _event: *mut c_void,
-    _async: *mut TgtAsyncInfo,
+pub unsafe extern "C" fn __tgt_rtl_wait_event(
+    device: i32,
+    event: *mut c_void,
+    async_info: *mut TgtAsyncInfo,
 ) -> i32 {
-    OFFLOAD_SUCCESS
+    guard("wait_event", OFFLOAD_FAIL, || {
+        if is_token(event) {
+            return Ok(OFFLOAD_SUCCESS);
+        }
+        // SAFETY: caller contract.
+        let queue = unsafe { queue_of(device, async_info) }?;
+        status(plugin().event_wait(device, event as EventHandle, queue))
+    })
 }
 
 #[no_mangle]
-pub extern "C" fn __tgt_rtl_wait_event(
-    _device: i32,
-    _event: *mut c_void,
-    _async: *mut TgtAsyncInfo,
-) -> i32 {
-    OFFLOAD_SUCCESS
+pub extern "C" fn __tgt_rtl_sync_event(device: i32, event: *mut c_void) -> i32 {
+    guard("sync_event", OFFLOAD_FAIL, || {
+        if is_token(event) {
+            return Ok(OFFLOAD_SUCCESS);
+        }
+        status(plugin().event_sync(device, event as EventHandle))
+    })
 }
 
 #[no_mangle]
-pub extern "C" fn __tgt_rtl_sync_event(_device: i32, _event: *mut c_void) -> i32 {
-    OFFLOAD_SUCCESS
-}
-
-#[no_mangle]
-pub extern "C" fn __tgt_rtl_destroy_event(_device: i32, _event: *mut c_void) -> i32 {
-    OFFLOAD_SUCCESS
+pub extern "C" fn __tgt_rtl_destroy_event(device: i32, event: *mut c_void) -> i32 {
+    guard("destroy_event", OFFLOAD_FAIL, || {
+        if is_token(event) {
+            return Ok(OFFLOAD_SUCCESS);
+        }
+        status(plugin().event_destroy(device, event as EventHandle))
+    })
 }

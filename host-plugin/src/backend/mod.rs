@@ -2,6 +2,8 @@
 //! launches. One implementation per kind; the core never knows which one it drives.
 
 pub mod absent;
+pub mod cuda;
+pub mod hip;
 pub mod host;
 
 use std::ffi::CStr;
@@ -26,12 +28,63 @@ pub enum BackendError {
     Io(#[from] std::io::Error),
 }
 
+/// LLVM 16's `TargetAllocTy`: where `__tgt_rtl_data_alloc` puts an allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocKind {
+    /// TARGET_ALLOC_DEFAULT: the device's choice (device memory).
+    Default,
+    /// TARGET_ALLOC_HOST: page-locked host memory the device can reach.
+    Host,
+    /// TARGET_ALLOC_SHARED: managed memory that migrates between host and device.
+    Shared,
+    /// TARGET_ALLOC_DEVICE: device memory.
+    Device,
+}
+
+impl AllocKind {
+    /// The kind from its LLVM 16 value, None for anything else.
+    pub fn from_raw(kind: i32) -> Option<Self> {
+        match kind {
+            0 => Some(AllocKind::Default),
+            1 => Some(AllocKind::Host),
+            2 => Some(AllocKind::Shared),
+            3 => Some(AllocKind::Device),
+            _ => None,
+        }
+    }
+}
+
+/// The launch geometry libomptarget asks for (`KernelArgsTy`'s first dimensions): 0 means
+/// "no clause, the plugin chooses".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchRequest {
+    pub num_teams: u32,
+    pub thread_limit: u32,
+    pub tripcount: u64,
+}
+
+/// An ordered queue of asynchronous operations on one device (a CUDA stream): an opaque,
+/// non-zero backend handle that libomptarget keeps in `__tgt_async_info::Queue`.
+pub type QueueHandle = u64;
+/// A backend event (a CUDA event): an opaque, non-zero handle.
+pub type EventHandle = u64;
+
 /// An image loaded on one device. Dropping it unloads the image.
 pub trait LoadedModule: Send + Sync {
     /// Device address of a global variable defined by the image.
     fn global(&self, name: &CStr) -> Result<DeviceAddr, BackendError>;
     /// Device address of a function defined by the image.
     fn function(&self, name: &CStr) -> Result<DeviceAddr, BackendError>;
+    /// Device address of a non-kernel function named by a size-0 indirect entry. Where
+    /// functions are ordinary symbols (the host) this is `function`.
+    fn indirect_function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
+        self.function(name)
+    }
+    /// Size of a global, for backends whose images are not inspected as ELF shared
+    /// objects (see [`Backend::inspect_image`]); None if there is no such global.
+    fn global_size(&self, _name: &CStr) -> Option<u64> {
+        None
+    }
 }
 
 /// A device kind. Methods taking raw device addresses are `unsafe`: the caller promises
@@ -83,4 +136,134 @@ pub trait Backend: Send + Sync {
         args: &[DeviceAddr],
     ) -> Result<(), BackendError>;
     fn synchronize(&self, device: usize) -> Result<(), BackendError>;
+
+    /// Validate an image before loading it and read its symbol sizes. `Ok(None)` means
+    /// "ask the loaded module" ([`LoadedModule::global_size`]): a GPU image is not a
+    /// shared object with a dynamic symbol table.
+    fn inspect_image(
+        &self,
+        image: &[u8],
+    ) -> Result<Option<crate::image::ImageSymbols>, crate::image::ImageError> {
+        crate::image::inspect_shared_object(image, self.elf_machine()).map(Some)
+    }
+
+    /// Can some device of this backend run the image (e.g. a cubin's SM)? Asked after
+    /// the ELF machine matched, so libomptarget can pick another image of a fat binary.
+    fn is_compatible(&self, _image: &[u8]) -> bool {
+        true
+    }
+
+    /// A new queue for asynchronous copies, or None where every operation completes
+    /// before it returns (the host): callers then copy synchronously.
+    fn queue_create(&self, _device: usize) -> Result<Option<QueueHandle>, BackendError> {
+        Ok(None)
+    }
+
+    /// Wait until everything on the queue is done, then destroy it.
+    fn queue_finish(&self, _device: usize, _queue: QueueHandle) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Is everything on the queue done (without waiting)?
+    fn queue_done(&self, _device: usize, _queue: QueueHandle) -> Result<bool, BackendError> {
+        Ok(true)
+    }
+
+    /// Enqueue a host-to-device copy.
+    ///
+    /// # Safety
+    /// `dst .. dst + len` is device memory of `device`; `src .. src + len` is host memory
+    /// that stays readable, and unwritten, until the queue is finished.
+    unsafe fn write_async(
+        &self,
+        device: usize,
+        dst: DeviceAddr,
+        src: *const u8,
+        len: usize,
+        _queue: QueueHandle,
+    ) -> Result<(), BackendError> {
+        // SAFETY: the caller promises `src` holds `len` readable bytes.
+        let src = unsafe { std::slice::from_raw_parts(src, len) };
+        // SAFETY: forwarded caller contract for `dst`.
+        unsafe { self.write(device, dst, src) }
+    }
+
+    /// Enqueue a device-to-host copy.
+    ///
+    /// # Safety
+    /// `src .. src + len` is device memory of `device`; `dst .. dst + len` is host memory
+    /// that nothing else reads or writes until the queue is finished.
+    unsafe fn read_async(
+        &self,
+        device: usize,
+        src: DeviceAddr,
+        dst: *mut u8,
+        len: usize,
+        _queue: QueueHandle,
+    ) -> Result<(), BackendError> {
+        // SAFETY: the caller promises `dst` holds `len` writable bytes nothing else uses.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+        // SAFETY: forwarded caller contract for `src`.
+        unsafe { self.read(device, src, dst) }
+    }
+
+    /// A new event, or None where operations complete at once and events are tokens.
+    fn event_create(&self, _device: usize) -> Result<Option<EventHandle>, BackendError> {
+        Ok(None)
+    }
+
+    /// Mark the point reached by `queue` (None: the device's default ordering).
+    fn event_record(
+        &self,
+        _device: usize,
+        _event: EventHandle,
+        _queue: Option<QueueHandle>,
+    ) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Make later work on `queue` (None: the device's default ordering) wait for the event.
+    fn event_wait(
+        &self,
+        _device: usize,
+        _event: EventHandle,
+        _queue: Option<QueueHandle>,
+    ) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Block until the event has happened.
+    fn event_sync(&self, _device: usize, _event: EventHandle) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn event_destroy(&self, _device: usize, _event: EventHandle) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Allocate memory of a given kind. Backends with one kind of memory use `alloc`.
+    fn alloc_kind(
+        &self,
+        device: usize,
+        size: usize,
+        _kind: AllocKind,
+    ) -> Result<DeviceAddr, BackendError> {
+        self.alloc(device, size)
+    }
+
+    /// Run a kernel with the team and thread counts libomptarget asks for. Backends that
+    /// have no launch geometry (the host) run it once with `launch`.
+    ///
+    /// # Safety
+    /// As for `launch`.
+    unsafe fn launch_teams(
+        &self,
+        device: usize,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        _request: LaunchRequest,
+    ) -> Result<(), BackendError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.launch(device, kernel, args) }
+    }
 }

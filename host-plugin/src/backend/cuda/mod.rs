@@ -1,0 +1,711 @@
+//! NVIDIA GPUs through the CUDA driver API (cudarc's `sys`/`result` layers; device
+//! addresses are raw `CUdeviceptr`s here, so cudarc's typed safe layer does not fit).
+//!
+//! libcuda is opened at run time: without it, or without a GPU, the backend has 0
+//! devices and says nothing, and libomptarget carries on with its other plugins.
+//!
+//! Each device runs in its primary context (shared with any CUDA runtime code in the
+//! process, as LLVM's plugin does). Synchronous copies and launches complete before they
+//! return; a launch runs on the legacy default stream, which orders it after earlier and
+//! before later work of the blocking streams that carry libomptarget's asynchronous
+//! copies (one stream per `__tgt_async_info` queue). Events are CUDA events.
+
+pub mod image;
+pub mod launch_shape;
+
+use super::{
+    AllocKind, Backend, BackendError, DeviceAddr, EventHandle, LaunchRequest, LoadedModule,
+    QueueHandle,
+};
+use cudarc::driver::{result, sys, DriverError};
+use image::CudaImage;
+use launch_shape::{ExecMode, Limits};
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_void, CStr, CString};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// LLVM 16's device runtime reads a `DeviceEnvironmentTy` (DebugKind, NumDevices,
+/// DeviceNum, DynamicMemSize: four u32) from this constant-memory global, seen in
+/// clang-16 sm_90 images; older runtimes named it `omptarget_device_environment`.
+const DEVICE_ENVIRONMENT: [&CStr; 2] = [
+    c"__omp_rtl_device_environment",
+    c"omptarget_device_environment",
+];
+pub const DEVICE_ENVIRONMENT_SIZE: usize = 16;
+
+/// The names of the device-environment global the backend writes, newest first.
+pub fn device_environment_names() -> [&'static CStr; 2] {
+    DEVICE_ENVIRONMENT
+}
+
+/// LLVM 16's NVPTX grid values (OMPGridValues.h): threads per block and blocks without
+/// clauses, and the most teams a launch gets (the plugin caps it by the grid limit too).
+const DEFAULT_THREADS: u32 = 128;
+const DEFAULT_BLOCKS: u32 = 3200;
+const MAX_TEAMS: u32 = 1 << 16;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn driver_err(what: &str, e: DriverError) -> BackendError {
+    let name = e
+        .error_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("CUresult {}", e.0 as i32));
+    BackendError::Load(format!("{what}: {name}"))
+}
+
+/// A primary context. Contexts are driver objects usable from any thread.
+#[derive(Clone, Copy)]
+struct Context(sys::CUcontext);
+// SAFETY: a CUcontext is an opaque driver handle; the driver API is thread-safe and a
+// context may be made current on any thread.
+unsafe impl Send for Context {}
+// SAFETY: as above; the handle itself is never mutated.
+unsafe impl Sync for Context {}
+
+impl Context {
+    fn make_current(self) -> Result<(), BackendError> {
+        // SAFETY: the context was retained and is released only when the backend drops.
+        unsafe { result::ctx::set_current(self.0) }.map_err(|e| driver_err("cuCtxSetCurrent", e))
+    }
+}
+
+struct Device {
+    handle: sys::CUdevice,
+    compute_capability: (i32, i32),
+    name: String,
+    max_threads: u32,
+    block_limit: u32,
+    context: Mutex<Option<Context>>,
+}
+
+/// What a launch needs to know about a kernel handle.
+#[derive(Clone, Copy)]
+struct Kernel {
+    function: Function,
+    mode: ExecMode,
+    max_threads: u32,
+}
+
+#[derive(Clone, Copy)]
+struct Function(sys::CUfunction);
+// SAFETY: a CUfunction is an opaque driver handle usable from any thread.
+unsafe impl Send for Function {}
+// SAFETY: as above.
+unsafe impl Sync for Function {}
+
+type KernelRegistry = Arc<Mutex<HashMap<DeviceAddr, Kernel>>>;
+
+pub struct CudaBackend {
+    devices: Vec<Device>,
+    /// Why there are no devices, for tests and tools to say (None when there are some).
+    unavailable: Option<String>,
+    /// Page-locked host allocations (TARGET_ALLOC_HOST): freed with cuMemFreeHost.
+    host_allocations: Mutex<HashSet<DeviceAddr>>,
+    kernels: KernelRegistry,
+    num_devices: u32,
+}
+
+impl Default for CudaBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Find the devices, or the reason there are none. Never panics: cudarc panics on a
+/// driver that lacks a symbol it binds, so discovery runs under catch_unwind.
+fn discover() -> Result<Vec<Device>, String> {
+    // SAFETY: is_culib_present only tries to dlopen libcuda under its usual names.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("libcuda.so could not be loaded".into());
+    }
+    let found = std::panic::catch_unwind(|| -> Result<Vec<Device>, String> {
+        result::init().map_err(|e| format!("cuInit: {e:?}"))?;
+        let count = result::device::get_count().map_err(|e| format!("cuDeviceGetCount: {e:?}"))?;
+        let mut devices = Vec::new();
+        for ordinal in 0..count {
+            let handle = result::device::get(ordinal)
+                .map_err(|e| format!("cuDeviceGet({ordinal}): {e:?}"))?;
+            let attr = |a| {
+                // SAFETY: `handle` came from cuDeviceGet.
+                unsafe { result::device::get_attribute(handle, a) }
+                    .map_err(|e| format!("cuDeviceGetAttribute({a:?}): {e:?}"))
+            };
+            use sys::CUdevice_attribute::*;
+            devices.push(Device {
+                handle,
+                compute_capability: (
+                    attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                    attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+                ),
+                name: result::device::get_name(handle).unwrap_or_default(),
+                max_threads: attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?.max(1) as u32,
+                block_limit: (attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?.max(1) as u32)
+                    .min(MAX_TEAMS),
+                context: Mutex::new(None),
+            });
+        }
+        Ok(devices)
+    });
+    match found {
+        Ok(r) => r,
+        Err(_) => Err("the CUDA driver lacks a function this plugin needs".into()),
+    }
+}
+
+impl CudaBackend {
+    pub fn new() -> Self {
+        let (devices, unavailable) = match discover() {
+            Ok(d) if d.is_empty() => (d, Some("the driver reports no GPU".into())),
+            Ok(d) => (d, None),
+            Err(reason) => (Vec::new(), Some(reason)),
+        };
+        let num_devices = devices.len() as u32;
+        CudaBackend {
+            devices,
+            unavailable,
+            host_allocations: Mutex::new(HashSet::new()),
+            kernels: Arc::new(Mutex::new(HashMap::new())),
+            num_devices,
+        }
+    }
+
+    /// Why this backend has no devices (no driver, no GPU), None if it has some.
+    pub fn unavailable_reason(&self) -> Option<&str> {
+        self.unavailable.as_deref()
+    }
+
+    /// A device's compute capability (major, minor) and name.
+    pub fn describe(&self, device: usize) -> Option<((i32, i32), &str)> {
+        self.devices
+            .get(device)
+            .map(|d| (d.compute_capability, d.name.as_str()))
+    }
+
+    fn device(&self, device: usize) -> Result<&Device, BackendError> {
+        self.devices
+            .get(device)
+            .ok_or(BackendError::NoDevices("cuda"))
+    }
+
+    /// Retain the device's primary context on first use and make it current here.
+    fn enter(&self, device: usize) -> Result<Context, BackendError> {
+        let dev = self.device(device)?;
+        let mut slot = lock(&dev.context);
+        let ctx = match *slot {
+            Some(c) => c,
+            None => {
+                // SAFETY: `dev.handle` came from cuDeviceGet; the retain is balanced by
+                // the release in Drop.
+                let c = unsafe { result::primary_ctx::retain(dev.handle) }
+                    .map_err(|e| driver_err("cuDevicePrimaryCtxRetain", e))?;
+                *slot = Some(Context(c));
+                Context(c)
+            }
+        };
+        ctx.make_current()?;
+        Ok(ctx)
+    }
+
+    fn write_device_environment(
+        &self,
+        device: usize,
+        module: &CudaModule,
+    ) -> Result<(), BackendError> {
+        let Some((name, addr, size)) = DEVICE_ENVIRONMENT.iter().find_map(|name| {
+            module
+                .lookup_global(name)
+                .map(|(addr, size)| (name, addr, size))
+        }) else {
+            return Ok(());
+        };
+        if size != DEVICE_ENVIRONMENT_SIZE {
+            return Err(BackendError::Load(format!(
+                "{} is {size} bytes; LLVM 16's is {DEVICE_ENVIRONMENT_SIZE}",
+                name.to_string_lossy()
+            )));
+        }
+        let debug_kind = 0u32;
+        let words = [debug_kind, self.num_devices, device as u32, 0];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        // SAFETY: `addr` is the module's 16-byte global, resolved just above.
+        unsafe { self.write(device, addr, &bytes) }
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        for dev in &self.devices {
+            if lock(&dev.context).take().is_some() {
+                // SAFETY: balances the retain in `enter`; modules were unloaded first
+                // (the plugin drops its images before its backend).
+                let _ = unsafe { result::primary_ctx::release(dev.handle) };
+            }
+        }
+    }
+}
+
+/// An image loaded in a device's primary context.
+struct CudaModule {
+    module: sys::CUmodule,
+    context: Context,
+    kernels: KernelRegistry,
+    /// The kernel handles this module registered, removed again on unload.
+    mine: Mutex<Vec<DeviceAddr>>,
+    device_max_threads: u32,
+}
+
+// SAFETY: the module handle is an opaque driver object usable from any thread (with its
+// context current, which every method arranges); the rest is synchronised.
+unsafe impl Send for CudaModule {}
+// SAFETY: as above.
+unsafe impl Sync for CudaModule {}
+
+impl CudaModule {
+    fn lookup_global(&self, name: &CStr) -> Option<(DeviceAddr, usize)> {
+        self.context.make_current().ok()?;
+        // SAFETY: the module is loaded until self drops.
+        unsafe { result::module::get_global(self.module, name.to_owned()) }.ok()
+    }
+
+    /// Read `<kernel>_exec_mode`: absent means a plain CUDA kernel, which every thread
+    /// runs (SPMD).
+    fn exec_mode(&self, kernel: &CStr) -> Result<ExecMode, BackendError> {
+        let mut name = kernel.to_bytes().to_vec();
+        name.extend_from_slice(b"_exec_mode");
+        let name = CString::new(name).expect("a CStr's bytes plus a suffix have no NUL");
+        let Some((addr, size)) = self.lookup_global(&name) else {
+            return Ok(ExecMode::Spmd);
+        };
+        if size != 1 {
+            return Err(BackendError::Load(format!(
+                "{} is {size} bytes, not 1",
+                name.to_string_lossy()
+            )));
+        }
+        let mut value = [0u8; 1];
+        // SAFETY: `addr` is the 1-byte global just resolved; the context is current.
+        unsafe { result::memcpy_dtoh_sync(&mut value, addr) }
+            .map_err(|e| driver_err("reading the exec mode", e))?;
+        ExecMode::from_raw(value[0]).ok_or_else(|| {
+            BackendError::Load(format!(
+                "{} holds {}, not an LLVM 16 execution mode",
+                name.to_string_lossy(),
+                value[0]
+            ))
+        })
+    }
+}
+
+impl LoadedModule for CudaModule {
+    fn global(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
+        self.lookup_global(name)
+            .map(|(addr, _)| addr)
+            .ok_or_else(|| BackendError::MissingSymbol(name.to_string_lossy().into_owned()))
+    }
+
+    fn global_size(&self, name: &CStr) -> Option<u64> {
+        self.lookup_global(name).map(|(_, size)| size as u64)
+    }
+
+    /// A kernel, by name; its "address" is its CUfunction handle, as in LLVM's plugin.
+    fn function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
+        self.context.make_current()?;
+        // SAFETY: the module is loaded until self drops.
+        let function = unsafe { result::module::get_function(self.module, name.to_owned()) }
+            .map_err(|_| BackendError::MissingSymbol(name.to_string_lossy().into_owned()))?;
+        let mode = self.exec_mode(name)?;
+        // SAFETY: `function` came from cuModuleGetFunction on a loaded module.
+        let kernel_max = unsafe {
+            result::function::get_function_attribute(
+                function,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+            )
+        }
+        .map_err(|e| driver_err("cuFuncGetAttribute", e))?;
+        let handle = function as DeviceAddr;
+        lock(&self.kernels).insert(
+            handle,
+            Kernel {
+                function: Function(function),
+                mode,
+                max_threads: (kernel_max.max(1) as u32).min(self.device_max_threads),
+            },
+        );
+        lock(&self.mine).push(handle);
+        Ok(handle)
+    }
+
+    fn indirect_function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
+        Err(BackendError::Load(format!(
+            "`{}` is a size-0 indirect entry (the function's own symbol): CUDA resolves \
+             only kernels and globals by name, so a device function's address cannot be \
+             looked up; emit a size-8 entry whose device global holds the function's \
+             address (clang 18+ does)",
+            name.to_string_lossy()
+        )))
+    }
+}
+
+impl Drop for CudaModule {
+    fn drop(&mut self) {
+        let mut kernels = lock(&self.kernels);
+        for handle in lock(&self.mine).drain(..) {
+            kernels.remove(&handle);
+        }
+        drop(kernels);
+        if self.context.make_current().is_ok() {
+            // SAFETY: the module was loaded by load_image and is unloaded once, here.
+            let _ = unsafe { result::module::unload(self.module) };
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    fn elf_machine(&self) -> u16 {
+        object::elf::EM_CUDA
+    }
+
+    fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn init_device(&self, device: usize) -> Result<(), BackendError> {
+        self.enter(device).map(|_| ())
+    }
+
+    fn is_compatible(&self, bytes: &[u8]) -> bool {
+        match image::classify(bytes) {
+            Some(CudaImage::Cubin { sm }) => self.devices.iter().any(|d| {
+                let (major, minor) = d.compute_capability;
+                image::cubin_runs_on(sm, major, minor)
+            }),
+            Some(CudaImage::Fatbin | CudaImage::Ptx) => true,
+            None => false,
+        }
+    }
+
+    /// Accept cubins (checked for the ELF machine; symbols come from the module).
+    fn inspect_image(
+        &self,
+        image: &[u8],
+    ) -> Result<Option<crate::image::ImageSymbols>, crate::image::ImageError> {
+        match image::classify(image) {
+            Some(_) => Ok(None),
+            None => match crate::image::elf_machine(image) {
+                Some(found) => Err(crate::image::ImageError::WrongMachine {
+                    found,
+                    expected: object::elf::EM_CUDA,
+                }),
+                None => Err(crate::image::ImageError::NotElf(
+                    "not a cubin, fatbinary or PTX".into(),
+                )),
+            },
+        }
+    }
+
+    fn load_image(
+        &self,
+        device: usize,
+        bytes: &[u8],
+    ) -> Result<Box<dyn LoadedModule>, BackendError> {
+        let dev = self.device(device)?;
+        let kind = image::classify(bytes)
+            .ok_or_else(|| BackendError::Load("not a cubin, fatbinary or PTX".into()))?;
+        if let CudaImage::Cubin { sm } = kind {
+            let (major, minor) = dev.compute_capability;
+            if !image::cubin_runs_on(sm, major, minor) {
+                return Err(BackendError::Load(format!(
+                    "the cubin is for sm_{sm}; device {device} ({}) is sm_{major}{minor}",
+                    dev.name
+                )));
+            }
+        }
+        // cuModuleLoadData reads PTX up to its NUL; give it one. Every image is copied to
+        // an aligned buffer the driver may read as 8-byte words.
+        let mut words = vec![0u64; bytes.len() / 8 + 1];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        let context = self.enter(device)?;
+        // SAFETY: `words` holds the whole image plus a terminating zero byte and lives
+        // across the call; the context is current.
+        let module = unsafe { result::module::load_data(words.as_ptr().cast::<c_void>()) }
+            .map_err(|e| driver_err("cuModuleLoadData", e))?;
+        let loaded = CudaModule {
+            module,
+            context,
+            kernels: self.kernels.clone(),
+            mine: Mutex::new(Vec::new()),
+            device_max_threads: dev.max_threads,
+        };
+        self.write_device_environment(device, &loaded)?;
+        Ok(Box::new(loaded))
+    }
+
+    fn alloc(&self, device: usize, size: usize) -> Result<DeviceAddr, BackendError> {
+        self.alloc_kind(device, size, AllocKind::Device)
+    }
+
+    fn alloc_kind(
+        &self,
+        device: usize,
+        size: usize,
+        kind: AllocKind,
+    ) -> Result<DeviceAddr, BackendError> {
+        self.enter(device)?;
+        // The driver refuses zero-byte allocations; a one-byte one keeps the address unique.
+        let size = size.max(1);
+        let oom = |_| BackendError::OutOfMemory(size);
+        // SAFETY: the device's context is current; the memory is returned uninitialised,
+        // which is what data_alloc promises.
+        unsafe {
+            match kind {
+                AllocKind::Default | AllocKind::Device => result::malloc_sync(size).map_err(oom),
+                AllocKind::Shared => {
+                    result::malloc_managed(size, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL)
+                        .map_err(oom)
+                }
+                AllocKind::Host => {
+                    let p = result::malloc_host(size, 0).map_err(oom)? as DeviceAddr;
+                    lock(&self.host_allocations).insert(p);
+                    Ok(p)
+                }
+            }
+        }
+    }
+
+    unsafe fn free(&self, device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
+        self.enter(device)?;
+        let pinned = lock(&self.host_allocations).remove(&addr);
+        // SAFETY: the caller promises `addr` came from alloc_kind on this device and is
+        // dead; pinned host memory is told apart by the set it was recorded in.
+        unsafe {
+            if pinned {
+                result::free_host(addr as *mut c_void)
+            } else {
+                result::free_sync(addr)
+            }
+        }
+        .map_err(|e| driver_err("freeing", e))
+    }
+
+    unsafe fn write(&self, device: usize, dst: DeviceAddr, src: &[u8]) -> Result<(), BackendError> {
+        self.enter(device)?;
+        // SAFETY: the caller promises dst..dst+len is memory of this device; `src` is a
+        // live slice; the copy is synchronous.
+        unsafe { result::memcpy_htod_sync(dst, src) }.map_err(|e| driver_err("cuMemcpyHtoD", e))
+    }
+
+    unsafe fn read(
+        &self,
+        device: usize,
+        src: DeviceAddr,
+        dst: &mut [u8],
+    ) -> Result<(), BackendError> {
+        self.enter(device)?;
+        // SAFETY: the caller promises src..src+len is memory of this device; the copy is
+        // synchronous.
+        unsafe { result::memcpy_dtoh_sync(dst, src) }.map_err(|e| driver_err("cuMemcpyDtoH", e))
+    }
+
+    unsafe fn copy(
+        &self,
+        src_device: usize,
+        src: DeviceAddr,
+        dst_device: usize,
+        dst: DeviceAddr,
+        len: usize,
+    ) -> Result<(), BackendError> {
+        self.enter(dst_device)?;
+        self.device(src_device)?;
+        // SAFETY: the caller promises both ranges are device memory; with unified
+        // addressing cuMemcpy finds each side's device from the address.
+        unsafe { sys::cuMemcpy(dst, src, len) }
+            .result()
+            .map_err(|e| driver_err("cuMemcpy", e))
+    }
+
+    unsafe fn launch(
+        &self,
+        device: usize,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+    ) -> Result<(), BackendError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.launch_teams(device, kernel, args, LaunchRequest::default()) }
+    }
+
+    unsafe fn launch_teams(
+        &self,
+        device: usize,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        request: LaunchRequest,
+    ) -> Result<(), BackendError> {
+        let dev = self.device(device)?;
+        let k = lock(&self.kernels)
+            .get(&kernel)
+            .copied()
+            .ok_or_else(|| BackendError::Launch(format!("{kernel:#x} is not a loaded kernel")))?;
+        let limits = Limits {
+            warp_size: 32,
+            max_threads: k.max_threads,
+            block_limit: dev.block_limit,
+            default_threads: DEFAULT_THREADS,
+            default_blocks: DEFAULT_BLOCKS,
+        };
+        let shape = launch_shape::shape(
+            k.mode,
+            request.num_teams,
+            request.thread_limit,
+            request.tripcount,
+            &limits,
+        );
+        self.enter(device)?;
+        // cuLaunchKernel takes a pointer to each argument's value.
+        let mut values: Vec<u64> = args.to_vec();
+        let mut params: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| (v as *mut u64).cast::<c_void>())
+            .collect();
+        // SAFETY: the caller promises `kernel` is a kernel of a loaded image taking
+        // `args.len()` pointer-sized arguments; `values` outlives the launch, which is
+        // waited for below before anything is dropped.
+        unsafe {
+            result::launch_kernel(
+                k.function.0,
+                (shape.blocks, 1, 1),
+                (shape.threads, 1, 1),
+                0,
+                std::ptr::null_mut(),
+                &mut params,
+            )
+        }
+        .map_err(|e| BackendError::Launch(format!("cuLaunchKernel {shape:?}: {e:?}")))?;
+        result::ctx::synchronize()
+            .map_err(|e| BackendError::Launch(format!("kernel {shape:?} failed: {e:?}")))
+    }
+
+    fn synchronize(&self, device: usize) -> Result<(), BackendError> {
+        self.enter(device)?;
+        result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", e))
+    }
+
+    fn queue_create(&self, device: usize) -> Result<Option<QueueHandle>, BackendError> {
+        self.enter(device)?;
+        // A blocking stream: it orders itself with the legacy default stream, which the
+        // launches use.
+        let stream = result::stream::create(result::stream::StreamKind::Default)
+            .map_err(|e| driver_err("cuStreamCreate", e))?;
+        Ok(Some(stream as QueueHandle))
+    }
+
+    fn queue_finish(&self, device: usize, queue: QueueHandle) -> Result<(), BackendError> {
+        self.enter(device)?;
+        let stream = queue as sys::CUstream;
+        // SAFETY: `queue` came from queue_create on this device and is finished once.
+        let waited = unsafe { result::stream::synchronize(stream) };
+        // SAFETY: as above; destroying after the wait, whatever its outcome.
+        let destroyed = unsafe { result::stream::destroy(stream) };
+        waited
+            .map_err(|e| driver_err("cuStreamSynchronize", e))
+            .and(destroyed.map_err(|e| driver_err("cuStreamDestroy", e)))
+    }
+
+    fn queue_done(&self, device: usize, queue: QueueHandle) -> Result<bool, BackendError> {
+        self.enter(device)?;
+        // SAFETY: `queue` came from queue_create on this device and is still alive.
+        match unsafe { sys::cuStreamQuery(queue as sys::CUstream) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(driver_err("cuStreamQuery", DriverError(e))),
+        }
+    }
+
+    unsafe fn write_async(
+        &self,
+        device: usize,
+        dst: DeviceAddr,
+        src: *const u8,
+        len: usize,
+        queue: QueueHandle,
+    ) -> Result<(), BackendError> {
+        self.enter(device)?;
+        // SAFETY: the caller promises `dst` is device memory and `src` stays readable
+        // until the queue (a stream of this device) is finished.
+        unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, queue as sys::CUstream) }
+            .result()
+            .map_err(|e| driver_err("cuMemcpyHtoDAsync", e))
+    }
+
+    unsafe fn read_async(
+        &self,
+        device: usize,
+        src: DeviceAddr,
+        dst: *mut u8,
+        len: usize,
+        queue: QueueHandle,
+    ) -> Result<(), BackendError> {
+        self.enter(device)?;
+        // SAFETY: the caller promises `src` is device memory and `dst` stays writable and
+        // otherwise unused until the queue (a stream of this device) is finished.
+        unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, queue as sys::CUstream) }
+            .result()
+            .map_err(|e| driver_err("cuMemcpyDtoHAsync", e))
+    }
+
+    fn event_create(&self, device: usize) -> Result<Option<EventHandle>, BackendError> {
+        self.enter(device)?;
+        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(|e| driver_err("cuEventCreate", e))?;
+        Ok(Some(event as EventHandle))
+    }
+
+    fn event_record(
+        &self,
+        device: usize,
+        event: EventHandle,
+        queue: Option<QueueHandle>,
+    ) -> Result<(), BackendError> {
+        self.enter(device)?;
+        let stream = queue.map_or(std::ptr::null_mut(), |q| q as sys::CUstream);
+        // SAFETY: `event` came from event_create and `queue`, if any, from queue_create;
+        // the null stream is the legacy default stream.
+        unsafe { result::event::record(event as sys::CUevent, stream) }
+            .map_err(|e| driver_err("cuEventRecord", e))
+    }
+
+    fn event_wait(
+        &self,
+        device: usize,
+        event: EventHandle,
+        queue: Option<QueueHandle>,
+    ) -> Result<(), BackendError> {
+        self.enter(device)?;
+        let stream = queue.map_or(std::ptr::null_mut(), |q| q as sys::CUstream);
+        // SAFETY: as in event_record.
+        unsafe {
+            result::stream::wait_event(
+                stream,
+                event as sys::CUevent,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        }
+        .map_err(|e| driver_err("cuStreamWaitEvent", e))
+    }
+
+    fn event_sync(&self, device: usize, event: EventHandle) -> Result<(), BackendError> {
+        self.enter(device)?;
+        // SAFETY: `event` came from event_create and is not destroyed yet.
+        unsafe { result::event::synchronize(event as sys::CUevent) }
+            .map_err(|e| driver_err("cuEventSynchronize", e))
+    }
+
+    fn event_destroy(&self, device: usize, event: EventHandle) -> Result<(), BackendError> {
+        self.enter(device)?;
+        // SAFETY: `event` came from event_create and is destroyed once, here.
+        unsafe { result::event::destroy(event as sys::CUevent) }
+            .map_err(|e| driver_err("cuEventDestroy", e))
+    }
+}

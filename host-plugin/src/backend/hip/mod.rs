@@ -1,0 +1,481 @@
+//! AMD GPUs through the HIP runtime, loaded at run time.
+//!
+//! `libamdhip64.so` is opened with dlopen when the backend is created: from the path in
+//! `OMPTARGET_RS_HIP_LIBRARY` if set (used by the tests to point at a stand-in), else
+//! by soname (`libamdhip64.so`, then `libamdhip64.so.6`) through the dynamic loader's
+//! search. Without the runtime, or with no AMD GPU, the backend has 0 devices and says
+//! nothing (only with the plugin's debug output on), so libomptarget carries on.
+//!
+//! Layers, as in cudarc: [`sys`] (function pointer types and the loaded table),
+//! [`result`] (one `Result`-returning function per call), this module (the [`Backend`]).
+//! [`code_object`] picks, among the code objects of an image, the one whose target ID
+//! suits the device (xnack/sramecc rules).
+//!
+//! What is known and what is not: this backend has run only against the stand-in HIP
+//! library of `tests/tests/amdgpu_hip_contract.rs`, never on AMD hardware.
+
+pub mod code_object;
+pub mod result;
+pub mod sys;
+
+use super::{Backend, BackendError, DeviceAddr, LoadedModule};
+use crate::diag;
+use object::read::elf::ElfFile64;
+use object::{LittleEndian, Object, ObjectSymbol, SymbolKind};
+use offload_formats::target_id::TargetId;
+use result::{device, launch, memory, module, HipCallError};
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::sync::Arc;
+use sys::HipApi;
+
+/// Environment variable naming the HIP runtime library to load instead of the default.
+pub const HIP_LIBRARY_ENV: &str = "OMPTARGET_RS_HIP_LIBRARY";
+/// The sonames tried, in order, when the variable is not set.
+pub const DEFAULT_HIP_LIBRARIES: &[&str] = &["libamdhip64.so", "libamdhip64.so.6"];
+
+/// The launch geometry: the [`Backend`] contract is "run the kernel once", as the host
+/// backend does, so one work-group of one work-item.
+const LAUNCH_GRID: [u32; 3] = [1, 1, 1];
+const LAUNCH_BLOCK: [u32; 3] = [1, 1, 1];
+
+/// One HIP device as the backend sees it.
+#[derive(Debug, Clone)]
+pub struct HipDevice {
+    /// `gcnArchName` as HIP reports it (e.g. `gfx90a:sramecc+:xnack-`), or why it could
+    /// not be read.
+    pub arch_name: Result<String, String>,
+    /// The parsed target ID; None when the name could not be read or parsed.
+    pub target_id: Option<TargetId>,
+}
+
+struct Runtime {
+    api: Arc<HipApi>,
+    devices: Vec<HipDevice>,
+}
+
+/// The AMDGPU backend over the HIP runtime. With no runtime it has no devices.
+pub struct HipBackend {
+    runtime: Option<Runtime>,
+}
+
+fn load_failed(e: HipCallError) -> BackendError {
+    BackendError::Load(e.to_string())
+}
+
+impl Default for HipBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HipBackend {
+    /// The backend of the installed HIP runtime (or of `OMPTARGET_RS_HIP_LIBRARY`).
+    /// Never fails: any problem leaves it with 0 devices, reported only as debug output.
+    pub fn new() -> Self {
+        let candidates: Vec<String> = match std::env::var(HIP_LIBRARY_ENV) {
+            Ok(path) if !path.is_empty() => vec![path],
+            _ => DEFAULT_HIP_LIBRARIES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        };
+        let mut reasons = Vec::new();
+        for path in &candidates {
+            match Self::from_library(path) {
+                Ok(backend) => return backend,
+                Err(e) => reasons.push(format!("{path}: {e}")),
+            }
+        }
+        diag::debug(|| format!("no HIP runtime, 0 AMDGPU devices ({})", reasons.join("; ")));
+        HipBackend { runtime: None }
+    }
+
+    /// The backend of the HIP runtime at `path` (a path, or a soname to search for).
+    /// Fails if the library cannot be opened, lacks an entry point, or cannot count its
+    /// devices; a runtime that reports no devices is a backend with 0 devices.
+    pub fn from_library(path: &str) -> Result<Self, String> {
+        let api = HipApi::load(path)?;
+        let count = device::count(&api).map_err(|e| e.to_string())?;
+        let devices = (0..count)
+            .map(|d| {
+                let arch_name = device::gcn_arch_name(&api, d).map_err(|e| e.to_string());
+                let target_id = arch_name
+                    .as_ref()
+                    .ok()
+                    .and_then(|name| TargetId::parse(name).ok());
+                HipDevice {
+                    arch_name,
+                    target_id,
+                }
+            })
+            .collect();
+        Ok(HipBackend {
+            runtime: Some(Runtime {
+                api: Arc::new(api),
+                devices,
+            }),
+        })
+    }
+
+    /// The devices found (empty without a runtime).
+    pub fn devices(&self) -> &[HipDevice] {
+        self.runtime.as_ref().map_or(&[], |r| &r.devices)
+    }
+
+    /// Does `image` hold a code object that can run on at least one of the devices?
+    /// (What `is_valid_binary` should ask, so that libomptarget hands each device an
+    /// image built for it.)
+    pub fn accepts_image(&self, image: &[u8]) -> bool {
+        let Ok(objects) = code_object::code_objects(image) else {
+            return false;
+        };
+        self.devices().iter().any(|d| {
+            d.target_id
+                .as_ref()
+                .is_some_and(|id| code_object::select(&objects, id).is_ok())
+        })
+    }
+
+    fn runtime(&self) -> Result<&Runtime, BackendError> {
+        self.runtime
+            .as_ref()
+            .ok_or(BackendError::NoDevices("amdgpu"))
+    }
+
+    /// The runtime with `device` made current on this thread.
+    fn on_device(&self, device: usize) -> Result<&Arc<HipApi>, BackendError> {
+        let rt = self.runtime()?;
+        if device >= rt.devices.len() {
+            return Err(BackendError::NoDevices("amdgpu"));
+        }
+        device::set(&rt.api, device).map_err(load_failed)?;
+        Ok(&rt.api)
+    }
+}
+
+/// An ELF symbol of a loaded code object.
+#[derive(Clone, Copy)]
+struct ElfSymbol {
+    value: u64,
+    size: u64,
+    kind: SymbolKind,
+}
+
+/// A code object loaded on one device.
+struct HipModule {
+    api: Arc<HipApi>,
+    device: usize,
+    /// `hipModule_t`, kept as an integer so the type is Send + Sync (HIP modules may be
+    /// used from any thread).
+    handle: usize,
+    /// Defined dynamic symbols of the code object, by name.
+    symbols: HashMap<Vec<u8>, ElfSymbol>,
+}
+
+impl HipModule {
+    fn raw(&self) -> sys::HipModule {
+        self.handle as sys::HipModule
+    }
+
+    fn symbol(&self, name: &CStr) -> Option<ElfSymbol> {
+        self.symbols.get(name.to_bytes()).copied()
+    }
+
+    /// An AMDGPU kernel `k` comes with its kernel descriptor `k.kd`.
+    fn is_kernel(&self, name: &CStr) -> bool {
+        let mut kd = name.to_bytes().to_vec();
+        kd.extend_from_slice(b".kd");
+        self.symbols.contains_key(&kd)
+    }
+
+    /// Where the code object was loaded. HIP resolves only kernels and variables by
+    /// name, but an indirect function named by a size-0 entry needs its code address.
+    /// ROCr's loader places a code object (ET_DYN) as one block, every segment at its
+    /// ELF address plus one offset (the same offset its R_AMDGPU_RELATIVE64 relocations
+    /// add), so the offset is a variable's device address minus its ELF address.
+    /// Inferred from the loader's design, not yet checked on AMD hardware; size-8
+    /// entries (clang 18+) do not depend on it.
+    fn load_offset(&self) -> Result<u64, BackendError> {
+        let mut anchors: Vec<(&Vec<u8>, &ElfSymbol)> = self
+            .symbols
+            .iter()
+            // Variables only: kernel descriptors (`k.kd`) are data symbols too, but HIP
+            // looks up variables, not descriptors, by name.
+            .filter(|(n, s)| s.kind == SymbolKind::Data && !n.ends_with(b".kd"))
+            .collect();
+        // Deterministic choice (HashMap order is not).
+        anchors.sort_by(|a, b| a.0.cmp(b.0));
+        let (name, sym) = anchors.first().ok_or_else(|| {
+            BackendError::Load("the code object exports no variable to locate it by".into())
+        })?;
+        let name = CString::new(name.as_slice())
+            .map_err(|_| BackendError::Load("a symbol name holds a NUL byte".into()))?;
+        device::set(&self.api, self.device).map_err(load_failed)?;
+        // SAFETY: the module is live for as long as `self`.
+        let (addr, _) =
+            unsafe { module::get_global(&self.api, self.raw(), &name) }.map_err(load_failed)?;
+        Ok(addr.wrapping_sub(sym.value))
+    }
+}
+
+impl LoadedModule for HipModule {
+    fn global(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
+        let missing = || BackendError::MissingSymbol(name.to_string_lossy().into_owned());
+        device::set(&self.api, self.device).map_err(load_failed)?;
+        // SAFETY: the module is live for as long as `self`.
+        let (addr, _size) =
+            unsafe { module::get_global(&self.api, self.raw(), name) }.map_err(|_| missing())?;
+        if addr == 0 {
+            return Err(missing());
+        }
+        Ok(addr)
+    }
+
+    /// A kernel's `hipFunction_t` (what [`HipBackend::launch`] takes).
+    fn function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
+        let missing = || BackendError::MissingSymbol(name.to_string_lossy().into_owned());
+        // HIP would also answer for a name that is no kernel (hipErrorNotFound), but
+        // the descriptor check keeps device functions from being launched.
+        if !self.is_kernel(name) {
+            return Err(missing());
+        }
+        device::set(&self.api, self.device).map_err(load_failed)?;
+        // SAFETY: the module is live for as long as `self`.
+        let f =
+            unsafe { module::get_function(&self.api, self.raw(), name) }.map_err(|_| missing())?;
+        if f.is_null() {
+            return Err(missing());
+        }
+        Ok(f as DeviceAddr)
+    }
+
+    /// A device function's code address (what an indirect call jumps to).
+    fn indirect_function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
+        match self.symbol(name) {
+            Some(sym) if sym.kind == SymbolKind::Text => {
+                Ok(self.load_offset()?.wrapping_add(sym.value))
+            }
+            _ => Err(BackendError::MissingSymbol(
+                name.to_string_lossy().into_owned(),
+            )),
+        }
+    }
+
+    fn global_size(&self, name: &CStr) -> Option<u64> {
+        self.symbol(name).map(|s| s.size)
+    }
+}
+
+impl Drop for HipModule {
+    fn drop(&mut self) {
+        // Errors cannot be reported from a drop; the runtime reclaims modules at exit.
+        if device::set(&self.api, self.device).is_ok() {
+            // SAFETY: the module came from hipModuleLoadData and dies with `self`.
+            let _ = unsafe { module::unload(&self.api, self.raw()) };
+        }
+    }
+}
+
+/// A copy of some bytes in 8-byte aligned storage.
+struct AlignedCopy {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl AlignedCopy {
+    fn new(bytes: &[u8]) -> Self {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        AlignedCopy {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
+    }
+}
+
+/// Defined dynamic symbols of a code object (HIP looks names up in the same table).
+fn dynamic_symbols(code_object: &[u8]) -> Result<HashMap<Vec<u8>, ElfSymbol>, BackendError> {
+    let file = ElfFile64::<LittleEndian>::parse(code_object)
+        .map_err(|e| BackendError::Load(format!("code object: {e}")))?;
+    let mut out = HashMap::new();
+    for sym in file.dynamic_symbols() {
+        if !sym.is_definition() {
+            continue;
+        }
+        if let Ok(name) = sym.name_bytes() {
+            out.insert(
+                name.to_vec(),
+                ElfSymbol {
+                    value: sym.address(),
+                    size: sym.size(),
+                    kind: sym.kind(),
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+impl Backend for HipBackend {
+    fn elf_machine(&self) -> u16 {
+        object::elf::EM_AMDGPU
+    }
+
+    fn device_count(&self) -> usize {
+        self.devices().len()
+    }
+
+    fn init_device(&self, device: usize) -> Result<(), BackendError> {
+        self.on_device(device).map(|_| ())
+    }
+
+    fn load_image(
+        &self,
+        device: usize,
+        image: &[u8],
+    ) -> Result<Box<dyn LoadedModule>, BackendError> {
+        let rt = self.runtime()?;
+        let info = rt
+            .devices
+            .get(device)
+            .ok_or(BackendError::NoDevices("amdgpu"))?;
+        let device_id = info.target_id.as_ref().ok_or_else(|| {
+            BackendError::Load(format!(
+                "device {device}: unknown target ID ({}), cannot choose a code object",
+                match &info.arch_name {
+                    Ok(name) => format!("gcnArchName `{name}` does not parse"),
+                    Err(e) => e.clone(),
+                }
+            ))
+        })?;
+        let objects =
+            code_object::code_objects(image).map_err(|e| BackendError::Load(e.to_string()))?;
+        let chosen = code_object::select(&objects, device_id)
+            .map_err(|e| BackendError::Load(format!("device {device}: {e}")))?;
+        diag::debug(|| {
+            format!(
+                "device {device} ({device_id}): loading the {} code object ({} bytes)",
+                chosen.target_id,
+                chosen.bytes.len()
+            )
+        });
+        // A code object inside a container may start at any offset; the ELF reader (and
+        // HIP) want it 8-byte aligned.
+        let storage;
+        let bytes: &[u8] = if chosen.bytes.as_ptr().align_offset(8) == 0 {
+            &chosen.bytes
+        } else {
+            storage = AlignedCopy::new(&chosen.bytes);
+            storage.bytes()
+        };
+        let symbols = dynamic_symbols(bytes)?;
+        let api = self.on_device(device)?;
+        let handle = module::load_data(api, bytes).map_err(load_failed)?;
+        Ok(Box::new(HipModule {
+            api: Arc::clone(api),
+            device,
+            handle: handle as usize,
+            symbols,
+        }))
+    }
+
+    fn alloc(&self, device: usize, size: usize) -> Result<DeviceAddr, BackendError> {
+        let api = self.on_device(device)?;
+        // A zero-size request asks for one byte so a successful allocation is non-null.
+        match memory::malloc(api, size.max(1)) {
+            Ok(0) => Err(BackendError::OutOfMemory(size)),
+            Ok(p) => Ok(p),
+            Err(e) if e.code == 2 => Err(BackendError::OutOfMemory(size)),
+            Err(e) => Err(load_failed(e)),
+        }
+    }
+
+    unsafe fn free(&self, device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
+        let api = self.on_device(device)?;
+        // SAFETY: forwarded caller contract (`addr` came from `alloc` and is dead).
+        unsafe { memory::free(api, addr) }.map_err(load_failed)
+    }
+
+    unsafe fn write(&self, device: usize, dst: DeviceAddr, src: &[u8]) -> Result<(), BackendError> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let api = self.on_device(device)?;
+        // SAFETY: forwarded caller contract (dst..dst+len is this device's memory).
+        unsafe { memory::copy_to_device(api, dst, src) }.map_err(load_failed)
+    }
+
+    unsafe fn read(
+        &self,
+        device: usize,
+        src: DeviceAddr,
+        dst: &mut [u8],
+    ) -> Result<(), BackendError> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let api = self.on_device(device)?;
+        // SAFETY: forwarded caller contract (src..src+len is this device's memory).
+        unsafe { memory::copy_to_host(api, dst, src) }.map_err(load_failed)
+    }
+
+    unsafe fn copy(
+        &self,
+        src_device: usize,
+        src: DeviceAddr,
+        dst_device: usize,
+        dst: DeviceAddr,
+        len: usize,
+    ) -> Result<(), BackendError> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.on_device(src_device)?;
+        let api = self.on_device(dst_device)?;
+        // SAFETY: forwarded caller contract (both ranges are memory of their devices).
+        unsafe {
+            if src_device == dst_device {
+                memory::copy_on_device(api, dst, src, len)
+            } else {
+                memory::copy_peer(api, dst, dst_device, src, src_device, len)
+            }
+        }
+        .map_err(load_failed)
+    }
+
+    unsafe fn launch(
+        &self,
+        device: usize,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+    ) -> Result<(), BackendError> {
+        let api = self.on_device(device)?;
+        // Pointer arguments packed back to back, 8-byte aligned, as the kernel's
+        // parameter segment lays them out.
+        let mut packed: Vec<u8> = args.iter().flat_map(|a| a.to_ne_bytes()).collect();
+        // SAFETY: the caller promises `kernel` is a kernel (hipFunction_t) of an image
+        // loaded on `device` taking `args.len()` pointers.
+        unsafe {
+            launch::module_launch_kernel(
+                api,
+                kernel as sys::HipFunction,
+                LAUNCH_GRID,
+                LAUNCH_BLOCK,
+                &mut packed,
+            )
+        }
+        .map_err(|e| BackendError::Launch(e.to_string()))?;
+        // The contract is "run to completion".
+        device::synchronize(api).map_err(|e| BackendError::Launch(e.to_string()))
+    }
+
+    fn synchronize(&self, device: usize) -> Result<(), BackendError> {
+        let api = self.on_device(device)?;
+        device::synchronize(api).map_err(load_failed)
+    }
+}

@@ -1,0 +1,258 @@
+//! Shared helpers of the AMDGPU tests: real code objects built with clang-22 from
+//! tests/fixtures/amdgpu/indirect_kernel.c + device-rtl, and the stand-in HIP library
+//! (tests/fixtures/amdgpu/fake_hip.c) with the controls it exports.
+#![allow(dead_code)]
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the workspace root")
+        .to_path_buf()
+}
+
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+/// A fresh directory for one test's files.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = target_dir()
+        .join("amdgpu-tests")
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create a scratch directory");
+    d
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// An LLVM 22 tool: `<tool>-22` on PATH or /usr/lib/llvm-22/bin/<tool>.
+pub fn llvm22(tool: &str) -> PathBuf {
+    let versioned = format!("{tool}-22");
+    which(&versioned)
+        .or_else(|| {
+            let p = Path::new("/usr/lib/llvm-22/bin").join(tool);
+            p.is_file().then_some(p)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{versioned} not found: install clang-22 lld-22 llvm-22 clang-tools-22 (`cargo xtask test` does)"
+            )
+        })
+}
+
+pub fn run_ok(cmd: &mut Command) {
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("could not start {shown}: {e}"));
+    assert!(
+        out.status.success(),
+        "{shown} failed with {}:\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// device-rtl's bitcode for one AMDGPU processor, built by `cargo xtask build-device`.
+pub fn device_rtl_bc(processor: &str) -> PathBuf {
+    let p = target_dir().join(format!(
+        "device/amdgcn-amd-amdhsa/{processor}/device_rtl.bc"
+    ));
+    assert!(
+        p.is_file(),
+        "{} is missing: run `cargo xtask build-device` (or `cargo xtask test`) first",
+        p.display()
+    );
+    p
+}
+
+/// The fixture kernel linked with device-rtl into a code object for `target_id`
+/// (`gfx90a`, `gfx90a:xnack+`, ...), the way an AMDGPU device toolchain links it.
+pub fn code_object(target_id: &str) -> Vec<u8> {
+    // Tests of one binary run in parallel and may build the same target ID.
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let processor = target_id.split(':').next().unwrap_or(target_id);
+    let dir = scratch(&format!(
+        "code-object-{}-{n}",
+        target_id
+            .replace(':', "_")
+            .replace('+', "p")
+            .replace('-', "m")
+    ));
+    let obj = dir.join("indirect_kernel.o");
+    let hsaco = dir.join("indirect_kernel.hsaco");
+    run_ok(
+        Command::new(llvm22("clang"))
+            .arg("--target=amdgcn-amd-amdhsa")
+            .arg(format!("-mcpu={target_id}"))
+            .args(["-nogpulib", "-O2", "-c"])
+            .arg(root().join("tests/fixtures/amdgpu/indirect_kernel.c"))
+            .args(["-Xclang", "-mlink-builtin-bitcode", "-Xclang"])
+            .arg(device_rtl_bc(processor))
+            .arg("-o")
+            .arg(&obj),
+    );
+    run_ok(
+        Command::new(llvm22("ld.lld"))
+            .arg("-shared")
+            .arg(&obj)
+            .arg("-o")
+            .arg(&hsaco),
+    );
+    std::fs::read(&hsaco).expect("read the code object")
+}
+
+/// Code objects for `target_ids` bundled by clang-offload-bundler-22, as clang ships
+/// them (with the empty host entry the bundler requires).
+pub fn bundle(target_ids: &[&str]) -> Vec<u8> {
+    let dir = scratch(&format!(
+        "bundle-{}",
+        target_ids.join("_").replace(':', "_")
+    ));
+    let host = dir.join("host.o");
+    std::fs::write(&host, b"").unwrap();
+    let mut targets = vec!["host-x86_64-unknown-linux-gnu".to_string()];
+    let mut cmd = Command::new(llvm22("clang-offload-bundler"));
+    cmd.arg("-type=o").arg(format!("-input={}", host.display()));
+    for (i, id) in target_ids.iter().enumerate() {
+        let path = dir.join(format!("{i}.hsaco"));
+        std::fs::write(&path, code_object(id)).unwrap();
+        targets.push(format!("openmp-amdgcn-amd-amdhsa--{id}"));
+        cmd.arg(format!("-input={}", path.display()));
+    }
+    let out = dir.join("bundle.o");
+    run_ok(
+        cmd.arg(format!("-targets={}", targets.join(",")))
+            .arg(format!("-output={}", out.display())),
+    );
+    std::fs::read(out).unwrap()
+}
+
+/// `e_flags` of an ELF64 file (where AMDGPU keeps the processor and xnack/sramecc).
+pub fn e_flags(elf: &[u8]) -> u32 {
+    u32::from_le_bytes(elf[48..52].try_into().unwrap())
+}
+
+/// The ELF address of a dynamic symbol of a code object.
+pub fn symbol_value(code_object: &[u8], name: &str) -> u64 {
+    use object::{Object, ObjectSymbol};
+    let file = object::File::parse(code_object).expect("code object is ELF");
+    file.dynamic_symbols()
+        .find(|s| s.name() == Ok(name))
+        .unwrap_or_else(|| panic!("{name} is not a dynamic symbol of the code object"))
+        .address()
+}
+
+/// The stand-in HIP library, compiled into this test's own file so that each test gets
+/// its own copy of the library's state (dlopen shares one instance per file).
+pub struct FakeHip {
+    pub path: PathBuf,
+    library: libloading::Library,
+}
+
+impl FakeHip {
+    /// Build it and configure its devices (comma-separated gcnArchNames, "" = none).
+    pub fn new(test: &str, devices: &str) -> FakeHip {
+        let dir = scratch(&format!("fake-hip-{test}"));
+        let path = dir.join("libamdhip64.so");
+        let cc = which("cc")
+            .or_else(|| which("gcc"))
+            .expect("a C compiler (cc or gcc) is needed to build the stand-in HIP library");
+        run_ok(
+            Command::new(cc)
+                .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror"])
+                .arg(root().join("tests/fixtures/amdgpu/fake_hip.c"))
+                .arg("-o")
+                .arg(&path)
+                .arg("-lpthread"),
+        );
+        // SAFETY: the stand-in's constructors do nothing; it stays open (and shared with
+        // the backend, which opens the same file) for the whole test.
+        let library = unsafe { libloading::Library::new(&path) }.expect("dlopen the stand-in");
+        let fake = FakeHip { path, library };
+        let list = CString::new(devices).unwrap();
+        // SAFETY: fake_hip_configure(const char *) copies the string.
+        unsafe {
+            let f = fake
+                .library
+                .get::<unsafe extern "C" fn(*const c_char)>(b"fake_hip_configure")
+                .unwrap();
+            f(list.as_ptr());
+        }
+        fake
+    }
+
+    pub fn path_str(&self) -> &str {
+        self.path.to_str().expect("a UTF-8 target dir")
+    }
+
+    /// Every call logged so far, one per line.
+    pub fn log(&self) -> Vec<String> {
+        // SAFETY: fake_hip_log() returns a NUL-terminated buffer valid until the next
+        // call into the library; it is copied at once.
+        unsafe {
+            let f = self
+                .library
+                .get::<unsafe extern "C" fn() -> *const c_char>(b"fake_hip_log")
+                .unwrap();
+            CStr::from_ptr(f())
+                .to_string_lossy()
+                .lines()
+                .map(str::to_string)
+                .collect()
+        }
+    }
+
+    pub fn clear_log(&self) {
+        // SAFETY: no arguments.
+        unsafe {
+            let f = self
+                .library
+                .get::<unsafe extern "C" fn()>(b"fake_hip_clear_log")
+                .unwrap();
+            f();
+        }
+    }
+
+    /// The first word every later-created global called `name` starts with.
+    pub fn seed_global(&self, name: &str, value: u64) {
+        let name = CString::new(name).unwrap();
+        // SAFETY: the name is copied by the callee.
+        unsafe {
+            let f = self
+                .library
+                .get::<unsafe extern "C" fn(*const c_char, u64)>(b"fake_hip_seed_global")
+                .unwrap();
+            f(name.as_ptr(), value);
+        }
+    }
+
+    /// Where the stand-in keeps global `name` of the last loaded module (host memory).
+    pub fn global_address(&self, name: &str) -> Option<u64> {
+        let name = CString::new(name).unwrap();
+        // SAFETY: the name is only read during the call.
+        let p = unsafe {
+            let f = self
+                .library
+                .get::<unsafe extern "C" fn(*const c_char) -> *mut c_void>(
+                    b"fake_hip_global_address",
+                )
+                .unwrap();
+            f(name.as_ptr())
+        };
+        (!p.is_null()).then_some(p as u64)
+    }
+}
