@@ -4,7 +4,7 @@
 //! C structures to and from these types.
 
 use crate::backend::{
-    absent::Absent, cuda::CudaBackend, host::HostBackend, AllocKind, Backend, DeviceAddr,
+    cuda::CudaBackend, hip::HipBackend, host::HostBackend, AllocKind, Backend, DeviceAddr,
     EventHandle, LaunchRequest, LoadedModule, QueueHandle,
 };
 use crate::entries::{EntryKind, OffloadEntry};
@@ -41,13 +41,13 @@ impl PluginKind {
         [PluginKind::X86_64, PluginKind::Cuda, PluginKind::Amdgpu]
     }
 
-    /// The backend that runs this kind's devices (AMDGPU: none yet). CUDA finds no
-    /// devices, quietly, where there is no driver.
+    /// The backend that runs this kind's devices. CUDA and AMDGPU find no devices,
+    /// quietly, where there is no driver or runtime.
     pub fn backend(self) -> Box<dyn Backend> {
         match self {
             PluginKind::X86_64 => Box::new(HostBackend),
             PluginKind::Cuda => Box::new(CudaBackend::new()),
-            PluginKind::Amdgpu => Box::new(Absent::new("amdgpu", object::elf::EM_AMDGPU)),
+            PluginKind::Amdgpu => Box::new(HipBackend::new()),
         }
     }
 }

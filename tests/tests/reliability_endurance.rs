@@ -64,9 +64,6 @@ fn sixteen_threads_of_nowait_regions_and_transfers_are_all_right() {
 }
 
 #[test]
-#[ignore = "crashes until plugin fixes R1 and R2 of docs/RELIABILITY.md are applied \
-            (libomptarget 16 calls deinit_plugin on every dlclose, and re-offers \
-            unmapped images to is_valid_binary); run with --ignored"]
 fn a_thousand_dlopen_cycles_of_an_offloading_library_do_not_grow() {
     let dir = scratch("rel-dlopen");
     let lib = build_offload_library(&dir, "offload_lib.c");

@@ -145,8 +145,9 @@ pub fn demo_main(_args: DemoArgs) -> Result<()> {
         plugins.display()
     );
     println!(
-        "device that ran it: omptarget-rs x86_64 plugin, device 0 = the host CPU \
-         (dlopen + libffi backend); cuda/amdgpu report 0 devices until their backends exist"
+        "device that ran it: offload device 0 of the omptarget-rs x86_64 plugin = the host \
+         CPU (dlopen + libffi backend); this program's image is x86_64 only, so the cuda and \
+         amdgpu plugins, loaded alongside, had nothing to run"
     );
     if !out.status.success() {
         bail!("the demo program failed: {}", out.status);

@@ -39,6 +39,7 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "rust-web-src",
     // Linking device bitcode into kernels, offload tools for the formats tests.
     "clang-22",
+    "clang-tools-22", // clang-offload-bundler-22, for the formats and AMDGPU tests
     "lld-22",
     "llvm-22",
     // The real libomptarget 16 and the compiler that targets it.

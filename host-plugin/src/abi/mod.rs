@@ -130,7 +130,7 @@ unsafe fn image_bytes<'a>(image: *const TgtDeviceImage) -> Option<(usize, &'a [u
     let img = unsafe { image.as_ref() }?;
     let start = img.image_start as usize;
     let len = (img.image_end as usize).checked_sub(start)?;
-    if img.image_start.is_null() || len == 0 {
+    if img.image_start.is_null() || len == 0 || !host_range_mapped(start, len) {
         return None;
     }
     // SAFETY: libomptarget's descriptor bounds the image in memory it keeps alive.
@@ -213,16 +213,57 @@ pub extern "C" fn __tgt_rtl_init_plugin() -> i32 {
     })
 }
 
+/// libomptarget 16 calls this from every `__tgt_unregister_lib` (each dlclose of an
+/// offloading library), not only at exit, while other libraries' images stay in use and
+/// it keeps pointers into their tables. So only images whose host copy is gone (their
+/// library was unmapped since) are unloaded here; the rest stay until the process ends.
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_deinit_plugin() -> i32 {
     guard("deinit_plugin", OFFLOAD_FAIL, || {
-        let r = plugin().unload_all();
-        published()
+        let gone: Vec<(i32, usize)> = published()
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clear();
-        status(r)
+            .keys()
+            .filter(|&&(_, key)| !host_range_mapped(key, 1))
+            .copied()
+            .collect();
+        for (device, key) in gone {
+            plugin().unload(device, key)?;
+            published()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&(device, key));
+        }
+        Ok(OFFLOAD_SUCCESS)
     })
+}
+
+extern "C" {
+    fn mincore(addr: *mut c_void, length: usize, vec: *mut u8) -> i32;
+    fn sysconf(name: i32) -> i64;
+}
+
+/// `_SC_PAGESIZE` on Linux.
+const SC_PAGESIZE: i32 = 30;
+
+/// Whether every page of `start..start+len` is mapped in this process. libomptarget 16
+/// keeps every image it ever registered and offers them all again to `is_valid_binary`
+/// on each later registration, also those of libraries dlclosed since: their bounds
+/// point into unmapped memory that must not be read.
+fn host_range_mapped(start: usize, len: usize) -> bool {
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { sysconf(SC_PAGESIZE) })
+        .unwrap_or(4096)
+        .max(1);
+    let first = start - start % page;
+    let Some(end) = start.checked_add(len.max(1)) else {
+        return false;
+    };
+    let pages = (end - first).div_ceil(page);
+    let mut residency = vec![0u8; pages];
+    // SAFETY: mincore only inspects the page tables for the range and writes one byte per
+    // page into `residency`, which holds `pages` bytes; an unmapped page gives ENOMEM.
+    unsafe { mincore(first as *mut c_void, end - first, residency.as_mut_ptr()) == 0 }
 }
 
 #[no_mangle]

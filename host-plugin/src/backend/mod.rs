@@ -1,7 +1,6 @@
 //! What the plugin core needs from a device kind: memory, transfers, images, symbols,
 //! launches. One implementation per kind; the core never knows which one it drives.
 
-pub mod absent;
 pub mod cuda;
 pub mod hip;
 pub mod host;

@@ -51,10 +51,15 @@ pub fn clang16() -> PathBuf {
 }
 
 /// A fresh directory for one test's files.
+/// A fresh, empty directory for one caller: unique per call, since tests in one process
+/// run in parallel and may ask for the same name (a shared directory that each caller
+/// clears made them delete each other's images).
 pub fn scratch(name: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let d = target_dir()
         .join("plugin-tests")
-        .join(format!("{name}-{}", std::process::id()));
+        .join(format!("{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("create a scratch directory");
     d

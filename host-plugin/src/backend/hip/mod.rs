@@ -326,6 +326,12 @@ impl Backend for HipBackend {
         object::elf::EM_AMDGPU
     }
 
+    /// libomptarget offers every AMDGPU image to every device: take only code objects
+    /// whose target ID (gfx, xnack, sramecc) this device can run.
+    fn is_compatible(&self, image: &[u8]) -> bool {
+        HipBackend::accepts_image(self, image)
+    }
+
     fn device_count(&self) -> usize {
         self.devices().len()
     }
