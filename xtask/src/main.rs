@@ -1,5 +1,6 @@
 //! Project automation: `cargo xtask <command>`. See README.md.
 
+mod bench;
 mod device;
 mod fuzz;
 mod gpu_bundle;
@@ -34,6 +35,8 @@ enum Cmd {
     Lit(lit::Args),
     /// Bounded cargo-fuzz runs of every parser target.
     Fuzz(fuzz::Args),
+    /// Benchmarks: `bench cpu` times and counts the lookup on the CPU (docs/BENCHMARKS.md).
+    Bench(bench::Args),
     /// Build the CUDA GPU tests, fixtures and plugin into target/gpu-bundle/ with run.sh.
     GpuBundle(gpu_bundle::Args),
     /// Endurance, stress and dlopen cycles through libomptarget 16; --valgrind; --asan.
@@ -52,5 +55,6 @@ fn main() -> Result<()> {
         Cmd::Test(a) => test::main(a),
         Cmd::Reliability(a) => reliability::main(a),
         Cmd::GpuBundle(a) => gpu_bundle::main(a),
+        Cmd::Bench(a) => bench::main(a),
     }
 }

@@ -328,3 +328,60 @@ proptest! {
         }
     }
 }
+
+/// Both ways of finding the first step of the search (one per target) agree, on every
+/// small length and around every power of two.
+#[test]
+fn power_of_two_below_agrees_on_every_target_path() {
+    let mut lens: Vec<usize> = (2..5000).collect();
+    for k in 1..usize::BITS {
+        let p = 1usize << k;
+        lens.extend([p - 1, p, p + 1].into_iter().filter(|&n| n >= 2));
+    }
+    lens.push(usize::MAX);
+    for n in lens {
+        let expected = super::power_of_two_below_by_clz(n);
+        assert!(
+            expected.is_power_of_two() && expected < n && expected >= n / 2,
+            "n = {n}"
+        );
+        assert_eq!(
+            super::power_of_two_below_by_smearing(n),
+            expected,
+            "n = {n}"
+        );
+    }
+}
+
+/// Tables long enough for the prefetching steps (`PREFETCH_MIN_LEN` and a few more, so
+/// the first probe is not at 0): every key and the gaps around it are found or missed as
+/// the linear scan says, with the exact probe count; in debug builds every prefetch is
+/// checked to lie inside the table.
+#[test]
+fn prefetching_tables_hits_and_gaps() {
+    for len in [PREFETCH_MIN_LEN, PREFETCH_MIN_LEN + 3] {
+        let keys: Vec<u64> = (0..len as u64).map(|i| 0x1000 + 32 * i).collect();
+        let table = table_of(&keys);
+        let probe_all = |key: u64| {
+            let expected = keys.binary_search(&key).ok().map(|i| &table[i]);
+            assert_eq!(checked_find(&table, key), expected, "key {key:#x}");
+            assert_eq!(translate(&table, key), naive_or_hit(expected, key));
+        };
+        // Every 97th key (with its neighbours), plus both ends.
+        for &k in keys
+            .iter()
+            .step_by(97)
+            .chain([keys[0], keys[len - 1]].iter())
+        {
+            for key in [k - 1, k, k + 1] {
+                probe_all(key);
+            }
+        }
+        probe_all(0);
+        probe_all(u64::MAX);
+    }
+}
+
+fn naive_or_hit(entry: Option<&FptrMapEntry>, key: u64) -> u64 {
+    entry.map_or(key, |e| e.tgt_ptr as u64)
+}

@@ -1,0 +1,104 @@
+//! `lookup_count SIZE WORKLOAD [ROUNDS]` (`lookup_count --list` prints the pairs to run): runs every lookup implementation once over the
+//! workload's keys, each in its own never-inlined `count_*` function, for
+//! `valgrind --tool=callgrind` to count instructions per function (`cargo xtask bench cpu`
+//! divides them by the number of keys). Prints the checksums so nothing is optimized out.
+//!
+//! With ROUNDS it also times each implementation ROUNDS times, interleaved, and prints
+//! the fastest round per implementation (`time <impl> <ns per lookup>`): the minimum is
+//! what a loaded machine disturbs least, a cross-check of criterion's estimates.
+
+mod common;
+
+use common::{
+    plain_lower_bound, upstream_style, Eytzinger, Impl, PointerHashTable, Setup, Workload, SIZES,
+};
+use device_rtl::table::{self, FptrMapEntry};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+#[inline(never)]
+fn count_ours(table: &[FptrMapEntry], keys: &[u64]) -> u64 {
+    keys.iter()
+        .fold(0u64, |acc, &k| acc.wrapping_add(table::translate(table, k)))
+}
+
+#[inline(never)]
+fn count_plain_lower_bound(table: &[FptrMapEntry], keys: &[u64]) -> u64 {
+    keys.iter().fold(0u64, |acc, &k| {
+        acc.wrapping_add(plain_lower_bound(table, k))
+    })
+}
+
+#[inline(never)]
+fn count_libgomp_hash(hash: &PointerHashTable, keys: &[u64]) -> u64 {
+    keys.iter()
+        .fold(0u64, |acc, &k| acc.wrapping_add(hash.translate(k)))
+}
+
+#[inline(never)]
+fn count_upstream_style(table: &[FptrMapEntry], keys: &[u64]) -> u64 {
+    keys.iter()
+        .fold(0u64, |acc, &k| acc.wrapping_add(upstream_style(table, k)))
+}
+
+#[inline(never)]
+fn count_eytzinger(eytzinger: &Eytzinger, keys: &[u64]) -> u64 {
+    keys.iter()
+        .fold(0u64, |acc, &k| acc.wrapping_add(eytzinger.translate(k)))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo bench` runs every bench binary with `--bench`: do nothing then.
+    let (size, workload, rounds) = match args.as_slice() {
+        [list] if list == "--list" => {
+            for size in SIZES {
+                for workload in Workload::ALL {
+                    println!("{size} {}", workload.name());
+                }
+            }
+            return;
+        }
+        [size, workload, rest @ ..] if rest.len() <= 1 => (
+            size.parse::<usize>().expect("SIZE must be a number"),
+            Workload::parse(workload).expect("WORKLOAD must be hits, misses or mixed"),
+            rest.first()
+                .map_or(0, |r| r.parse::<u32>().expect("ROUNDS must be a number")),
+        ),
+        _ => {
+            eprintln!(
+                "usage: lookup_count SIZE hits|misses|mixed [ROUNDS] (see `cargo xtask bench cpu`)"
+            );
+            return;
+        }
+    };
+    let setup = Setup::new(size);
+    let keys = black_box(setup.keys(workload));
+    let table = black_box(&setup.table[..]);
+    println!("keys {}", keys.len());
+    let impls: Vec<Impl> = Impl::ALL.into_iter().filter(|i| i.runs(workload)).collect();
+    let run = |imp: Impl| match imp {
+        Impl::Ours => count_ours(table, keys),
+        Impl::PlainLowerBound => count_plain_lower_bound(table, keys),
+        Impl::LibgompHash => count_libgomp_hash(black_box(&setup.hash), keys),
+        Impl::UpstreamStyle => count_upstream_style(table, keys),
+        Impl::Eytzinger => count_eytzinger(black_box(&setup.eytzinger), keys),
+    };
+    for &imp in &impls {
+        println!("{} {:#x}", imp.name(), run(imp));
+    }
+    let mut fastest = vec![Duration::MAX; impls.len()];
+    for _ in 0..rounds {
+        for (best, &imp) in fastest.iter_mut().zip(&impls) {
+            let start = Instant::now();
+            black_box(run(imp));
+            *best = (*best).min(start.elapsed());
+        }
+    }
+    if rounds > 0 {
+        for (best, imp) in fastest.iter().zip(&impls) {
+            let ns = best.as_secs_f64() * 1e9 / keys.len() as f64;
+            println!("time {} {ns:.2}", imp.name());
+        }
+    }
+}

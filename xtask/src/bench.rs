@@ -1,0 +1,494 @@
+//! `cargo xtask bench cpu`: the CPU benchmarks of the fptr lookup (device-rtl/benches).
+//!
+//! Three measurements of the same implementations, sizes and workloads:
+//! - instructions per lookup, counted by callgrind on `benches/lookup_count.rs`: exact
+//!   and repeatable even on a loaded machine, but blind to caches and branch misses;
+//! - time per lookup from criterion (`benches/lookup.rs`), kept short (the machine may be
+//!   shared): real, but noisy;
+//! - the fastest of many interleaved timed rounds (`lookup_count SIZE WORKLOAD ROUNDS`):
+//!   what other load on the machine disturbs least.
+//!
+//! It prints the tables and, with `--write-docs`, replaces the generated section of
+//! docs/BENCHMARKS.md with it. Nothing here is a pass/fail test.
+
+use crate::util;
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// Lookup on the CPU: ours vs plain binary search vs libgomp-style hash and more
+    /// (callgrind instruction counts, criterion times, fastest interleaved rounds).
+    Cpu(CpuArgs),
+}
+
+#[derive(clap::Args)]
+struct CpuArgs {
+    /// Criterion measurement time per benchmark, seconds.
+    #[arg(long, default_value_t = 1.0)]
+    measurement_time: f64,
+    /// Criterion warm-up time per benchmark, seconds.
+    #[arg(long, default_value_t = 0.3)]
+    warm_up_time: f64,
+    /// Criterion samples per benchmark (at least 10).
+    #[arg(long, default_value_t = 20)]
+    sample_size: u32,
+    /// Only count instructions (no timing).
+    #[arg(long)]
+    skip_criterion: bool,
+    /// Only time (no callgrind).
+    #[arg(long)]
+    skip_callgrind: bool,
+    /// Timed rounds per case for the fastest-round table (0: skip it).
+    #[arg(long, default_value_t = 50)]
+    rounds: u32,
+    /// Replace the generated section of docs/BENCHMARKS.md with this run's tables.
+    #[arg(long)]
+    write_docs: bool,
+}
+
+pub fn main(args: Args) -> Result<()> {
+    match args.what {
+        What::Cpu(a) => cpu(a),
+    }
+}
+
+/// The implementations in the order the tables show them (names as the benches print).
+const IMPLS: [&str; 5] = [
+    "ours",
+    "plain_lower_bound",
+    "libgomp_hash",
+    "upstream_style",
+    "eytzinger",
+];
+
+/// One cell of the results: (table size, workload, implementation).
+type Key = (usize, String, &'static str);
+
+#[derive(Default)]
+struct Measures {
+    instructions: Option<f64>,
+    nanoseconds: Option<f64>,
+    fastest_round: Option<f64>,
+}
+
+fn cpu(args: CpuArgs) -> Result<()> {
+    let load_before = load_average();
+    let mut results: BTreeMap<Key, Measures> = BTreeMap::new();
+    if !args.skip_callgrind {
+        util::section("callgrind: instructions per lookup");
+        util::ensure_debian_packages(&["valgrind"])?;
+        let counter = build_bench_binary("lookup_count")?;
+        for (size, workload) in cases(&counter)? {
+            for (imp, per_lookup) in count_instructions(&counter, size, &workload)? {
+                results
+                    .entry((size, workload.clone(), imp))
+                    .or_default()
+                    .instructions = Some(per_lookup);
+            }
+        }
+    }
+    if args.rounds > 0 {
+        util::section("fastest of interleaved rounds: time per lookup");
+        let counter = build_bench_binary("lookup_count")?;
+        for (size, workload) in cases(&counter)? {
+            let out = util::output(Command::new(&counter).args([
+                &size.to_string(),
+                &workload,
+                &args.rounds.to_string(),
+            ]))?;
+            for line in out.lines() {
+                let Some((imp, ns)) = line.strip_prefix("time ").and_then(|l| l.split_once(' '))
+                else {
+                    continue;
+                };
+                let Some(imp) = IMPLS.into_iter().find(|i| *i == imp) else {
+                    continue;
+                };
+                let ns: f64 = ns.trim().parse()?;
+                eprintln!("  {size:>8} {workload:<7} {imp:<18} {ns:8.2} ns/lookup");
+                results
+                    .entry((size, workload.clone(), imp))
+                    .or_default()
+                    .fastest_round = Some(ns);
+            }
+        }
+    }
+    if !args.skip_criterion {
+        util::section("criterion: time per lookup");
+        for ((size, workload, imp), ns) in run_criterion(&args)? {
+            results
+                .entry((size, workload, imp))
+                .or_default()
+                .nanoseconds = Some(ns);
+        }
+    }
+    let load_after = load_average();
+
+    let tables = render_tables(&results);
+    println!("{tables}");
+    let slower = ours_slower_than_plain(&results);
+    if slower.is_empty() {
+        println!("ours is never slower than plain_lower_bound in these runs.");
+    } else {
+        println!(
+            "ours is SLOWER than plain_lower_bound at: {}",
+            slower.join(", ")
+        );
+    }
+    if args.write_docs {
+        let header = run_header(&args, &load_before, &load_after)?;
+        write_docs(&format!("{header}\n{tables}"))?;
+    }
+    Ok(())
+}
+
+/// Build a `[[bench]]` target of device-rtl and return its executable.
+fn build_bench_binary(name: &str) -> Result<PathBuf> {
+    let out = util::output(
+        Command::new(cargo())
+            .current_dir(util::root())
+            .args(["bench", "-p", "device-rtl", "--no-run", "--bench", name])
+            .args(["--message-format=json-render-diagnostics"]),
+    )?;
+    // One JSON object per line; the artifact line of our target holds `"executable":"…"`.
+    let target = format!("\"name\":\"{name}\"");
+    out.lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains(&target))
+        .find_map(|l| {
+            let rest = &l[l.find("\"executable\":\"")? + "\"executable\":\"".len()..];
+            Some(PathBuf::from(&rest[..rest.find('"')?]))
+        })
+        .with_context(|| format!("cargo did not report the executable of bench `{name}`"))
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+/// The (size, workload) pairs the bench defines (`lookup_count --list`).
+fn cases(counter: &Path) -> Result<Vec<(usize, String)>> {
+    util::output(Command::new(counter).arg("--list"))?
+        .lines()
+        .map(|l| {
+            let (size, workload) = l.split_once(' ').context("bad --list line")?;
+            Ok((size.parse()?, workload.to_string()))
+        })
+        .collect()
+}
+
+/// Run `lookup_count SIZE WORKLOAD` under callgrind; return each implementation's
+/// instructions per lookup: the inclusive count of its `count_<impl>` function (the loop
+/// over the keys, so about 4 instructions of loop overhead included) over the keys.
+fn count_instructions(
+    counter: &Path,
+    size: usize,
+    workload: &str,
+) -> Result<Vec<(&'static str, f64)>> {
+    let dir = util::target_dir().join("bench/callgrind");
+    std::fs::create_dir_all(&dir)?;
+    let out_file = dir.join(format!("{size}-{workload}.out"));
+    let stdout = util::output(
+        Command::new("valgrind")
+            .args(["--tool=callgrind", "--dump-instr=no"])
+            .args(["--compress-strings=no", "--compress-pos=no"])
+            .arg(format!("--callgrind-out-file={}", out_file.display()))
+            .arg(counter)
+            .args([&size.to_string(), workload]),
+    )?;
+    let keys: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("keys "))
+        .context("lookup_count printed no key count")?
+        .trim()
+        .parse()?;
+    let costs = inclusive_costs(&std::fs::read_to_string(&out_file)?);
+    let mut rows = Vec::new();
+    for imp in IMPLS {
+        // Implementations that cannot run this workload print no checksum.
+        if !stdout.lines().any(|l| l.starts_with(&format!("{imp} "))) {
+            continue;
+        }
+        let symbol = format!("lookup_count::count_{imp}");
+        let total = costs
+            .get(&symbol)
+            .with_context(|| format!("no `{symbol}` in {}", out_file.display()))?;
+        let per_lookup = *total as f64 / keys;
+        eprintln!("  {size:>8} {workload:<7} {imp:<18} {per_lookup:8.1} instructions/lookup");
+        rows.push((imp, per_lookup));
+    }
+    Ok(rows)
+}
+
+/// Inclusive instruction count of every function in an uncompressed callgrind profile
+/// (`--compress-strings=no --compress-pos=no`): its own cost lines plus the cost line
+/// after each of its `calls=` lines.
+fn inclusive_costs(profile: &str) -> BTreeMap<String, u64> {
+    let mut costs = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in profile.lines() {
+        if let Some(name) = line.strip_prefix("fn=") {
+            current = Some(name.to_string());
+            continue;
+        }
+        // Cost lines are "<position> <Ir>"; a call's line counts the callee's inclusive
+        // cost, which belongs to the caller's inclusive cost too.
+        let starts_with_digit = line.starts_with(|c: char| c.is_ascii_digit());
+        if let (true, Some(name)) = (starts_with_digit, &current) {
+            if let Some(ir) = line
+                .split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                *costs.entry(name.clone()).or_insert(0) += ir;
+            }
+        }
+    }
+    costs
+}
+
+/// Run the criterion bench (short settings) and read its bencher-format lines:
+/// `test lookup/<workload>/<size>/<impl> ... bench:  12,345 ns/iter (+/- 67)`, where one
+/// iteration is 65536 lookups.
+fn run_criterion(args: &CpuArgs) -> Result<Vec<(Key, f64)>> {
+    // benches/common/mod.rs LOOKUPS.
+    const LOOKUPS_PER_ITER: f64 = 65536.0;
+    let mut cmd = Command::new(cargo());
+    cmd.current_dir(util::root())
+        .args(["bench", "-p", "device-rtl", "--bench", "lookup", "--"])
+        .args(["--output-format", "bencher", "--noplot"])
+        .args(["--warm-up-time", &args.warm_up_time.to_string()])
+        .args(["--measurement-time", &args.measurement_time.to_string()])
+        .args(["--sample-size", &args.sample_size.to_string()])
+        .stdout(Stdio::piped());
+    eprintln!("+ {}", util::display(&cmd));
+    let mut child = cmd.spawn().context("could not start cargo bench")?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let mut rows = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        eprintln!("{line}");
+        if let Some(row) = parse_bencher_line(&line) {
+            rows.push((row.0, row.1 / LOOKUPS_PER_ITER));
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("cargo bench failed with {status}");
+    }
+    if rows.is_empty() {
+        bail!("criterion printed no results");
+    }
+    Ok(rows)
+}
+
+fn parse_bencher_line(line: &str) -> Option<(Key, f64)> {
+    let name = line.strip_prefix("test lookup/")?.split(' ').next()?;
+    let mut parts = name.split('/');
+    let (workload, size, imp) = (parts.next()?, parts.next()?, parts.next()?);
+    let imp = IMPLS.into_iter().find(|i| *i == imp)?;
+    let ns = line.split("bench:").nth(1)?.split("ns/iter").next()?;
+    let ns: f64 = ns.trim().replace(',', "").parse().ok()?;
+    Some(((size.parse().ok()?, workload.to_string(), imp), ns))
+}
+
+fn ours_slower_than_plain(results: &BTreeMap<Key, Measures>) -> Vec<String> {
+    let mut slower = Vec::new();
+    for ((size, workload, imp), ours) in results {
+        if *imp != "ours" {
+            continue;
+        }
+        let Some(plain) = results.get(&(*size, workload.clone(), "plain_lower_bound")) else {
+            continue;
+        };
+        if let (Some(a), Some(b)) = (ours.instructions, plain.instructions) {
+            if a > b {
+                slower.push(format!("{size}/{workload} (instructions {a:.1} > {b:.1})"));
+            }
+        }
+        if let (Some(a), Some(b)) = (ours.nanoseconds, plain.nanoseconds) {
+            if a > b {
+                slower.push(format!("{size}/{workload} (criterion {a:.2} > {b:.2} ns)"));
+            }
+        }
+        if let (Some(a), Some(b)) = (ours.fastest_round, plain.fastest_round) {
+            if a > b {
+                slower.push(format!(
+                    "{size}/{workload} (fastest round {a:.2} > {b:.2} ns)"
+                ));
+            }
+        }
+    }
+    slower
+}
+
+/// Which measure a table shows.
+type Pick = fn(&Measures) -> Option<f64>;
+
+/// Markdown tables (instructions, then times), one row per (size, workload), one
+/// column per implementation, and ours/plain as a ratio.
+fn render_tables(results: &BTreeMap<Key, Measures>) -> String {
+    let mut rows: Vec<(usize, String)> = results.keys().map(|(s, w, _)| (*s, w.clone())).collect();
+    rows.dedup();
+    rows.sort_by_key(|(s, w)| (*s, workload_order(w)));
+    let mut out = String::new();
+    let tables: [(&str, Pick, usize); 3] = [
+        ("Instructions per lookup (callgrind)", |m| m.instructions, 1),
+        (
+            "Time per lookup, ns (criterion estimate)",
+            |m| m.nanoseconds,
+            2,
+        ),
+        (
+            "Time per lookup, ns (fastest of the interleaved rounds)",
+            |m| m.fastest_round,
+            2,
+        ),
+    ];
+    for (title, pick, decimals) in tables {
+        if !results.values().any(|m| pick(m).is_some()) {
+            continue;
+        }
+        let _ = writeln!(out, "**{title}**\n");
+        let _ = writeln!(
+            out,
+            "| size | keys | {} | ours / plain |",
+            IMPLS.join(" | ")
+        );
+        let _ = writeln!(out, "|---:|---|{}---:|", "---:|".repeat(IMPLS.len()));
+        for (size, workload) in &rows {
+            let value =
+                |imp: &'static str| results.get(&(*size, workload.clone(), imp)).and_then(pick);
+            let cells: Vec<String> = IMPLS
+                .iter()
+                .map(|imp| match value(imp) {
+                    Some(v) => format!("{v:.decimals$}"),
+                    None => "n/a".into(),
+                })
+                .collect();
+            let ratio = match (value("ours"), value("plain_lower_bound")) {
+                (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+                _ => "n/a".into(),
+            };
+            let _ = writeln!(
+                out,
+                "| {size} | {workload} | {} | {ratio} |",
+                cells.join(" | ")
+            );
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn workload_order(w: &str) -> usize {
+    ["hits", "misses", "mixed"]
+        .iter()
+        .position(|x| *x == w)
+        .unwrap_or(usize::MAX)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Machine, date, load and the command that reproduces the run.
+fn run_header(args: &CpuArgs, load_before: &str, load_after: &str) -> Result<String> {
+    let lscpu = util::output(&mut Command::new("lscpu")).unwrap_or_default();
+    let field = |name: &str| {
+        lscpu
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim_start().strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| "unknown".into())
+    };
+    let date = util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))?;
+    let rustc = util::output(Command::new("rustc").arg("--version"))?;
+    Ok(format!(
+        "- Machine: {} ({} CPUs, {}), {}\n\
+         - Date: {}\n\
+         - Load average (1/5/15 min) before: {load_before}; after: {load_after}\n\
+         - Compiler: {}\n\
+         - Criterion: warm-up {} s, measurement {} s, {} samples per benchmark; one \
+         iteration = 65536 independent lookups (throughput, not latency)\n\
+         - Fastest round: {} rounds of the 65536 lookups per case, implementations \
+         interleaved\n\
+         - Rerun: `cargo xtask bench cpu --write-docs`\n",
+        field("Model name"),
+        field("CPU(s)"),
+        field("Architecture"),
+        field("Hypervisor vendor").replace("unknown", "bare metal"),
+        date.trim(),
+        rustc.trim(),
+        args.warm_up_time,
+        args.measurement_time,
+        args.sample_size,
+        args.rounds,
+    ))
+}
+
+const BEGIN_MARK: &str =
+    "<!-- BEGIN cpu-lookup: generated by `cargo xtask bench cpu --write-docs` -->";
+const END_MARK: &str = "<!-- END cpu-lookup -->";
+
+/// Replace what lies between the markers in docs/BENCHMARKS.md.
+fn write_docs(generated: &str) -> Result<()> {
+    let path = util::root().join("docs/BENCHMARKS.md");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let (Some(begin), Some(end)) = (text.find(BEGIN_MARK), text.find(END_MARK)) else {
+        bail!(
+            "{} lacks the markers {BEGIN_MARK} / {END_MARK}",
+            path.display()
+        );
+    };
+    if end < begin {
+        bail!("{}: markers out of order", path.display());
+    }
+    let updated = format!(
+        "{}{BEGIN_MARK}\n{generated}{}",
+        &text[..begin],
+        &text[end..]
+    );
+    std::fs::write(&path, updated)?;
+    eprintln!("updated {}", path.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inclusive_cost_adds_own_lines_and_calls() {
+        let profile = "fl=a.rs\nfn=outer\n3 10\ncfn=inner\ncalls=2 7\n4 100\n5 1\n\
+                       fl=b.rs\nfn=inner\n7 50\nfn=outer\n9 2\n";
+        let costs = inclusive_costs(profile);
+        assert_eq!(costs["outer"], 113);
+        assert_eq!(costs["inner"], 50);
+    }
+
+    #[test]
+    fn bencher_line_parses() {
+        let line = "test lookup/misses/65536/libgomp_hash ... bench:      12,345 ns/iter (+/- 67)";
+        let ((size, workload, imp), ns) = parse_bencher_line(line).unwrap();
+        assert_eq!(
+            (size, workload.as_str(), imp),
+            (65536, "misses", "libgomp_hash")
+        );
+        assert_eq!(ns, 12345.0);
+        assert!(parse_bencher_line("test lookup/hits/16/unknown ... bench: 1 ns/iter").is_none());
+    }
+}
