@@ -482,38 +482,10 @@ fn assemble_ptx() -> Result<()> {
     Ok(())
 }
 
-/// ptxas from CUDA 12 (the PyPI wheel `nvidia-cuda-nvcc-cu12`, installed when missing
-/// and running as root or in a virtualenv), for GPUs CUDA 13 no longer supports.
+/// ptxas from CUDA 12 (the PyPI wheel `nvidia-cuda-nvcc-cu12`), for GPUs CUDA 13 no
+/// longer supports (sm_70).
 fn cuda12_ptxas() -> Result<PathBuf> {
-    let find = || -> Option<PathBuf> {
-        let out = Command::new("python3")
-            .args([
-                "-c",
-                "import nvidia, os; print('\\n'.join(os.path.join(p, 'cuda_nvcc', 'bin', 'ptxas') for p in nvidia.__path__))",
-            ])
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(PathBuf::from)
-            .find(|p| p.is_file())
-    };
-    if let Some(p) = find() {
-        return Ok(p);
-    }
-    if util::is_root() || std::env::var_os("VIRTUAL_ENV").is_some() {
-        util::run(Command::new("python3").args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "nvidia-cuda-nvcc-cu12",
-        ]))?;
-        if let Some(p) = find() {
-            return Ok(p);
-        }
-    }
-    bail!("no ptxas for sm_70: `python3 -m pip install nvidia-cuda-nvcc-cu12` (CUDA 12) and retry")
+    util::wheel_tool("nvidia-cuda-nvcc-cu12", "cuda_nvcc/bin/ptxas")
 }
 
 /// True when every output exists and is newer than every input of the device build:

@@ -116,7 +116,7 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
 }
 
 /// Find `ptxas`: on PATH, under CUDA_HOME, or inside the PyPI wheel `nvidia-cuda-nvcc`
-/// (installed with pip when missing and running as root).
+/// (CUDA 13; installed with pip when missing and running as root).
 pub fn ptxas() -> Result<PathBuf> {
     if let Some(p) = which("ptxas") {
         return Ok(p);
@@ -127,12 +127,19 @@ pub fn ptxas() -> Result<PathBuf> {
             return Ok(p);
         }
     }
-    let find_in_wheel = || -> Option<PathBuf> {
+    wheel_tool("nvidia-cuda-nvcc", "cu13/bin/ptxas")
+}
+
+/// A tool shipped inside a PyPI wheel under the `nvidia` namespace package (`rel` is
+/// its path below one of `nvidia.__path__`), pip-installing the wheel when it is missing
+/// and we may install (root, or inside a virtualenv).
+pub fn wheel_tool(wheel: &str, rel: &str) -> Result<PathBuf> {
+    let find = || -> Option<PathBuf> {
+        let script = format!(
+            "import nvidia, os; print('\\n'.join(os.path.join(p, '{rel}') for p in nvidia.__path__))"
+        );
         let out = Command::new("python3")
-            .args([
-                "-c",
-                "import nvidia, os; print('\\n'.join(os.path.join(p, 'cu13', 'bin', 'ptxas') for p in nvidia.__path__))",
-            ])
+            .args(["-c", &script])
             .output()
             .ok()?;
         String::from_utf8_lossy(&out.stdout)
@@ -140,16 +147,16 @@ pub fn ptxas() -> Result<PathBuf> {
             .map(PathBuf::from)
             .find(|p| p.is_file())
     };
-    if let Some(p) = find_in_wheel() {
+    if let Some(p) = find() {
         return Ok(p);
     }
     if is_root() || std::env::var_os("VIRTUAL_ENV").is_some() {
-        run(Command::new("python3").args(["-m", "pip", "install", "-q", "nvidia-cuda-nvcc"]))?;
-        if let Some(p) = find_in_wheel() {
+        run(Command::new("python3").args(["-m", "pip", "install", "-q", wheel]))?;
+        if let Some(p) = find() {
             return Ok(p);
         }
     }
-    bail!("ptxas not found: install CUDA or `python3 -m pip install nvidia-cuda-nvcc`")
+    bail!("{rel} not found: `python3 -m pip install {wheel}` and retry")
 }
 
 /// An LLVM 22 tool (clang-22, ld.lld-22 or a tool under /usr/lib/llvm-22/bin).
