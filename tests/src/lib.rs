@@ -1,1 +1,9 @@
-//! End-to-end tests live in tests/tests/.
+//! Test support shared by the end-to-end tests in tests/tests/: where the workspace and
+//! its artifacts are, the toolchains the tests compile with, running commands, and the
+//! built plugin's C ABI. Per-area helpers stay in the tests' `*_support` modules.
+
+pub mod compile;
+pub mod paths;
+pub mod plugin;
+pub mod process;
+pub mod tools;

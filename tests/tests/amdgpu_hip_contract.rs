@@ -8,20 +8,10 @@
 mod amdgpu_support;
 
 use amdgpu_support::*;
+use e2e_tests::plugin::entry;
 use host_plugin::backend::hip::HipBackend;
 use host_plugin::entries::FLAG_INDIRECT;
 use host_plugin::{Backend, OffloadEntry, Plugin, PluginError, PluginKind};
-use std::ffi::CString;
-
-fn entry(name: &str, host: u64, size: u64, flags: i32) -> OffloadEntry {
-    OffloadEntry {
-        host_addr: host,
-        name: CString::new(name).unwrap(),
-        size,
-        flags,
-        host_vtable: None,
-    }
-}
 
 // Host "addresses" are only keys for the device: any distinct values do.
 const HOST_ADD_ONE: u64 = 0x5000;

@@ -6,9 +6,11 @@
 mod cuda_support;
 
 use cuda_support::{fixture_cubin, skip, ARCHES};
-use host_plugin::abi::{
-    KernelArgs, TgtAsyncInfo, TgtDeviceImage, TgtOffloadEntry, TgtTargetTable, OFFLOAD_SUCCESS,
+use e2e_tests::plugin::{
+    built_plugin, built_plugin_dir, device_image, kernel_args, DataAlloc, DataDelete, DataMove,
+    Launch, LoadBinary,
 };
+use host_plugin::abi::{TgtAsyncInfo, TgtOffloadEntry, OFFLOAD_SUCCESS};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
 use host_plugin::entries::FLAG_INDIRECT;
 use std::ffi::{c_void, CString};
@@ -20,19 +22,6 @@ const PLUGIN_ENV: &str = "OMPTARGET_RS_CUDA_PLUGIN";
 
 type Count = unsafe extern "C" fn() -> i32;
 type InitDevice = unsafe extern "C" fn(i32) -> i32;
-type LoadBinary = unsafe extern "C" fn(i32, *mut TgtDeviceImage) -> *mut TgtTargetTable;
-type DataAlloc = unsafe extern "C" fn(i32, i64, *mut c_void, i32) -> *mut c_void;
-type DataMove = unsafe extern "C" fn(i32, *mut c_void, *mut c_void, i64) -> i32;
-type DataDelete = unsafe extern "C" fn(i32, *mut c_void, i32) -> i32;
-type Launch = unsafe extern "C" fn(
-    i32,
-    *mut c_void,
-    *mut *mut c_void,
-    *mut isize,
-    *const KernelArgs,
-    *mut c_void,
-) -> i32;
-
 type MoveAsync = unsafe extern "C" fn(i32, *mut c_void, *mut c_void, i64, *mut TgtAsyncInfo) -> i32;
 type Sync = unsafe extern "C" fn(i32, *mut TgtAsyncInfo) -> i32;
 type CreateEvent = unsafe extern "C" fn(i32, *mut *mut c_void) -> i32;
@@ -114,10 +103,9 @@ unsafe fn async_round_trip(
 /// events, the data arrives.
 #[test]
 fn host_plugin_async_entry_points_complete_in_order() {
-    let path = cuda_support::target_dir().join("plugin/libomptarget.rtl.x86_64.so");
+    let path = built_plugin_dir().join("libomptarget.rtl.x86_64.so");
     assert!(path.is_file(), "run `cargo xtask build-plugin` first");
-    // SAFETY: the plugin's initialisers only set up Rust statics.
-    let lib = unsafe { libloading::Library::new(&path) }.expect("dlopen the plugin");
+    let lib = e2e_tests::plugin::open(&path);
     // SAFETY: LLVM 16's signatures; the buffer is allocated on device 0 with the size used.
     unsafe {
         let init = *lib.get::<Count>(b"__tgt_rtl_init_plugin").unwrap();
@@ -134,15 +122,7 @@ fn host_plugin_async_entry_points_complete_in_order() {
 fn plugin_path() -> PathBuf {
     match std::env::var_os(PLUGIN_ENV) {
         Some(p) => PathBuf::from(p),
-        None => {
-            let p = cuda_support::target_dir().join("plugin/libomptarget.rtl.cuda.so");
-            assert!(
-                p.is_file(),
-                "{} is missing: run `cargo xtask build-plugin` first",
-                p.display()
-            );
-            p
-        }
+        None => built_plugin("cuda"),
     }
 }
 
@@ -168,9 +148,7 @@ fn cuda_plugin_runs_the_libomptarget_call_sequence() {
     };
     drop(backend);
 
-    // SAFETY: the plugin's initialisers only set up Rust statics; the symbols have the
-    // signatures of LLVM 16's plugin ABI.
-    let lib = unsafe { libloading::Library::new(plugin_path()) }.expect("dlopen the plugin");
+    let lib = e2e_tests::plugin::open(&plugin_path());
     // SAFETY: as above; each symbol is read with its LLVM 16 signature.
     let (init_plugin, count, init_device, load_binary, alloc, submit, retrieve, delete, launch) = unsafe {
         (
@@ -213,14 +191,7 @@ fn cuda_plugin_runs_the_libomptarget_call_sequence() {
                 reserved: 0,
             })
             .collect();
-        let range = image.as_mut_ptr_range();
-        let entry_range = entries.as_mut_ptr_range();
-        let mut device_image = TgtDeviceImage {
-            image_start: range.start as *mut c_void,
-            image_end: range.end as *mut c_void,
-            entries_begin: entry_range.start,
-            entries_end: entry_range.end,
-        };
+        let mut device_image = device_image(&mut image, &mut entries);
         let table = load_binary(0, &mut device_image);
         assert!(!table.is_null(), "load_binary failed");
         let kernel = (*(*table).entries_begin).addr;
@@ -241,21 +212,7 @@ fn cuda_plugin_runs_the_libomptarget_call_sequence() {
         // A scalar argument travels as a pointer-sized value, like libomptarget's.
         let mut args = [fns, out, n as *mut c_void, shape];
         let mut offsets = [0isize; 4];
-        let ka = KernelArgs {
-            version: 1,
-            num_args: 4,
-            arg_base_ptrs: null_mut(),
-            arg_ptrs: null_mut(),
-            arg_sizes: null_mut(),
-            arg_types: null_mut(),
-            arg_names: null_mut(),
-            arg_mappers: null_mut(),
-            tripcount: 0,
-            flags: 0,
-            num_teams: [TEAMS, 0, 0],
-            thread_limit: [THREAD_LIMIT, 0, 0],
-            dyn_cgroup_mem: 0,
-        };
+        let ka = kernel_args(1, 4, TEAMS, THREAD_LIMIT);
         let rc = launch(
             0,
             kernel,

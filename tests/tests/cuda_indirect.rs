@@ -7,11 +7,11 @@
 mod cuda_support;
 
 use cuda_support::{fixture_cubin, skip, ARCHES};
+use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
 use host_plugin::backend::LaunchRequest;
 use host_plugin::entries::FLAG_INDIRECT;
 use host_plugin::{DeviceAddr, FptrMapEntry, OffloadEntry, Plugin, PluginKind};
-use std::ffi::CString;
 
 // Host "addresses" are only keys for the device. Odd multiples of 8; the synthetic rows
 // of big tables are multiples of 16 centred on them, so the real rows sit in the middle.
@@ -28,16 +28,6 @@ fn reference(host_fn: u64, x: i32) -> i32 {
         HOST_TIMES_THREE => 3 * x,
         HOST_SQUARE => x.wrapping_mul(x) - 7,
         other => panic!("no reference for {other:#x}"),
-    }
-}
-
-fn entry(name: &str, host: u64, size: u64, flags: i32) -> OffloadEntry {
-    OffloadEntry {
-        host_addr: host,
-        name: CString::new(name).unwrap(),
-        size,
-        flags,
-        host_vtable: None,
     }
 }
 
@@ -111,10 +101,6 @@ fn gpu(test: &str) -> Option<Gpu> {
         loaded_table,
         sm,
     })
-}
-
-fn words(w: &[u64]) -> Vec<u8> {
-    w.iter().flat_map(|x| x.to_ne_bytes()).collect()
 }
 
 impl Gpu {

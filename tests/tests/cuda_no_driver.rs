@@ -5,11 +5,17 @@
 mod cuda_support;
 
 use cuda_support::{build_fixture, ARCHES};
+use e2e_tests::compile::compile_offload_program;
+use e2e_tests::paths::{root, scratch, target_dir};
+use e2e_tests::plugin::built_plugin_dir;
+use e2e_tests::process::run_ok;
+use e2e_tests::tools::{clang16, ptxas};
 use host_plugin::backend::cuda::image::{classify, CudaImage};
 use host_plugin::backend::cuda::CudaBackend;
 use host_plugin::{Backend, Plugin, PluginKind};
 use object::read::{Object, ObjectSymbol};
 use object::SymbolKind;
+use std::process::Command;
 
 #[test]
 fn backend_reports_a_reason_exactly_when_it_has_no_devices() {
@@ -101,9 +107,8 @@ fn libomptarget_16_loads_the_cuda_plugin_and_carries_on_without_a_driver() {
         println!("SKIPPED: this machine has a CUDA GPU; the no-driver path is not testable");
         return;
     }
-    let root = cuda_support::root();
-    let target = cuda_support::target_dir();
-    let plugins = target.join("plugin");
+    let target = target_dir();
+    let plugins = built_plugin_dir();
     assert!(
         plugins.join("libomptarget.rtl.cuda.so").is_file(),
         "{} has no plugins: run `cargo xtask build-plugin` first",
@@ -111,29 +116,11 @@ fn libomptarget_16_loads_the_cuda_plugin_and_carries_on_without_a_driver() {
     );
     let lib = target.join("device/x86_64-unknown-linux-gnu/libdevice_rtl.a");
     assert!(lib.is_file(), "run `cargo xtask build-device` first");
-    let dir = target.join("cuda-tests/no-driver");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("cuda-tests", "no-driver");
     let exe = dir.join("indirect_calls");
-    let x = "-Xoffload-linker-x86_64-pc-linux-gnu";
-    let built = std::process::Command::new("clang-16")
-        .args(["-O1", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"])
-        .arg("-I")
-        .arg(root.join("host-plugin/include"))
-        .args([x, "--undefined=__kmpc_target_translate_fptr", x])
-        .arg(&lib)
-        .arg(root.join("examples/indirect_calls.c"))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("clang-16 is installed by `cargo xtask test`");
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    compile_offload_program(&root().join("examples/indirect_calls.c"), &exe, Some(&lib));
     let marker = dir.join("marker");
-    let out = std::process::Command::new(&exe)
+    let out = Command::new(&exe)
         .env("LD_LIBRARY_PATH", &plugins)
         .env("OMPTARGET_RS_LOAD_MARKER", &marker)
         .output()
@@ -187,12 +174,11 @@ fn clang16_nvptx_images_have_what_the_backend_reads() {
     use host_plugin::backend::cuda::{device_environment_names, DEVICE_ENVIRONMENT_SIZE};
     use object::read::{ObjectSection, ObjectSymbol};
 
-    let dir = cuda_support::target_dir().join("cuda-tests/clang16-nvptx");
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch("cuda-tests", "clang16-nvptx");
     // A --cuda-path clang 16 accepts: bin/{ptxas,nvlink}, include/cuda.h with
     // CUDA_VERSION, nvvm/libdevice.
     let cuda = dir.join("cuda");
-    let wheel = cuda_support::ptxas()
+    let wheel = ptxas()
         .parent()
         .and_then(|b| b.parent())
         .unwrap()
@@ -217,25 +203,20 @@ fn clang16_nvptx_images_have_what_the_backend_reads() {
     )
     .unwrap();
     let exe = dir.join("prog");
-    let out = std::process::Command::new("clang-16")
-        .args([
-            "-O1",
-            "-fopenmp",
-            "-fopenmp-targets=nvptx64-nvidia-cuda",
-            "-Xopenmp-target",
-            "-march=sm_90",
-            "-Wno-unknown-cuda-version",
-        ])
-        .arg(format!("--cuda-path={}", cuda.display()))
-        .arg(&source)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("clang-16 is installed by `cargo xtask test`");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new(clang16())
+            .args([
+                "-O1",
+                "-fopenmp",
+                "-fopenmp-targets=nvptx64-nvidia-cuda",
+                "-Xopenmp-target",
+                "-march=sm_90",
+                "-Wno-unknown-cuda-version",
+            ])
+            .arg(format!("--cuda-path={}", cuda.display()))
+            .arg(&source)
+            .arg("-o")
+            .arg(&exe),
     );
 
     let cubin = embedded_cubin(&std::fs::read(&exe).unwrap()).expect("an sm_90 cubin inside");

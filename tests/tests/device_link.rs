@@ -7,6 +7,9 @@
 //! (tests/fixtures/device/lookup_kernel.c) and check the final PTX, cubin and AMD code
 //! object: both globals still exist, externally visible and writable, and the kernels
 //! still load them. The x86_64 static library is linked into C programs that run.
+use e2e_tests::paths::{require_file, target_dir};
+use e2e_tests::process::{run_ok, stdout_of};
+use e2e_tests::tools::{llvm22, ptxas};
 use object::elf;
 use object::read::{File, Object, ObjectSection, ObjectSymbol, RelocationTarget, SectionIndex};
 use object::{SectionFlags, SymbolScope};
@@ -21,106 +24,21 @@ const GLOBALS: [&str; 2] = [MAP_P, MAP_SIZE];
 const AMDGPU_ARCHES: [&str; 3] = ["gfx90a", "gfx942", "gfx1100"];
 const KERNELS: [&str; 2] = ["translate_all", "call_indirect"];
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ lives in the workspace")
-        .to_path_buf()
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
-}
-
 /// A file under target/device/, which must exist.
 fn device_artifact(relative: &str) -> PathBuf {
-    let path = target_dir().join("device").join(relative);
-    assert!(
-        path.is_file(),
-        "{} is missing: run `cargo xtask build-device` first",
-        path.display()
-    );
-    path
+    require_file(
+        target_dir().join("device").join(relative),
+        "`cargo xtask build-device`",
+    )
 }
 
 fn fixture(name: &str) -> PathBuf {
-    workspace_root().join("tests/fixtures/device").join(name)
+    e2e_tests::paths::fixture("device").join(name)
 }
 
 /// A fresh directory for one test's outputs.
 fn scratch(test: &str) -> PathBuf {
-    let dir = target_dir().join("device-link-tests").join(test);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("creating a scratch directory");
-    dir
-}
-
-/// An LLVM 22 tool: `<tool>-22` on PATH or /usr/lib/llvm-22/bin/<tool>.
-fn llvm22(tool: &str) -> PathBuf {
-    let versioned = format!("{tool}-22");
-    which(&versioned)
-        .or_else(|| {
-            let p = Path::new("/usr/lib/llvm-22/bin").join(tool);
-            p.is_file().then_some(p)
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "{versioned} not found: install clang-22 lld-22 llvm-22 (`cargo xtask test` does)"
-            )
-        })
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
-}
-
-/// ptxas: on PATH, under CUDA_HOME, or in the `nvidia-cuda-nvcc` Python wheel.
-fn ptxas() -> PathBuf {
-    if let Some(p) = which("ptxas") {
-        return p;
-    }
-    if let Some(home) = std::env::var_os("CUDA_HOME") {
-        let p = PathBuf::from(home).join("bin/ptxas");
-        if p.is_file() {
-            return p;
-        }
-    }
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import nvidia, os; print('\\n'.join(os.path.join(p, 'cu13', 'bin', 'ptxas') for p in nvidia.__path__))",
-        ])
-        .output();
-    out.ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .map(PathBuf::from)
-                .find(|p| p.is_file())
-        })
-        .expect(
-            "ptxas not found: `python3 -m pip install nvidia-cuda-nvcc` (`cargo xtask test` does)",
-        )
-}
-
-/// Run a command; its stdout, or a panic showing the command and its stderr.
-fn run(cmd: &mut Command) -> String {
-    let shown = format!("{cmd:?}");
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("could not start {shown}: {e}"));
-    assert!(
-        out.status.success(),
-        "{shown} failed with {}:\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    e2e_tests::paths::scratch("device-link-tests", test)
 }
 
 fn read(path: &Path) -> Vec<u8> {
@@ -130,14 +48,16 @@ fn read(path: &Path) -> Vec<u8> {
 /// Link the device RTL bitcode into the test kernel the way a device toolchain links
 /// its runtime.
 fn clang_kernel(target_args: &[&str], bc: &Path, out_flag: &str, out: &Path) {
-    run(Command::new(llvm22("clang"))
-        .args(target_args)
-        .args(["-nogpulib", "-O2", out_flag])
-        .arg(fixture("lookup_kernel.c"))
-        .args(["-Xclang", "-mlink-builtin-bitcode", "-Xclang"])
-        .arg(bc)
-        .arg("-o")
-        .arg(out));
+    run_ok(
+        Command::new(llvm22("clang"))
+            .args(target_args)
+            .args(["-nogpulib", "-O2", out_flag])
+            .arg(fixture("lookup_kernel.c"))
+            .args(["-Xclang", "-mlink-builtin-bitcode", "-Xclang"])
+            .arg(bc)
+            .arg("-o")
+            .arg(out),
+    );
 }
 
 /// The lines of one PTX function, from its `.entry`/`.func` line to its closing brace.
@@ -269,8 +189,8 @@ fn bitcode_matches_clang_22_triple_datalayout_and_cpu() {
     }
     for (relative, clang_args, cpu) in cases {
         let bc = device_artifact(&relative);
-        let ours = run(Command::new(llvm22("llvm-dis")).arg(&bc).arg("-o").arg("-"));
-        let clangs = run(Command::new(llvm22("clang")).args(&clang_args).args([
+        let ours = stdout_of(Command::new(llvm22("llvm-dis")).arg(&bc).arg("-o").arg("-"));
+        let clangs = stdout_of(Command::new(llvm22("clang")).args(&clang_args).args([
             "-nogpulib",
             "-S",
             "-emit-llvm",
@@ -290,13 +210,17 @@ fn bitcode_matches_clang_22_triple_datalayout_and_cpu() {
             "{relative} was not built for {cpu}"
         );
         // Nothing left to resolve on the device: no call into `core` (a panic, say).
-        let undefined = run(Command::new(llvm22("llvm-nm"))
-            .arg("--undefined-only")
-            .arg(&bc));
+        let undefined = stdout_of(
+            Command::new(llvm22("llvm-nm"))
+                .arg("--undefined-only")
+                .arg(&bc),
+        );
         assert!(undefined.trim().is_empty(), "{relative} needs: {undefined}");
-        let defined = run(Command::new(llvm22("llvm-nm"))
-            .arg("--defined-only")
-            .arg(&bc));
+        let defined = stdout_of(
+            Command::new(llvm22("llvm-nm"))
+                .arg("--defined-only")
+                .arg(&bc),
+        );
         for (name, kind) in [(LOOKUP, " T "), (MAP_P, " W "), (MAP_SIZE, " W ")] {
             assert!(
                 defined
@@ -429,11 +353,13 @@ fn nvptx_sm90_link_keeps_table_globals_and_their_loads() {
     // kernels reach them through addresses ptxas places in a constant bank, so the
     // references show as relocations against both symbols.
     let cubin_path = dir.join("lookup_kernel.cubin");
-    run(Command::new(ptxas())
-        .args(["-arch=sm_90"])
-        .arg(&ptx_path)
-        .arg("-o")
-        .arg(&cubin_path));
+    run_ok(
+        Command::new(ptxas())
+            .args(["-arch=sm_90"])
+            .arg(&ptx_path)
+            .arg("-o")
+            .arg(&cubin_path),
+    );
     let cubin_bytes = read(&cubin_path);
     let cubin = File::parse(&*cubin_bytes).expect("cubin is ELF");
     assert_globals_exported("sm_90 cubin", &cubin, cubin.symbols());
@@ -463,7 +389,7 @@ fn nvptx_sm90_link_keeps_table_globals_and_their_loads() {
 fn nvptx_check_catches_internalized_globals() {
     let bc = device_artifact("nvptx64-nvidia-cuda/device_rtl.bc");
     let dir = scratch("nvptx-without-used");
-    let ll = run(Command::new(llvm22("llvm-dis")).arg(&bc).arg("-o").arg("-"));
+    let ll = stdout_of(Command::new(llvm22("llvm-dis")).arg(&bc).arg("-o").arg("-"));
     assert!(
         ll.contains("@llvm.used"),
         "the bitcode has no llvm.used list"
@@ -477,10 +403,12 @@ fn nvptx_check_catches_internalized_globals() {
     let ll_path = dir.join("without_used.ll");
     std::fs::write(&ll_path, stripped).expect("writing the stripped module");
     let stripped_bc = dir.join("without_used.bc");
-    run(Command::new(llvm22("llvm-as"))
-        .arg(&ll_path)
-        .arg("-o")
-        .arg(&stripped_bc));
+    run_ok(
+        Command::new(llvm22("llvm-as"))
+            .arg(&ll_path)
+            .arg("-o")
+            .arg(&stripped_bc),
+    );
     let ptx_path = dir.join("lookup_kernel.ptx");
     clang_kernel(&NVPTX_SM90, &stripped_bc, "-S", &ptx_path);
     let ptx = String::from_utf8(read(&ptx_path)).expect("PTX is text");
@@ -499,11 +427,13 @@ fn amdgcn_link_keeps_table_globals_and_their_loads() {
         let mcpu = format!("-mcpu={gfx}");
         clang_kernel(&["--target=amdgcn-amd-amdhsa", &mcpu], &bc, "-c", &obj_path);
         let hsaco_path = dir.join("lookup_kernel.hsaco");
-        run(Command::new(llvm22("ld.lld"))
-            .arg("-shared")
-            .arg(&obj_path)
-            .arg("-o")
-            .arg(&hsaco_path));
+        run_ok(
+            Command::new(llvm22("ld.lld"))
+                .arg("-shared")
+                .arg(&obj_path)
+                .arg("-o")
+                .arg(&hsaco_path),
+        );
 
         // The kernels' code addresses both globals (in the relocatable object, before the
         // linker resolves anything).
@@ -552,9 +482,11 @@ fn amdgcn_link_keeps_table_globals_and_their_loads() {
             );
         }
         // And the disassembly has scalar loads that the GOT relocations feed.
-        let disassembly = run(Command::new(llvm22("llvm-objdump"))
-            .args(["-d", "-r"])
-            .arg(&obj_path));
+        let disassembly = stdout_of(
+            Command::new(llvm22("llvm-objdump"))
+                .args(["-d", "-r"])
+                .arg(&obj_path),
+        );
         for g in GLOBALS {
             assert!(
                 disassembly
@@ -571,14 +503,16 @@ fn run_host_lookup(test: &str, extra_args: &[&str]) {
     let lib = device_artifact("x86_64-unknown-linux-gnu/libdevice_rtl.a");
     let dir = scratch(test);
     let exe = dir.join("host_lookup");
-    run(Command::new(llvm22("clang"))
-        .args(["-O2", "-Wall", "-Werror"])
-        .args(extra_args)
-        .arg(fixture("host_lookup.c"))
-        .arg(&lib)
-        .arg("-o")
-        .arg(&exe));
-    let stdout = run(&mut Command::new(&exe));
+    run_ok(
+        Command::new(llvm22("clang"))
+            .args(["-O2", "-Wall", "-Werror"])
+            .args(extra_args)
+            .arg(fixture("host_lookup.c"))
+            .arg(&lib)
+            .arg("-o")
+            .arg(&exe),
+    );
+    let stdout = stdout_of(&mut Command::new(&exe));
     let passed: u32 = stdout
         .lines()
         .find_map(|l| {
@@ -608,12 +542,14 @@ fn x86_64_library_links_into_a_shared_object_without_undefined_symbols() {
     let dir = scratch("x86_64-shared");
     let so = dir.join("libdevice_image.so");
     // -z defs: every reference must resolve against the library itself or libc.
-    run(Command::new(llvm22("clang"))
-        .args(["-shared", "-fPIC", "-fuse-ld=lld", "-Wl,-z,defs"])
-        .arg(format!("-Wl,--undefined={LOOKUP}"))
-        .arg(&lib)
-        .arg("-o")
-        .arg(&so));
+    run_ok(
+        Command::new(llvm22("clang"))
+            .args(["-shared", "-fPIC", "-fuse-ld=lld", "-Wl,-z,defs"])
+            .arg(format!("-Wl,--undefined={LOOKUP}"))
+            .arg(&lib)
+            .arg("-o")
+            .arg(&so),
+    );
     let bytes = read(&so);
     let file = File::parse(&*bytes).expect("shared object is ELF");
     assert_globals_exported("x86_64 shared object", &file, file.dynamic_symbols());

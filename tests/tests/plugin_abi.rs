@@ -3,29 +3,16 @@
 
 mod plugin_support;
 
+use e2e_tests::plugin::{device_image, DataAlloc, DataDelete, DataMove, Launch, LoadBinary};
 use host_plugin::abi::{
-    KernelArgs, TgtBinDesc, TgtDeviceImage, TgtOffloadEntry, TgtTargetTable, OFFLOAD_FAIL,
-    OFFLOAD_SUCCESS,
+    KernelArgs, TgtBinDesc, TgtDeviceImage, TgtOffloadEntry, OFFLOAD_FAIL, OFFLOAD_SUCCESS,
 };
 use host_plugin::entries::FLAG_INDIRECT;
 use host_plugin::FptrMapEntry;
-use plugin_support::*;
+use plugin_support::{host_image, plugin_dir};
 use std::ffi::{c_void, CString};
-use std::process::Command;
 use std::ptr::null_mut;
 
-type LoadBinary = unsafe extern "C" fn(i32, *mut TgtDeviceImage) -> *mut TgtTargetTable;
-type DataAlloc = unsafe extern "C" fn(i32, i64, *mut c_void, i32) -> *mut c_void;
-type DataMove = unsafe extern "C" fn(i32, *mut c_void, *mut c_void, i64) -> i32;
-type DataDelete = unsafe extern "C" fn(i32, *mut c_void, i32) -> i32;
-type Launch = unsafe extern "C" fn(
-    i32,
-    *mut c_void,
-    *mut *mut c_void,
-    *mut isize,
-    *const KernelArgs,
-    *mut c_void,
-) -> i32;
 type SetMap = unsafe extern "C" fn(i32, u64, *mut FptrMapEntry);
 type Unregister = unsafe extern "C" fn(*mut TgtBinDesc) -> i32;
 
@@ -42,11 +29,10 @@ struct Abi {
 }
 
 fn open_plugin() -> Abi {
-    let path = plugin_dir().join("libomptarget.rtl.x86_64.so");
-    // SAFETY: the plugin's initialisers only set up Rust statics; the symbols below have
-    // the signatures of LLVM 16's plugin ABI, which the plugin exports.
+    let lib = e2e_tests::plugin::open(&plugin_dir().join("libomptarget.rtl.x86_64.so"));
+    // SAFETY: the symbols below have the signatures of LLVM 16's plugin ABI, which the
+    // plugin exports.
     unsafe {
-        let lib = libloading::Library::new(&path).expect("dlopen the plugin");
         Abi {
             load_binary: *lib.get(b"__tgt_rtl_load_binary").unwrap(),
             data_alloc: *lib.get(b"__tgt_rtl_data_alloc").unwrap(),
@@ -61,37 +47,9 @@ fn open_plugin() -> Abi {
     }
 }
 
-fn build_image() -> Vec<u8> {
-    let dir = scratch("abi-image");
-    let so = dir.join("device_image.so");
-    run_ok(
-        Command::new(clang16())
-            .args(["-O1", "-shared", "-fPIC"])
-            .arg(root().join("tests/fixtures/plugin/device_image.c"))
-            .arg("-Wl,--undefined=__kmpc_target_translate_fptr")
-            .arg(device_staticlib())
-            .arg("-o")
-            .arg(&so),
-    );
-    std::fs::read(so).unwrap()
-}
-
+/// One team of one thread, as the fixtures' kernels are launched.
 fn kernel_args(n: u32) -> KernelArgs {
-    KernelArgs {
-        version: 1,
-        num_args: n,
-        arg_base_ptrs: null_mut(),
-        arg_ptrs: null_mut(),
-        arg_sizes: null_mut(),
-        arg_types: null_mut(),
-        arg_names: null_mut(),
-        arg_mappers: null_mut(),
-        tripcount: 0,
-        flags: 0,
-        num_teams: [1, 0, 0],
-        thread_limit: [1, 0, 0],
-        dyn_cgroup_mem: 0,
-    }
+    e2e_tests::plugin::kernel_args(1, n, 1, 1)
 }
 
 /// Run `kernel_call` through the ABI: (io[0] after the call, translated pointer).
@@ -138,7 +96,7 @@ fn call_through(abi: &Abi, kernel: *mut c_void, host_fp: u64, arg: i64) -> (i64,
 #[test]
 fn libomptarget_call_sequence_through_the_c_abi() {
     let abi = open_plugin();
-    let mut image = build_image();
+    let mut image = host_image("device_image", true);
     let names: Vec<CString> = ["kernel_call", "add_one", "ptr_to_negate", "counter"]
         .iter()
         .map(|n| CString::new(*n).unwrap())
@@ -156,14 +114,7 @@ fn libomptarget_call_sequence_through_the_c_abi() {
             reserved: 0,
         })
         .collect();
-    let range = image.as_mut_ptr_range();
-    let entry_range = entries.as_mut_ptr_range();
-    let mut device_image = TgtDeviceImage {
-        image_start: range.start as *mut c_void,
-        image_end: range.end as *mut c_void,
-        entries_begin: entry_range.start,
-        entries_end: entry_range.end,
-    };
+    let mut device_image = device_image(&mut image, &mut entries);
 
     // SAFETY: the descriptor points at live image bytes and entries with C names.
     let table = unsafe { (abi.load_binary)(0, &mut device_image) };
@@ -215,9 +166,9 @@ fn libomptarget_call_sequence_through_the_c_abi() {
     // Unregistering the library unloads its image: the kernel is gone.
     let mut desc = TgtBinDesc {
         num_device_images: 1,
+        host_entries_begin: device_image.entries_begin,
+        host_entries_end: device_image.entries_end,
         device_images: &mut device_image,
-        host_entries_begin: entry_range.start,
-        host_entries_end: entry_range.end,
     };
     // SAFETY: the descriptor is valid; the launch afterwards must be refused.
     unsafe {

@@ -3,40 +3,10 @@
 
 mod plugin_support;
 
+use e2e_tests::plugin::{entry, words};
 use host_plugin::entries::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use host_plugin::{DeviceEntry, OffloadEntry, Plugin, PluginError, PluginKind};
-use plugin_support::*;
-use std::ffi::CString;
-use std::process::Command;
-
-/// Build a fixture into an x86-64 shared object, the host backend's image format.
-fn build_image(fixture: &str, with_device_rtl: bool) -> Vec<u8> {
-    let dir = scratch(&format!("api-{fixture}"));
-    let so = dir.join(format!("{fixture}.so"));
-    let mut cmd = Command::new(clang16());
-    cmd.args(["-O1", "-shared", "-fPIC"])
-        .arg(root().join(format!("tests/fixtures/plugin/{fixture}.c")));
-    if with_device_rtl {
-        cmd.arg("-Wl,--undefined=__kmpc_target_translate_fptr")
-            .arg(device_staticlib());
-    }
-    run_ok(cmd.arg("-o").arg(&so));
-    std::fs::read(&so).expect("read the built image")
-}
-
-fn entry(name: &str, host: u64, size: u64, flags: i32) -> OffloadEntry {
-    OffloadEntry {
-        host_addr: host,
-        name: CString::new(name).unwrap(),
-        size,
-        flags,
-        host_vtable: None,
-    }
-}
-
-fn words(w: &[u64]) -> Vec<u8> {
-    w.iter().flat_map(|x| x.to_ne_bytes()).collect()
-}
+use plugin_support::host_image;
 
 // Host "addresses" are only keys for the device: any distinct values do.
 const HOST_ADD_ONE: u64 = 0x5000;
@@ -87,7 +57,7 @@ fn call_through(plugin: &Plugin, kernel: &DeviceEntry, host_fp: u64, arg: i64) -
 
 #[test]
 fn every_kind_of_indirect_entry_translates_on_the_device() {
-    let image = build_image("device_image", true);
+    let image = host_image("device_image", true);
     let plugin = Plugin::new(PluginKind::X86_64);
     plugin.init_device(0).unwrap();
     let key = 0x1111;
@@ -155,7 +125,7 @@ fn every_kind_of_indirect_entry_translates_on_the_device() {
 
 #[test]
 fn set_function_ptr_map_replaces_the_table() {
-    let image = build_image("device_image", true);
+    let image = host_image("device_image", true);
     let plugin = Plugin::new(PluginKind::X86_64);
     let entries = vec![
         entry("kernel_call", 0x100, 0, 0),
@@ -221,7 +191,7 @@ fn assert_load_fails(plugin: &Plugin, image: &[u8], entries: &[OffloadEntry], ne
 
 #[test]
 fn bad_images_and_entries_fail_with_clear_errors() {
-    let image = build_image("device_image", true);
+    let image = host_image("device_image", true);
     let plugin = Plugin::new(PluginKind::X86_64);
 
     assert_load_fails(
@@ -294,7 +264,7 @@ fn bad_images_and_entries_fail_with_clear_errors() {
 
 #[test]
 fn image_without_the_device_runtime_still_loads() {
-    let image = build_image("no_table_image", false);
+    let image = host_image("no_table_image", false);
     let plugin = Plugin::new(PluginKind::X86_64);
     let entries = [
         entry("kernel_nop", 0x100, 0, 0),

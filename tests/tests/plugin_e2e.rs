@@ -3,10 +3,11 @@
 
 mod plugin_support;
 
-use plugin_support::*;
+use e2e_tests::paths::{fixture, root};
+use plugin_support::{compile_offload_program, plugin_dir, scratch};
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Entry points libomptarget 16 requires; a plugin missing one is silently ignored.
@@ -37,8 +38,7 @@ fn every_plugin_file_is_a_distinct_loadable_plugin_of_its_kind() {
                 inodes.insert(meta.ino()),
                 "{name} shares an inode with another plugin"
             );
-            // SAFETY: the plugin's initialisers only set up Rust statics.
-            let lib = unsafe { libloading::Library::new(&path) }.expect("dlopen the plugin");
+            let lib = e2e_tests::plugin::open(&path);
             for sym in MANDATORY.iter().chain(&["__tgt_rtl_set_function_ptr_map"]) {
                 // SAFETY: only the symbol's presence is checked.
                 let found = unsafe { lib.get::<*const ()>(sym.as_bytes()) };
@@ -82,17 +82,36 @@ fn assert_our_plugin_ran(marker: &Path, pid: u32) {
     );
 }
 
-#[test]
-fn indirect_calls_example_gets_device_functions() {
-    let dir = scratch("e2e-indirect");
-    let exe = dir.join("indirect_calls");
-    compile_offload_program(&root().join("examples/indirect_calls.c"), &exe, true);
+/// Build `source` into a fresh directory (device image linked with device-rtl or not):
+/// (the directory, the program).
+fn build_program(test: &str, source: &Path, with_device_rtl: bool) -> (PathBuf, PathBuf) {
+    let dir = scratch(test);
+    let name = source.file_stem().expect("a source file name");
+    let exe = dir.join(name);
+    compile_offload_program(source, &exe, with_device_rtl);
+    (dir, exe)
+}
+
+/// Run a built program with LIBOMPTARGET_INFO=`info`; it must succeed, and our x86_64
+/// plugin must have run it: (stdout, stderr).
+fn run_successfully(dir: &Path, exe: &Path, info: &str) -> (String, String) {
     let marker = dir.join("marker");
-    let (out, pid) = run_with_our_plugin(&exe, &marker, "16");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, pid) = run_with_our_plugin(exe, &marker, info);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
     assert_our_plugin_ran(&marker, pid);
+    (stdout, stderr)
+}
+
+#[test]
+fn indirect_calls_example_gets_device_functions() {
+    let (dir, exe) = build_program(
+        "e2e-indirect",
+        &root().join("examples/indirect_calls.c"),
+        true,
+    );
+    let (stdout, stderr) = run_successfully(&dir, &exe, "16");
 
     assert!(stdout.contains("ran on offload device 0"), "{stdout}");
     // Each function's result says which version ran: device copies add 1000.
@@ -118,19 +137,12 @@ fn indirect_calls_example_gets_device_functions() {
 
 #[test]
 fn program_without_the_device_runtime_runs_and_says_so() {
-    let dir = scratch("e2e-no-runtime");
-    let exe = dir.join("no_runtime");
-    compile_offload_program(
-        &root().join("tests/fixtures/plugin/no_runtime_program.c"),
-        &exe,
+    let (dir, exe) = build_program(
+        "e2e-no-runtime",
+        &fixture("plugin/no_runtime_program.c"),
         false,
     );
-    let marker = dir.join("marker");
-    let (out, pid) = run_with_our_plugin(&exe, &marker, "16");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
-    assert_our_plugin_ran(&marker, pid);
+    let (stdout, stderr) = run_successfully(&dir, &exe, "16");
     assert!(stdout.contains("result 42"), "{stdout}");
     assert_eq!(
         stderr.matches("will not be translated").count(),
@@ -145,23 +157,8 @@ fn program_without_the_device_runtime_runs_and_says_so() {
 
 #[test]
 fn nowait_target_tasks_translate_concurrently() {
-    let dir = scratch("e2e-nowait");
-    let exe = dir.join("nowait_indirect");
-    compile_offload_program(
-        &root().join("tests/fixtures/plugin/nowait_indirect.c"),
-        &exe,
-        true,
-    );
-    let marker = dir.join("marker");
-    let (out, pid) = run_with_our_plugin(&exe, &marker, "0");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_our_plugin_ran(&marker, pid);
+    let (dir, exe) = build_program("e2e-nowait", &fixture("plugin/nowait_indirect.c"), true);
+    let (stdout, _) = run_successfully(&dir, &exe, "0");
     assert!(
         stdout.contains("64 of 64 nowait indirect calls ran the device version"),
         "{stdout}"
@@ -170,23 +167,8 @@ fn nowait_target_tasks_translate_concurrently() {
 
 #[test]
 fn header_works_from_cxx() {
-    let dir = scratch("e2e-cxx");
-    let exe = dir.join("indirect_cxx");
-    compile_offload_program(
-        &root().join("tests/fixtures/plugin/indirect_cxx.cpp"),
-        &exe,
-        true,
-    );
-    let marker = dir.join("marker");
-    let (out, pid) = run_with_our_plugin(&exe, &marker, "0");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_our_plugin_ran(&marker, pid);
+    let (dir, exe) = build_program("e2e-cxx", &fixture("plugin/indirect_cxx.cpp"), true);
+    let (stdout, _) = run_successfully(&dir, &exe, "0");
     // 3 * 5 from the device version, plus the device copy's bias.
     assert!(stdout.contains("c++ result 1015"), "{stdout}");
 }

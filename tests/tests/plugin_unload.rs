@@ -5,9 +5,8 @@ mod plugin_support;
 
 use host_plugin::entries::FLAG_INDIRECT;
 use host_plugin::{OffloadEntry, Plugin, PluginKind};
-use plugin_support::*;
+use plugin_support::host_image;
 use std::ffi::CString;
-use std::process::Command;
 
 /// Mappings of our image files in this process (the host backend names them
 /// `omptarget-rs-image-<pid>-<n>.so` and unlinks them after dlopen).
@@ -22,18 +21,7 @@ fn mapped_images() -> usize {
 
 #[test]
 fn unload_and_unload_all_close_every_image() {
-    let dir = scratch("unload");
-    let so = dir.join("device_image.so");
-    run_ok(
-        Command::new(clang16())
-            .args(["-O1", "-shared", "-fPIC"])
-            .arg(root().join("tests/fixtures/plugin/device_image.c"))
-            .arg("-Wl,--undefined=__kmpc_target_translate_fptr")
-            .arg(device_staticlib())
-            .arg("-o")
-            .arg(&so),
-    );
-    let image = std::fs::read(&so).unwrap();
+    let image = host_image("device_image", true);
     let entries = [OffloadEntry {
         host_addr: 0x5000,
         name: CString::new("add_one").unwrap(),

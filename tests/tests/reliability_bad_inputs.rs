@@ -6,11 +6,13 @@
 
 mod plugin_support;
 
-use host_plugin::abi::{KernelArgs, TgtDeviceImage, TgtOffloadEntry, TgtTargetTable, OFFLOAD_FAIL};
+use e2e_tests::paths::target_dir;
+use e2e_tests::plugin::{entry, kernel_args, DataAlloc, DataDelete, DataMove, Launch, LoadBinary};
+use host_plugin::abi::{TgtDeviceImage, TgtOffloadEntry, OFFLOAD_FAIL};
 use host_plugin::entries::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use host_plugin::{FptrMapEntry, OffloadEntry, Plugin, PluginKind};
-use plugin_support::*;
-use std::ffi::{c_void, CString};
+use plugin_support::{host_image, plugin_dir};
+use std::ffi::c_void;
 use std::process::Command;
 use std::ptr::null_mut;
 
@@ -18,31 +20,6 @@ use std::ptr::null_mut;
 const CHILD_ENV: &str = "OMPTARGET_RS_BAD_INPUT_CHILD";
 /// Each C ABI case starts with this line on stderr, then the case's label.
 const CASE_MARK: &str = "@@case ";
-
-fn build_image() -> Vec<u8> {
-    let dir = scratch("rel-bad-image");
-    let so = dir.join("device_image.so");
-    run_ok(
-        Command::new(clang16())
-            .args(["-O1", "-shared", "-fPIC"])
-            .arg(root().join("tests/fixtures/plugin/device_image.c"))
-            .arg("-Wl,--undefined=__kmpc_target_translate_fptr")
-            .arg(device_staticlib())
-            .arg("-o")
-            .arg(&so),
-    );
-    std::fs::read(so).unwrap()
-}
-
-fn entry(name: &str, host: u64, size: u64, flags: i32) -> OffloadEntry {
-    OffloadEntry {
-        host_addr: host,
-        name: CString::new(name).unwrap(),
-        size,
-        flags,
-        host_vtable: None,
-    }
-}
 
 /// One row: what was tried, where, what came back, and words the message must hold.
 struct Row {
@@ -230,37 +207,7 @@ const ABI_CASES: &[(&str, &str)] = &[
     ("launch_kernel with NULL kernel arguments", "OFFLOAD_FAIL"),
 ];
 
-type LoadBinary = unsafe extern "C" fn(i32, *mut TgtDeviceImage) -> *mut TgtTargetTable;
 type IsValid = unsafe extern "C" fn(*mut TgtDeviceImage) -> i32;
-type DataAlloc = unsafe extern "C" fn(i32, i64, *mut c_void, i32) -> *mut c_void;
-type DataMove = unsafe extern "C" fn(i32, *mut c_void, *mut c_void, i64) -> i32;
-type DataDelete = unsafe extern "C" fn(i32, *mut c_void, i32) -> i32;
-type Launch = unsafe extern "C" fn(
-    i32,
-    *mut c_void,
-    *mut *mut c_void,
-    *mut isize,
-    *const KernelArgs,
-    *mut c_void,
-) -> i32;
-
-fn kernel_args() -> KernelArgs {
-    KernelArgs {
-        version: 2,
-        num_args: 0,
-        arg_base_ptrs: null_mut(),
-        arg_ptrs: null_mut(),
-        arg_sizes: null_mut(),
-        arg_types: null_mut(),
-        arg_names: null_mut(),
-        arg_mappers: null_mut(),
-        tripcount: 0,
-        flags: 0,
-        num_teams: [1, 0, 0],
-        thread_limit: [0, 0, 0],
-        dyn_cgroup_mem: 0,
-    }
-}
 
 fn mark(label: &str) {
     use std::io::Write;
@@ -273,12 +220,10 @@ fn abi_child() {
     if std::env::var_os(CHILD_ENV).is_none() {
         return;
     }
-    let path = plugin_dir().join("libomptarget.rtl.x86_64.so");
-    // SAFETY: dlopen of our plugin (its initialisers only set up Rust statics); the
-    // symbols have LLVM 16's plugin ABI signatures. Every call below passes inputs the
-    // plugin must reject without dereferencing anything invalid.
+    let lib = e2e_tests::plugin::open(&plugin_dir().join("libomptarget.rtl.x86_64.so"));
+    // SAFETY: the symbols have LLVM 16's plugin ABI signatures. Every call below passes
+    // inputs the plugin must reject without dereferencing anything invalid.
     unsafe {
-        let lib = libloading::Library::new(&path).expect("dlopen the plugin");
         let load: LoadBinary = *lib.get(b"__tgt_rtl_load_binary").unwrap();
         let valid: IsValid = *lib.get(b"__tgt_rtl_is_valid_binary").unwrap();
         let alloc: DataAlloc = *lib.get(b"__tgt_rtl_data_alloc").unwrap();
@@ -321,7 +266,7 @@ fn abi_child() {
 
         // Entry-range cases need a real image: the entries are read after the image
         // parses? Either order must fail cleanly; use a real image to reach them.
-        let real = build_image();
+        let real = host_image("device_image", true);
         let rr = real.as_ptr_range();
         let mut entries = [TgtOffloadEntry {
             addr: 0x5000 as *mut c_void,
@@ -360,7 +305,7 @@ fn abi_child() {
         )));
         mark(ABI_CASES[12].0);
         results.push(rc(delete(99, 0x1234 as *mut c_void, 0)));
-        let ka = kernel_args();
+        let ka = kernel_args(2, 0, 1, 0);
         mark(ABI_CASES[13].0);
         results.push(rc(launch(
             0,
@@ -461,7 +406,7 @@ fn markdown(rows: &[Row]) -> String {
 
 #[test]
 fn every_bad_input_gets_a_clear_message_and_nothing_crashes() {
-    let image = build_image();
+    let image = host_image("device_image", true);
     let mut rows = rust_api_rows(&image);
     rows.extend(abi_rows());
     let table = markdown(&rows);

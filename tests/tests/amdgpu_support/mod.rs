@@ -3,90 +3,34 @@
 //! (tests/fixtures/amdgpu/fake_hip.c) with the controls it exports.
 #![allow(dead_code)]
 
+use e2e_tests::paths::{fixture, require_file, target_dir};
+use e2e_tests::process::run_ok;
+use e2e_tests::tools::{host_cc, llvm22};
 use std::ffi::{c_char, c_void, CStr, CString};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ lives in the workspace root")
-        .to_path_buf()
-}
-
-pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
-}
-
-/// A fresh directory for one test's files.
+/// A fresh, empty directory for one caller under target/amdgpu-tests/ (unique per call).
 pub fn scratch(name: &str) -> PathBuf {
-    let d = target_dir()
-        .join("amdgpu-tests")
-        .join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("create a scratch directory");
-    d
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
-}
-
-/// An LLVM 22 tool: `<tool>-22` on PATH or /usr/lib/llvm-22/bin/<tool>.
-pub fn llvm22(tool: &str) -> PathBuf {
-    let versioned = format!("{tool}-22");
-    which(&versioned)
-        .or_else(|| {
-            let p = Path::new("/usr/lib/llvm-22/bin").join(tool);
-            p.is_file().then_some(p)
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "{versioned} not found: install clang-22 lld-22 llvm-22 clang-tools-22 (`cargo xtask test` does)"
-            )
-        })
-}
-
-pub fn run_ok(cmd: &mut Command) {
-    let shown = format!("{cmd:?}");
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("could not start {shown}: {e}"));
-    assert!(
-        out.status.success(),
-        "{shown} failed with {}:\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    e2e_tests::paths::scratch("amdgpu-tests", name)
 }
 
 /// device-rtl's bitcode for one AMDGPU processor, built by `cargo xtask build-device`.
 pub fn device_rtl_bc(processor: &str) -> PathBuf {
-    let p = target_dir().join(format!(
-        "device/amdgcn-amd-amdhsa/{processor}/device_rtl.bc"
-    ));
-    assert!(
-        p.is_file(),
-        "{} is missing: run `cargo xtask build-device` (or `cargo xtask test`) first",
-        p.display()
-    );
-    p
+    require_file(
+        target_dir().join(format!(
+            "device/amdgcn-amd-amdhsa/{processor}/device_rtl.bc"
+        )),
+        "`cargo xtask build-device` (or `cargo xtask test`)",
+    )
 }
 
 /// The fixture kernel linked with device-rtl into a code object for `target_id`
 /// (`gfx90a`, `gfx90a:xnack+`, ...), the way an AMDGPU device toolchain links it.
 pub fn code_object(target_id: &str) -> Vec<u8> {
-    // Tests of one binary run in parallel and may build the same target ID.
-    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let processor = target_id.split(':').next().unwrap_or(target_id);
     let dir = scratch(&format!(
-        "code-object-{}-{n}",
+        "code-object-{}",
         target_id
             .replace(':', "_")
             .replace('+', "p")
@@ -99,7 +43,7 @@ pub fn code_object(target_id: &str) -> Vec<u8> {
             .arg("--target=amdgcn-amd-amdhsa")
             .arg(format!("-mcpu={target_id}"))
             .args(["-nogpulib", "-O2", "-c"])
-            .arg(root().join("tests/fixtures/amdgpu/indirect_kernel.c"))
+            .arg(fixture("amdgpu/indirect_kernel.c"))
             .args(["-Xclang", "-mlink-builtin-bitcode", "-Xclang"])
             .arg(device_rtl_bc(processor))
             .arg("-o")
@@ -168,13 +112,10 @@ impl FakeHip {
     pub fn new(test: &str, devices: &str) -> FakeHip {
         let dir = scratch(&format!("fake-hip-{test}"));
         let path = dir.join("libamdhip64.so");
-        let cc = which("cc")
-            .or_else(|| which("gcc"))
-            .expect("a C compiler (cc or gcc) is needed to build the stand-in HIP library");
         run_ok(
-            Command::new(cc)
+            Command::new(host_cc())
                 .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror"])
-                .arg(root().join("tests/fixtures/amdgpu/fake_hip.c"))
+                .arg(fixture("amdgpu/fake_hip.c"))
                 .arg("-o")
                 .arg(&path)
                 .arg("-lpthread"),

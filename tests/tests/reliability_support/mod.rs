@@ -3,14 +3,15 @@
 //! (Builds on plugin_support, which every reliability test file also declares.)
 #![allow(dead_code)]
 
-use super::plugin_support::{
-    clang16, compile_offload_program, device_staticlib, plugin_dir, root, run_ok,
-};
+use super::plugin_support::{compile_offload_program, device_staticlib, plugin_dir};
+use e2e_tests::paths::root;
+use e2e_tests::process::run_ok;
+use e2e_tests::tools::clang16;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub fn fixture(name: &str) -> PathBuf {
-    root().join("tests/fixtures/reliability").join(name)
+    e2e_tests::paths::fixture("reliability").join(name)
 }
 
 /// An offload program from tests/fixtures/reliability/, device image linked with
