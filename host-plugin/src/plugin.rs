@@ -13,6 +13,7 @@ use crate::fptr::{self, FptrMapEntry, IndirectPair};
 use crate::{diag, image};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, MutexGuard, RwLock};
 
 /// The device runtime's table pointer and size (see device-rtl).
@@ -75,7 +76,8 @@ struct LoadedImage {
     name: String,
     /// Kept alive while the image is loaded; dropping it unloads the image.
     _module: Box<dyn LoadedModule>,
-    entries: Vec<DeviceEntry>,
+    /// Its kernels' addresses (not a copy of every entry: a million names cost time).
+    kernels: Vec<DeviceAddr>,
     fptr: Option<InstalledTable>,
 }
 
@@ -84,7 +86,33 @@ struct DeviceState {
     images: Mutex<Vec<LoadedImage>>,
     /// Addresses of every kernel of the images loaded here: launches are checked
     /// against it, so a stale or made-up address fails instead of jumping anywhere.
-    kernels: RwLock<HashSet<DeviceAddr>>,
+    kernels: RwLock<KernelSet>,
+}
+
+/// The kernel addresses of a device. Looked up on every launch, so hashed with one
+/// multiply instead of SipHash (which was a visible part of each launch): the keys are
+/// symbol addresses of images we loaded ourselves, not keys anyone can choose to collide.
+type KernelSet = HashSet<DeviceAddr, BuildHasherDefault<AddrHasher>>;
+
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        // The multiply leaves the low bits (the table index) depending only on the low
+        // bits of the address, which are all zero for aligned functions: fold in the top.
+        self.0 ^ (self.0 >> 32)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
 }
 
 pub struct Plugin {
@@ -139,14 +167,27 @@ impl Plugin {
             })
     }
 
+    /// An error mapper for a backend call. `what` becomes a String only on failure:
+    /// these run on every transfer and launch, where an allocation per call showed up.
     fn backend_err(
         device: i32,
         what: impl Into<String>,
     ) -> impl FnOnce(crate::BackendError) -> PluginError {
-        let what = what.into();
         move |source| PluginError::Backend {
             device,
-            what,
+            what: what.into(),
+            source,
+        }
+    }
+
+    /// As [`Self::backend_err`], for a message that has to be formatted (only on failure).
+    fn backend_err_with(
+        device: i32,
+        what: impl FnOnce() -> String,
+    ) -> impl FnOnce(crate::BackendError) -> PluginError {
+        move |source| PluginError::Backend {
+            device,
+            what: what(),
             source,
         }
     }
@@ -200,11 +241,19 @@ impl Plugin {
             symbols: symbols.as_ref(),
         };
         let (device_entries, pairs) = ctx.resolve_entries(entries)?;
-        // Entry names by host address, for the table dump.
-        let origins: HashMap<u64, String> = pairs
-            .iter()
-            .map(|p| (p.host_ptr, p.origin.clone()))
-            .collect();
+        // Entry names by host address, for the table dump: only built when the dump will
+        // be printed (a name copy and a hash insert per entry; with the entry copy the
+        // image no longer keeps, 18 % of a 1M-entry load, see docs/BENCHMARKS.md 1d).
+        let dump =
+            diag::info_enabled(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE) || diag::debug_enabled();
+        let origins: HashMap<u64, String> = if dump {
+            pairs
+                .iter()
+                .map(|p| (p.host_ptr, p.origin.clone()))
+                .collect()
+        } else {
+            HashMap::new()
+        };
         let table = fptr::build(pairs).map_err(|source| PluginError::Fptr {
             image: name.clone(),
             device,
@@ -225,7 +274,7 @@ impl Plugin {
             key,
             name,
             _module: module,
-            entries: device_entries.clone(),
+            kernels: kernels.clone(),
             fptr,
         };
         self.unload(device, key)?;
@@ -276,8 +325,8 @@ impl Plugin {
         for img in removed {
             {
                 let mut kernels = state.kernels.write().unwrap_or_else(|e| e.into_inner());
-                for e in &img.entries {
-                    kernels.remove(&e.addr);
+                for addr in &img.kernels {
+                    kernels.remove(addr);
                 }
             }
             if let Some(alloc) = img.fptr.as_ref().and_then(|t| t.allocation) {
@@ -418,7 +467,9 @@ impl Plugin {
         // SAFETY: `kernel` is a kernel of an image loaded on this device (checked above);
         // the caller vouches for the arguments.
         unsafe { self.backend.launch(d, kernel, args) }
-            .map_err(Self::backend_err(device, format!("kernel {kernel:#x}")))
+            .map_err(Self::backend_err_with(device, || {
+                format!("kernel {kernel:#x}")
+            }))
     }
 
     /// Run a kernel of a loaded image with the team and thread counts libomptarget asks
@@ -442,8 +493,9 @@ impl Plugin {
         });
         // SAFETY: `kernel` is a kernel of an image loaded on this device (checked above);
         // the caller vouches for the arguments.
-        unsafe { self.backend.launch_teams(d, kernel, args, request) }
-            .map_err(Self::backend_err(device, format!("kernel {kernel:#x}")))
+        unsafe { self.backend.launch_teams(d, kernel, args, request) }.map_err(
+            Self::backend_err_with(device, || format!("kernel {kernel:#x}")),
+        )
     }
 
     /// Allocate memory of one of LLVM 16's kinds (device, pinned host, managed).
@@ -456,10 +508,9 @@ impl Plugin {
         let (d, _) = self.device(device)?;
         self.backend
             .alloc_kind(d, size, kind)
-            .map_err(Self::backend_err(
-                device,
-                format!("allocating {kind:?} memory"),
-            ))
+            .map_err(Self::backend_err_with(device, || {
+                format!("allocating {kind:?} memory")
+            }))
     }
 
     pub fn alloc(&self, device: i32, size: usize) -> Result<DeviceAddr, PluginError> {
@@ -518,10 +569,10 @@ impl Plugin {
         let (s, _) = self.device(src_device)?;
         let (t, _) = self.device(dst_device)?;
         // SAFETY: forwarded caller contract.
-        unsafe { self.backend.copy(s, src, t, dst, len) }.map_err(Self::backend_err(
-            dst_device,
-            format!("copying from device {src_device}"),
-        ))
+        unsafe { self.backend.copy(s, src, t, dst, len) }
+            .map_err(Self::backend_err_with(dst_device, || {
+                format!("copying from device {src_device}")
+            }))
     }
 
     pub fn synchronize(&self, device: i32) -> Result<(), PluginError> {
@@ -544,18 +595,18 @@ impl Plugin {
         let (d, _) = self.device(device)?;
         self.backend
             .queue_finish(d, queue)
-            .map_err(Self::backend_err(
-                device,
-                format!("finishing queue {queue:#x}"),
-            ))
+            .map_err(Self::backend_err_with(device, || {
+                format!("finishing queue {queue:#x}")
+            }))
     }
 
     pub fn queue_done(&self, device: i32, queue: QueueHandle) -> Result<bool, PluginError> {
         let (d, _) = self.device(device)?;
-        self.backend.queue_done(d, queue).map_err(Self::backend_err(
-            device,
-            format!("querying queue {queue:#x}"),
-        ))
+        self.backend
+            .queue_done(d, queue)
+            .map_err(Self::backend_err_with(device, || {
+                format!("querying queue {queue:#x}")
+            }))
     }
 
     /// # Safety

@@ -35,7 +35,8 @@ enum Cmd {
     Lit(lit::Args),
     /// Bounded cargo-fuzz runs of every parser target.
     Fuzz(fuzz::Args),
-    /// Benchmarks: `bench cpu` times and counts the lookup on the CPU (docs/BENCHMARKS.md).
+    /// Benchmarks (docs/BENCHMARKS.md): `bench cpu` (the lookup), `bench plugin` (ours vs
+    /// LLVM 16 plugin through libomptarget), `bench load` (load_binary, 10 to 1M entries).
     Bench(bench::Args),
     /// Build the CUDA GPU tests, fixtures and plugin into target/gpu-bundle/ with run.sh.
     GpuBundle(gpu_bundle::Args),

@@ -3,12 +3,13 @@
 //! kernels are called through libffi with one pointer argument per mapped variable.
 
 use super::{Backend, BackendError, DeviceAddr, LoadedModule};
-use libffi::middle::{arg, Cif, CodePtr, Type};
+use libffi::low::{self, ffi_abi_FFI_DEFAULT_ABI, ffi_cif, ffi_type, CodePtr};
 use libloading::os::unix::{Library, RTLD_LAZY, RTLD_LOCAL};
 use std::ffi::{c_void, CStr};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 /// LLVM's host plugin offers four devices; tests in LLVM's suite use more than one.
 pub const HOST_DEVICE_COUNT: usize = 4;
@@ -18,8 +19,107 @@ extern "C" {
     fn free(ptr: *mut c_void);
 }
 
+/// Kernels with up to this many arguments are called without heap allocation, through
+/// a call description prepared once per argument count.
+const INLINE_ARGS: usize = 16;
+
 #[derive(Default)]
 pub struct HostBackend;
+
+/// libffi's description of a call taking some pointers and returning nothing (what every
+/// outlined OpenMP region is), with the argument type array it points into.
+struct PointerCall {
+    cif: ffi_cif,
+    /// What `cif.arg_types` points at: boxed, so it never moves while `cif` lives.
+    _types: Box<[*mut ffi_type]>,
+}
+
+// SAFETY: after `PointerCall::new` nothing writes to the cif or its type array again
+// (launches call through a stack copy of the cif, and libffi only reads the types it
+// points at, which are `_types` and libffi's own static descriptors), so sharing one
+// between threads shares only immutable data.
+unsafe impl Send for PointerCall {}
+// SAFETY: as for Send: immutable after construction.
+unsafe impl Sync for PointerCall {}
+
+impl PointerCall {
+    fn new(n: usize) -> Result<Self, BackendError> {
+        if u32::try_from(n).is_err() {
+            return Err(BackendError::Launch(format!(
+                "{n} kernel arguments are too many"
+            )));
+        }
+        // `addr_of_mut!` of libffi's type descriptors: no Rust reference to the C statics
+        // is made; libffi only reads a scalar type's descriptor.
+        let mut types: Box<[*mut ffi_type]> =
+            vec![std::ptr::addr_of_mut!(low::types::pointer); n].into_boxed_slice();
+        let mut cif = ffi_cif::default();
+        // SAFETY: `cif` is ours to fill; `types` holds `n` valid type descriptors and is
+        // kept (unmoved, on the heap) as long as the cif, which points into it.
+        unsafe {
+            low::prep_cif(
+                &mut cif,
+                ffi_abi_FFI_DEFAULT_ABI,
+                n,
+                std::ptr::addr_of_mut!(low::types::void),
+                types.as_mut_ptr(),
+            )
+        }
+        .map_err(|e| BackendError::Launch(format!("libffi could not describe the call: {e:?}")))?;
+        Ok(PointerCall { cif, _types: types })
+    }
+
+    /// The description for `n <= INLINE_ARGS` pointers, prepared on first use: preparing
+    /// it on every launch was a visible part of a launch's cost.
+    fn cached(n: usize) -> Result<&'static PointerCall, BackendError> {
+        static CALLS: [OnceLock<Option<PointerCall>>; INLINE_ARGS + 1] =
+            [const { OnceLock::new() }; INLINE_ARGS + 1];
+        CALLS
+            .get(n)
+            .ok_or_else(|| BackendError::Launch(format!("no cached call for {n} arguments")))?
+            .get_or_init(|| PointerCall::new(n).ok())
+            .as_ref()
+            .ok_or_else(|| BackendError::Launch(format!("libffi cannot call {n} pointers")))
+    }
+
+    /// Call `kernel(args...)`. `values` and `slots` are scratch space of `args.len()`
+    /// entries each.
+    ///
+    /// # Safety
+    /// `kernel` is a function taking `args.len()` pointers and returning nothing, the
+    /// arguments are what it expects, and this description is for `args.len()` pointers.
+    unsafe fn call(
+        &self,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        values: &mut [*mut c_void],
+        slots: &mut [*mut c_void],
+    ) -> Result<(), BackendError> {
+        let n = args.len();
+        if self.cif.nargs as usize != n || values.len() != n || slots.len() != n {
+            return Err(BackendError::Launch(
+                "call description or scratch of the wrong size".into(),
+            ));
+        }
+        for (value, &a) in values.iter_mut().zip(args) {
+            *value = a as *mut c_void;
+        }
+        // libffi reads each argument through a pointer to it.
+        let base = values.as_mut_ptr();
+        for (i, slot) in slots.iter_mut().enumerate() {
+            // SAFETY: `i < n == values.len()`.
+            *slot = unsafe { base.add(i) }.cast();
+        }
+        // libffi's call takes the description by `*mut`: give it a copy of our own (the
+        // shared one is never written).
+        let mut cif = self.cif;
+        // SAFETY: the caller promises `kernel` takes `n` pointers and returns nothing;
+        // `cif` describes exactly that (its type array lives in `self`); `slots` points
+        // at the `n` values, all alive for the call.
+        unsafe { low::call::<()>(&mut cif, CodePtr(kernel as *mut c_void), slots.as_mut_ptr()) };
+        Ok(())
+    }
+}
 
 struct HostModule {
     library: Library,
@@ -148,18 +248,115 @@ impl Backend for HostBackend {
         kernel: DeviceAddr,
         args: &[DeviceAddr],
     ) -> Result<(), BackendError> {
-        // Outlined OpenMP regions take every argument as a pointer and return nothing.
-        let cif = Cif::new(args.iter().map(|_| Type::pointer()), Type::void());
-        let pointers: Vec<*mut c_void> = args.iter().map(|&a| a as *mut c_void).collect();
-        let ffi_args: Vec<_> = pointers.iter().map(arg).collect();
-        // SAFETY: the caller promises `kernel` is a loaded kernel taking `args.len()`
-        // pointers; `pointers` outlives the call.
-        unsafe { cif.call::<()>(CodePtr(kernel as *mut c_void), &ffi_args) };
-        Ok(())
+        // Up to INLINE_ARGS arguments: a cached call description and stack scratch. This
+        // runs on every launch; libffi's `middle::Cif` (three heap allocations and a
+        // fresh description per call) was a visible part of a launch's cost.
+        let n = args.len();
+        if n <= INLINE_ARGS {
+            let call = PointerCall::cached(n)?;
+            let mut values = [std::ptr::null_mut(); INLINE_ARGS];
+            let mut slots = [std::ptr::null_mut(); INLINE_ARGS];
+            // SAFETY: forwarded caller contract; `call` is for `n` pointers and both
+            // arrays hold `n` slots.
+            unsafe { call.call(kernel, args, &mut values[..n], &mut slots[..n]) }
+        } else {
+            let call = PointerCall::new(n)?;
+            let mut values = vec![std::ptr::null_mut(); n];
+            let mut slots = vec![std::ptr::null_mut(); n];
+            // SAFETY: as above, with `n` slots on the heap.
+            unsafe { call.call(kernel, args, &mut values, &mut slots) }
+        }
     }
 
     fn synchronize(&self, _device: usize) -> Result<(), BackendError> {
         // Every operation on the host device completes before it returns.
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    extern "C" fn no_args() {
+        CALLED.store(true, Ordering::SeqCst);
+    }
+    static CALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    extern "C" fn store_difference(out: *mut u64, a: *const u64, b: *const u64) {
+        // SAFETY: the test passes three live u64 cells.
+        unsafe { *out = *a - *b };
+    }
+
+    /// 1 + 19 arguments: more than INLINE_ARGS, so the uncached, heap path.
+    #[allow(clippy::too_many_arguments)]
+    extern "C" fn weighted_sum(
+        out: *mut u64,
+        a1: u64,
+        a2: u64,
+        a3: u64,
+        a4: u64,
+        a5: u64,
+        a6: u64,
+        a7: u64,
+        a8: u64,
+        a9: u64,
+        a10: u64,
+        a11: u64,
+        a12: u64,
+        a13: u64,
+        a14: u64,
+        a15: u64,
+        a16: u64,
+        a17: u64,
+        a18: u64,
+        a19: u64,
+    ) {
+        let v = [
+            a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19,
+        ];
+        // SAFETY: the test passes a live u64 cell.
+        unsafe { *out = v.iter().enumerate().map(|(i, x)| (i as u64 + 1) * x).sum() };
+    }
+
+    /// A function's address as the backend takes kernels.
+    fn addr(f: *const ()) -> DeviceAddr {
+        f as usize as DeviceAddr
+    }
+
+    #[test]
+    fn launches_pass_every_argument_in_order() {
+        let backend = HostBackend;
+        // SAFETY: each function takes exactly the pointers passed, all live.
+        unsafe {
+            backend.launch(0, addr(no_args as *const ()), &[]).unwrap();
+            assert!(CALLED.load(Ordering::SeqCst));
+
+            // Every access to the output cells goes through the pointers the kernels get.
+            let (mut out, a, b) = (0u64, 50u64, 8u64);
+            let out_ptr: *mut u64 = &mut out;
+            let args = [
+                out_ptr as u64,
+                &a as *const u64 as u64,
+                &b as *const u64 as u64,
+            ];
+            // Twice: the second launch uses the cached call description.
+            for _ in 0..2 {
+                *out_ptr = 0;
+                let kernel = addr(store_difference as *const ());
+                backend.launch(0, kernel, &args).unwrap();
+                assert_eq!(*out_ptr, 42);
+            }
+
+            let mut sum = 0u64;
+            let sum_ptr: *mut u64 = &mut sum;
+            let mut many = vec![sum_ptr as u64];
+            many.extend(1..=19u64);
+            assert!(many.len() > INLINE_ARGS);
+            backend
+                .launch(0, addr(weighted_sum as *const ()), &many)
+                .unwrap();
+            assert_eq!(*sum_ptr, (1..=19u64).map(|i| i * i).sum::<u64>());
+        }
     }
 }

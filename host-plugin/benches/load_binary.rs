@@ -1,0 +1,239 @@
+//! `load_binary` on device images with many indirect entries (docs/BENCHMARKS.md, 1d).
+//!
+//! Run by `cargo xtask bench load`, which generates the images (x86_64 shared objects
+//! exporting one 8-byte `declare target` pointer global per indirect function, the
+//! convention of clang 18+ and of `omp_indirect.h`, plus the device runtime's two table
+//! globals) and passes them here:
+//!
+//!     load_binary IMAGE ENTRIES REPS
+//!
+//! It times, through the crate's Rust API with the host backend (no libomptarget):
+//! - `total`: `Plugin::load_binary` with ENTRIES host entries, the whole real path;
+//! - the phases of that path, each called on its own through the same public pieces:
+//!   `inspect` (ELF checks and the dynamic symbol table), `dlopen` (temp file + dlopen,
+//!   which runs the image's relocations), `resolve` (per entry: symbol size check,
+//!   dlsym, read the pointer global), `build` (`fptr::build`: sort, dedupe, validate),
+//!   `upload` (allocate and copy the table, write the two globals);
+//! - `set_map`: `Plugin::set_function_ptr_map` with the same ENTRIES rows, shuffled
+//!   (validate + sort + upload into the loaded image).
+//!
+//! Each line is `<what> <best ns> <median ns>` over REPS repetitions. Before timing, the
+//! installed table is checked (size, order, every host key present): a wrong table
+//! fails the run instead of giving numbers.
+
+use host_plugin::backend::host::HostBackend;
+use host_plugin::backend::Backend;
+use host_plugin::entries::FLAG_INDIRECT;
+use host_plugin::fptr::{self, IndirectPair};
+use host_plugin::plugin::{FPTR_MAP_P, FPTR_MAP_SIZE};
+use host_plugin::{FptrMapEntry, OffloadEntry, Plugin, PluginKind};
+use std::ffi::CString;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// The name `cargo xtask bench load` gives entry `i`'s pointer global in the image.
+fn global_name(i: usize) -> CString {
+    CString::new(format!("__omp_indirect_fn_bench_fn_{i}")).expect("no NUL in the name")
+}
+
+/// Host address of entry `i`: distinct, 16-byte aligned like functions, and in an order
+/// unrelated to the entry order (a permutation), so the table build really sorts.
+fn host_addr(i: usize, n: usize) -> u64 {
+    const STRIDE: u64 = 7919; // prime, so coprime with every n the xtask uses
+    0x5555_0000_0000 + 16 * ((i as u64 * STRIDE) % n as u64)
+}
+
+fn host_entries(n: usize) -> Vec<OffloadEntry> {
+    (0..n)
+        .map(|i| OffloadEntry {
+            host_addr: host_addr(i, n),
+            name: global_name(i),
+            size: 8,
+            flags: FLAG_INDIRECT,
+            host_vtable: None,
+        })
+        .collect()
+}
+
+/// Fastest and median of the samples, in nanoseconds.
+fn summary(samples: &mut [Duration]) -> (u128, u128) {
+    samples.sort();
+    (
+        samples[0].as_nanos(),
+        samples[(samples.len() - 1) / 2].as_nanos(),
+    )
+}
+
+fn timed<R>(f: impl FnOnce() -> R) -> (R, Duration) {
+    let start = Instant::now();
+    let r = f();
+    (r, start.elapsed())
+}
+
+/// The table a load installed must hold every host key once, in increasing order.
+fn check_table(table: &[FptrMapEntry], n: usize) -> Result<(), String> {
+    if table.len() != n {
+        return Err(format!("table has {} rows, expected {n}", table.len()));
+    }
+    if !table.windows(2).all(|w| w[0].host_ptr < w[1].host_ptr) {
+        return Err("table is not strictly increasing".into());
+    }
+    // The keys are exactly host_addr(0..n): a permutation of base + 16 * (0..n).
+    for (k, row) in table.iter().enumerate() {
+        if row.host_ptr != 0x5555_0000_0000 + 16 * k as u64 || row.tgt_ptr == 0 {
+            return Err(format!("row {k} is {row:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// The phases of one load, each timed on its own; in load_binary's order.
+const PHASES: [&str; 5] = ["inspect", "dlopen", "resolve", "build", "upload"];
+
+fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 5], String> {
+    let backend = HostBackend;
+    let (symbols, inspect) = timed(|| backend.inspect_image(bytes));
+    let symbols = symbols
+        .map_err(|e| e.to_string())?
+        .ok_or("the host backend inspects every image")?;
+    let (module, dlopen) = timed(|| backend.load_image(0, bytes));
+    let module = module.map_err(|e| e.to_string())?;
+    let (pairs, resolve) = timed(|| -> Result<Vec<IndirectPair>, String> {
+        let mut pairs = Vec::with_capacity(entries.len());
+        for e in entries {
+            if symbols.size_of(e.name.to_bytes()) != Some(8) {
+                return Err(format!("{} is not an 8-byte global", e.name_lossy()));
+            }
+            let global = module.global(&e.name).map_err(|e| e.to_string())?;
+            let mut word = [0u8; 8];
+            // SAFETY: `global` is the address of an 8-byte global of the loaded image.
+            unsafe { backend.read(0, global, &mut word) }.map_err(|e| e.to_string())?;
+            pairs.push(IndirectPair {
+                host_ptr: e.host_addr,
+                tgt_ptr: u64::from_ne_bytes(word),
+                origin: e.name_lossy(),
+            });
+        }
+        Ok(pairs)
+    });
+    let (table, build) = timed(|| fptr::build(pairs?).map_err(|e| e.to_string()));
+    let table = table?;
+    let (allocation, upload) = timed(|| -> Result<u64, String> {
+        let err = |e: host_plugin::BackendError| e.to_string();
+        let map_p = module.global(FPTR_MAP_P).map_err(err)?;
+        let map_size = module.global(FPTR_MAP_SIZE).map_err(err)?;
+        let bytes = fptr::as_bytes(&table);
+        let a = backend.alloc(0, bytes.len()).map_err(err)?;
+        // SAFETY: `a` is a fresh allocation of `bytes.len()` bytes; `map_p` and
+        // `map_size` are the image's 8-byte table globals.
+        unsafe {
+            backend.write(0, a, bytes).map_err(err)?;
+            backend.write(0, map_p, &a.to_ne_bytes()).map_err(err)?;
+            backend
+                .write(0, map_size, &(table.len() as u64).to_ne_bytes())
+                .map_err(err)?;
+        }
+        Ok(a)
+    });
+    // SAFETY: the allocation is the table uploaded above; the module (last user of its
+    // address) is dropped right after.
+    unsafe { backend.free(0, allocation?) }.map_err(|e| e.to_string())?;
+    drop(module);
+    check_table(&table, entries.len())?;
+    Ok([inspect, dlopen, resolve, build, upload])
+}
+
+fn run(image: &str, n: usize, reps: usize) -> Result<(), String> {
+    let bytes = std::fs::read(image).map_err(|e| format!("{image}: {e}"))?;
+    let entries = host_entries(n);
+    let plugin = Plugin::with_backend(PluginKind::X86_64, Box::new(HostBackend));
+    const KEY: usize = 1;
+
+    // The real path, checked once before it is timed.
+    plugin
+        .load_binary(0, KEY, &bytes, &entries)
+        .map_err(|e| e.to_string())?;
+    let table = plugin
+        .fptr_table(0, KEY)
+        .ok_or("load_binary installed no table")?;
+    check_table(&table, n)?;
+    plugin.unload(0, KEY).map_err(|e| e.to_string())?;
+
+    let mut total = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let (r, t) = timed(|| plugin.load_binary(0, KEY, &bytes, &entries));
+        let device_entries = r.map_err(|e| e.to_string())?;
+        if device_entries.len() != n {
+            return Err(format!("{} device entries for {n}", device_entries.len()));
+        }
+        total.push(t);
+        plugin.unload(0, KEY).map_err(|e| e.to_string())?;
+    }
+
+    let mut phases: Vec<Vec<Duration>> = vec![Vec::with_capacity(reps); PHASES.len()];
+    for _ in 0..reps {
+        for (samples, t) in phases.iter_mut().zip(phases_once(&bytes, &entries)?) {
+            samples.push(t);
+        }
+    }
+
+    // set_function_ptr_map: the whole table handed over again, in a shuffled order.
+    plugin
+        .load_binary(0, KEY, &bytes, &entries)
+        .map_err(|e| e.to_string())?;
+    let rows: Vec<FptrMapEntry> = (0..n).map(|i| table[(i * 7919) % n]).collect();
+    let mut set_map = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let (r, t) = timed(|| plugin.set_function_ptr_map(0, &rows));
+        if r.map_err(|e| e.to_string())? != 1 {
+            return Err("set_function_ptr_map patched no image".into());
+        }
+        set_map.push(t);
+    }
+    check_table(
+        &plugin.fptr_table(0, KEY).ok_or("no table after set_map")?,
+        n,
+    )?;
+    plugin.unload(0, KEY).map_err(|e| e.to_string())?;
+
+    println!("entries {n}");
+    let (best, median) = summary(&mut total);
+    println!("total {best} {median}");
+    for (name, samples) in PHASES.iter().zip(&mut phases) {
+        let (best, median) = summary(samples);
+        println!("{name} {best} {median}");
+    }
+    let (best, median) = summary(&mut set_map);
+    println!("set_map {best} {median}");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    // `cargo bench` appends `--bench` to the arguments of harness-less benches.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let parsed = match args.as_slice() {
+        [image, n, reps] => n
+            .parse::<usize>()
+            .ok()
+            .zip(reps.parse::<usize>().ok())
+            .filter(|&(n, reps)| n > 0 && reps > 0)
+            .map(|(n, reps)| (image.clone(), n, reps)),
+        _ => None,
+    };
+    let Some((image, n, reps)) = parsed else {
+        eprintln!(
+            "usage: load_binary IMAGE ENTRIES REPS (images come from `cargo xtask bench load`)"
+        );
+        return ExitCode::from(2);
+    };
+    match run(&image, n, reps) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("load_binary bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
