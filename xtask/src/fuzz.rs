@@ -1,13 +1,17 @@
 //! `cargo xtask fuzz`: bounded cargo-fuzz runs of every parser target in `fuzz/`, each
 //! seeded with a corpus made by the real LLVM 22 tools (bundles plain, text and
-//! compressed, OffloadBinaries, clang host objects with offload entries).
+//! compressed, OffloadBinaries, clang host objects with offload entries), and of the
+//! plugin's image loading: validation of mutated clang-16 / clang-22 device images,
+//! entries -> fptr table, and `load_binary` on the host backend (real dlopen) with
+//! fuzzed entries against a real clang-16 device image.
 
+use crate::device;
 use crate::util::{llvm16, llvm22, output, root, run, section, target_dir, which};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The fuzz targets of `fuzz/Cargo.toml`, one per parser.
+/// The fuzz targets of `fuzz/Cargo.toml`: one per parser, then the plugin's image loading.
 pub const TARGETS: &[&str] = &[
     "bundle",
     "compressed_bundle",
@@ -15,7 +19,13 @@ pub const TARGETS: &[&str] = &[
     "host_entries",
     "find_images",
     "target_id",
+    "image_inspect",
+    "fptr_table",
+    "load_binary",
 ];
+
+/// The environment variable naming the device image the `load_binary` target loads.
+const LOAD_IMAGE_VAR: &str = "OMPTARGET_RS_FUZZ_IMAGE";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,6 +35,9 @@ pub struct Args {
     /// Only these targets (default: all).
     #[arg(long = "target")]
     pub targets: Vec<String>,
+    /// Mutated images the dlopen sweep (run with `load_binary`) loads, each in a child.
+    #[arg(long, default_value_t = SWEEP_IMAGES)]
+    pub sweep_images: u64,
 }
 
 impl Default for Args {
@@ -32,6 +45,7 @@ impl Default for Args {
         Args {
             seconds: 20,
             targets: Vec::new(),
+            sweep_images: SWEEP_IMAGES,
         }
     }
 }
@@ -45,13 +59,17 @@ pub struct FuzzResult {
 }
 
 pub fn main(args: Args) -> Result<()> {
-    run_all(args.seconds, &args.targets)?;
+    run_with(args.seconds, &args.targets, args.sweep_images)?;
     Ok(())
 }
 
 /// Run every target (or those in `only`) for `seconds` each; fails on the first crash,
 /// naming the reproducer libFuzzer wrote.
 pub fn run_all(seconds: u64, only: &[String]) -> Result<Vec<FuzzResult>> {
+    run_with(seconds, only, SWEEP_IMAGES)
+}
+
+fn run_with(seconds: u64, only: &[String], sweep_images: u64) -> Result<Vec<FuzzResult>> {
     for t in only {
         if !TARGETS.contains(&t.as_str()) {
             bail!("unknown fuzz target `{t}`; targets: {}", TARGETS.join(", "));
@@ -62,7 +80,7 @@ pub fn run_all(seconds: u64, only: &[String]) -> Result<Vec<FuzzResult>> {
     let build_dir = target_dir().join("fuzz");
     section("fuzz: building targets");
     run(cargo_fuzz(&fuzz_dir, &build_dir).args(["build", "-O"]))?;
-    section("fuzz: seed corpus from the LLVM 22 tools");
+    section("fuzz: seed corpus from the LLVM 22 tools and clang 16");
     let corpus_root = target_dir().join("fuzz-corpus");
     let seeds = make_seeds(&corpus_root.join("seeds"))?;
     let mut results = Vec::new();
@@ -89,6 +107,7 @@ pub fn run_all(seconds: u64, only: &[String]) -> Result<Vec<FuzzResult>> {
             .arg("-timeout=10")
             .arg("-print_final_stats=1")
             .arg(format!("-artifact_prefix={}/", artifacts.display()))
+            .env(LOAD_IMAGE_VAR, &seeds.load_image)
             .output()
             .context("could not run cargo fuzz")?;
         let log = String::from_utf8_lossy(&out.stderr);
@@ -112,6 +131,11 @@ pub fn run_all(seconds: u64, only: &[String]) -> Result<Vec<FuzzResult>> {
             seconds,
             corpus_files,
         });
+    }
+    if only.is_empty() || only.iter().any(|t| t == "load_binary") {
+        let binary = build_dir.join("x86_64-unknown-linux-gnu/release/load_binary");
+        let dir = corpus_root.join("dlopen-sweep");
+        dlopen_sweep(&binary, &seeds.load_image, &dir, sweep_images)?;
     }
     section("fuzz: summary");
     for r in &results {
@@ -186,6 +210,13 @@ struct Seeds {
     offload_binaries: Vec<PathBuf>,
     elf: Vec<PathBuf>,
     ids: Vec<PathBuf>,
+    /// x86-64 device images (ET_DYN): clang-16 and clang-22 shared objects, and the one
+    /// clang-16 embeds in an offload program.
+    shared_objects: Vec<PathBuf>,
+    /// Encoded entry lists for the structured targets (fptr_table, load_binary).
+    entry_bytes: Vec<PathBuf>,
+    /// The real clang-16 image (device_image.c + device-rtl) `load_binary` loads.
+    load_image: PathBuf,
 }
 
 fn seeds_for(target: &str, s: &Seeds) -> Vec<PathBuf> {
@@ -197,6 +228,8 @@ fn seeds_for(target: &str, s: &Seeds) -> Vec<PathBuf> {
         "host_entries" => all(&[&s.elf]),
         "find_images" => all(&[&s.bundles, &s.compressed, &s.offload_binaries, &s.elf]),
         "target_id" => all(&[&s.ids]),
+        "image_inspect" => all(&[&s.shared_objects, &s.elf]),
+        "fptr_table" | "load_binary" => all(&[&s.entry_bytes]),
         _ => Vec::new(),
     }
 }
@@ -238,6 +271,9 @@ fn make_seeds(dir: &Path) -> Result<Seeds> {
         offload_binaries: vec![p("images.offload")],
         elf: vec![p("host22.o"), p("host16.o")],
         ids: Vec::new(),
+        shared_objects: Vec::new(),
+        entry_bytes: Vec::new(),
+        load_image: p("device16_rtl.so"),
     };
     bundle("bc", &s.bundles[0], None)?;
     run(Command::new(&bundler)
@@ -279,6 +315,7 @@ fn make_seeds(dir: &Path) -> Result<Seeds> {
         .arg(&legacy_src)
         .arg("-o")
         .arg(&s.elf[1]))?;
+    device_image_seeds(dir, &clang16, &legacy_src, &mut s)?;
     for (i, id) in [
         "gfx90a:sramecc+:xnack-|gfx90a:xnack-",
         "fiji:xnack+|gfx803:sramecc-:xnack+",
@@ -294,4 +331,242 @@ fn make_seeds(dir: &Path) -> Result<Seeds> {
         s.ids.push(path);
     }
     Ok(s)
+}
+
+/// x86-64 device images for `image_inspect` and `load_binary`: the plugin tests' fixture
+/// (every kind of offload entry, linked with device-rtl as the tests do) built by
+/// clang-16 and clang-22, with and without device-rtl, and the device image clang-16
+/// embeds in a real `-fopenmp-targets=x86_64-pc-linux-gnu` program.
+fn device_image_seeds(dir: &Path, clang16: &Path, program: &Path, s: &mut Seeds) -> Result<()> {
+    let fixture = root().join("tests/fixtures/plugin/device_image.c");
+    let rtl = device::host_staticlib()?;
+    let clang22 = llvm22("clang")?;
+    for (clang, tag) in [(clang16, "16"), (clang22.as_path(), "22")] {
+        for with_rtl in [true, false] {
+            let out = dir.join(format!(
+                "device{tag}{}.so",
+                if with_rtl { "_rtl" } else { "" }
+            ));
+            let mut c = Command::new(clang);
+            c.args(["-O1", "-shared", "-fPIC"]).arg(&fixture);
+            if with_rtl {
+                c.arg("-Wl,--undefined=__kmpc_target_translate_fptr")
+                    .arg(&rtl);
+            }
+            run(c.arg("-o").arg(&out))?;
+            s.shared_objects.push(out);
+        }
+    }
+    let exe = dir.join("offload16");
+    crate::plugin::compile_offload_program(program, &exe)?;
+    let host = std::fs::read(&exe)?;
+    let image = embedded_device_image(&host)
+        .with_context(|| format!("no embedded x86-64 device image in {}", exe.display()))?;
+    let out = dir.join("offload16_device.so");
+    std::fs::write(&out, image)?;
+    s.shared_objects.push(out);
+    // Structured targets decode entries from bytes; a few varied starting points.
+    for i in 0..4u8 {
+        let out = dir.join(format!("entries{i}.bin"));
+        let bytes: Vec<u8> = (0..(64 + 96 * usize::from(i)))
+            .map(|b| (b as u8).wrapping_mul(31).wrapping_add(i * 17))
+            .collect();
+        std::fs::write(&out, bytes)?;
+        s.entry_bytes.push(out);
+    }
+    Ok(())
+}
+
+/// The x86-64 device image clang 16's offload wrapper embeds in a host program: the
+/// first ELF64 shared object after the host file's own header, cut at the end of its
+/// section header table (the last thing a linker writes).
+fn embedded_device_image(host: &[u8]) -> Option<&[u8]> {
+    const MAGIC: &[u8] = b"\x7fELF\x02\x01\x01";
+    let u16_at = |b: &[u8], o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
+    let u64_at = |b: &[u8], o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    let mut from = 1;
+    while let Some(pos) = host
+        .get(from..)?
+        .windows(MAGIC.len())
+        .position(|w| w == MAGIC)
+    {
+        let start = from + pos;
+        let elf = &host[start..];
+        if u16_at(elf, 16)? == 3 {
+            // ET_DYN: e_shoff + e_shnum * e_shentsize.
+            let end = u64_at(elf, 40)?
+                .checked_add(u64::from(u16_at(elf, 60)?) * u64::from(u16_at(elf, 58)?))?;
+            return elf.get(..usize::try_from(end).ok()?);
+        }
+        from = start + 1;
+    }
+    None
+}
+
+/// How many mutated images the dlopen sweep loads by default (≈15 s here).
+const SWEEP_IMAGES: u64 = 300;
+
+/// Mutated-but-accepted images through the real dlopen, each in its own process: the
+/// clang-16 image with 1-4 bytes changed outside its executable segments (changed code is
+/// code the user asked to run; changed structure must be caught by our validation). The
+/// `load_binary` fuzz binary runs each file once (`OMPTARGET_RS_FUZZ_DLOPEN_MUTATED`):
+/// validation, then `Plugin::load_binary` if accepted. A process that dies is an image our
+/// validation let through to a crash: a validator gap, so the sweep fails and keeps it.
+fn dlopen_sweep(binary: &Path, image_path: &Path, dir: &Path, images: u64) -> Result<()> {
+    section(&format!("fuzz: dlopen sweep of {images} mutated images"));
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    let image = std::fs::read(image_path)?;
+    let layout =
+        ImageLayout::of(&image).context("the sweep image is not an ELF64 with segments")?;
+    let (mut rejected, mut loaded, mut failed) = (0, 0, 0);
+    let mut crashes = Vec::new();
+    let mut verdicts = Vec::new();
+    for n in 0..images {
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ (n + 1).wrapping_mul(0x2545_f491_4f6c_dd1d));
+        let mut mutant = image.clone();
+        let mut changed = Vec::new();
+        for _ in 0..1 + rng.below(4) {
+            let Some(at) = layout.pick(&mut rng) else {
+                continue;
+            };
+            let old = mutant[at];
+            mutant[at] = match rng.below(4) {
+                0 => rng.next() as u8,
+                1 => old ^ (1 << rng.below(8)),
+                2 => 0,
+                _ => 0xff,
+            };
+            changed.push(at);
+        }
+        let path = dir.join(format!("mutant{n:03}.so"));
+        std::fs::write(&path, &mutant)?;
+        let out = Command::new(binary)
+            .arg(&path)
+            .env("OMPTARGET_RS_FUZZ_DLOPEN_MUTATED", "1")
+            // A child that dies inside dlopen leaves its image file: keep it here.
+            .env("TMPDIR", dir)
+            .env(LOAD_IMAGE_VAR, image_path)
+            .output()
+            .with_context(|| format!("could not run {}", binary.display()))?;
+        let log = String::from_utf8_lossy(&out.stderr);
+        let verdict = log.lines().find_map(|l| l.strip_prefix("sweep: "));
+        verdicts.push(format!(
+            "mutant{n:03} bytes {changed:x?}: {}",
+            verdict.unwrap_or("CRASHED")
+        ));
+        match (out.status.success(), verdict) {
+            (true, Some(v)) if v.starts_with("rejected") => rejected += 1,
+            (true, Some("loaded")) => loaded += 1,
+            (true, Some(v)) if v.starts_with("load failed") => failed += 1,
+            _ => {
+                let tail: Vec<&str> = log
+                    .lines()
+                    .filter(|l| l.contains("ERROR") || l.contains("#"))
+                    .take(8)
+                    .collect();
+                crashes.push(format!(
+                    "{} (bytes {changed:x?} changed; {}):\n{}",
+                    path.display(),
+                    out.status,
+                    tail.join("\n")
+                ));
+                continue;
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    let verdict_file = dir.join("verdicts.txt");
+    std::fs::write(&verdict_file, verdicts.join("\n") + "\n")?;
+    eprintln!("each mutant's verdict: {}", verdict_file.display());
+    eprintln!(
+        "dlopen sweep: {images} mutated images: {rejected} rejected by validation, \
+         {loaded} loaded, {failed} refused by dlopen or entry resolution, {} crashed",
+        crashes.len()
+    );
+    if !crashes.is_empty() {
+        bail!(
+            "{} accepted images crashed the loader (validator gaps):\n{}",
+            crashes.len(),
+            crashes.join("\n\n")
+        );
+    }
+    Ok(())
+}
+
+/// Where an ELF64 image's bytes lie: its headers, and which file ranges are loaded
+/// segments (executable or not).
+struct ImageLayout {
+    len: usize,
+    /// ELF header and program headers.
+    headers: std::ops::Range<usize>,
+    loaded_data: Vec<std::ops::Range<usize>>,
+    code: Vec<std::ops::Range<usize>>,
+}
+
+impl ImageLayout {
+    fn of(elf: &[u8]) -> Option<Self> {
+        let u16_at = |o: usize| Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?));
+        let u32_at = |o: usize| Some(u32::from_le_bytes(elf.get(o..o + 4)?.try_into().ok()?));
+        let u64_at = |o: usize| Some(u64::from_le_bytes(elf.get(o..o + 8)?.try_into().ok()?));
+        let phoff = usize::try_from(u64_at(32)?).ok()?;
+        let phnum = usize::from(u16_at(56)?);
+        let mut layout = ImageLayout {
+            len: elf.len(),
+            headers: 0..phoff + phnum * 56,
+            loaded_data: Vec::new(),
+            code: Vec::new(),
+        };
+        for i in 0..phnum {
+            let ph = phoff + i * 56;
+            const PT_LOAD: u32 = 1;
+            const PF_X: u32 = 1;
+            if u32_at(ph)? != PT_LOAD {
+                continue;
+            }
+            let start = usize::try_from(u64_at(ph + 8)?).ok()?;
+            let end = start + usize::try_from(u64_at(ph + 32)?).ok()?;
+            if u32_at(ph + 4)? & PF_X != 0 {
+                layout.code.push(start..end);
+            } else {
+                layout.loaded_data.push(start..end);
+            }
+        }
+        Some(layout)
+    }
+
+    /// A byte to mutate, never one of code: a third in the headers, a third in loaded
+    /// data (dynamic section, symbol and hash tables, relocations), a third anywhere.
+    fn pick(&self, rng: &mut XorShift) -> Option<usize> {
+        for _ in 0..64 {
+            let at = match rng.below(3) {
+                0 => self.headers.start + rng.below(self.headers.len() as u64) as usize,
+                1 if !self.loaded_data.is_empty() => {
+                    let r = &self.loaded_data[rng.below(self.loaded_data.len() as u64) as usize];
+                    r.start + rng.below(r.len().max(1) as u64) as usize
+                }
+                _ => rng.below(self.len as u64) as usize,
+            };
+            if at < self.len && !self.code.iter().any(|c| c.contains(&at)) {
+                return Some(at);
+            }
+        }
+        None
+    }
+}
+
+/// A small deterministic generator: the sweep's mutants are the same on every run.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
 }
