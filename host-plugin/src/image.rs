@@ -30,16 +30,55 @@ pub fn elf_machine(bytes: &[u8]) -> Option<u16> {
     Some(header.e_machine(LittleEndian))
 }
 
-/// Exported (dynamic) symbols of a checked image, with their sizes.
+/// Exported (dynamic) symbols of a checked image: their image addresses and sizes.
 #[derive(Debug, Default)]
 pub struct ImageSymbols {
-    sizes: HashMap<Vec<u8>, u64>,
+    /// Name -> (address in the image, size).
+    by_name: HashMap<Vec<u8>, (u64, u64)>,
+    /// (address, size) of every defined symbol with a size, sorted by address.
+    extents: Vec<(u64, u64)>,
 }
 
+/// How many symbols starting at or below an address `within_one_symbol` looks at: enough
+/// for symbols nested in or aliasing one another, and a bound on the work.
+const NESTED_SYMBOLS_SEARCHED: usize = 16;
+
 impl ImageSymbols {
+    fn new(symbols: impl IntoIterator<Item = (Vec<u8>, u64, u64)>) -> Self {
+        let mut by_name = HashMap::new();
+        let mut extents = Vec::new();
+        for (name, addr, size) in symbols {
+            if size > 0 {
+                extents.push((addr, size));
+            }
+            by_name.insert(name, (addr, size));
+        }
+        extents.sort_unstable();
+        ImageSymbols { by_name, extents }
+    }
+
     /// Size of a defined dynamic symbol, None if the image does not export it.
     pub fn size_of(&self, name: &[u8]) -> Option<u64> {
-        self.sizes.get(name).copied()
+        self.by_name.get(name).map(|&(_, size)| size)
+    }
+
+    /// Image address (`st_value`) of a defined dynamic symbol.
+    pub fn address_of(&self, name: &[u8]) -> Option<u64> {
+        self.by_name.get(name).map(|&(addr, _)| addr)
+    }
+
+    /// Whether the image range `addr .. addr + len` lies inside one defined symbol: what
+    /// the plugin requires before it reads memory that an image's data points to.
+    pub fn within_one_symbol(&self, addr: u64, len: u64) -> bool {
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        let starts_at_or_below = self.extents.partition_point(|&(a, _)| a <= addr);
+        self.extents[..starts_at_or_below]
+            .iter()
+            .rev()
+            .take(NESTED_SYMBOLS_SEARCHED)
+            .any(|&(a, size)| a.checked_add(size).is_some_and(|e| e >= end))
     }
 }
 
@@ -80,13 +119,13 @@ pub fn inspect_shared_object(bytes: &[u8], machine: u16) -> Result<ImageSymbols,
     if machine == object::elf::EM_X86_64 {
         loadable::check(&file, bytes).map_err(ImageError::NotLoadable)?;
     }
-    let mut sizes = HashMap::new();
+    let mut symbols = Vec::new();
     for sym in file.dynamic_symbols() {
         if sym.is_definition() {
-            sizes.insert(sym.name_bytes()?.to_vec(), sym.size());
+            symbols.push((sym.name_bytes()?.to_vec(), sym.address(), sym.size()));
         }
     }
-    Ok(ImageSymbols { sizes })
+    Ok(ImageSymbols::new(symbols))
 }
 
 /// What the dynamic loader reads before any of the image's code runs, checked for
@@ -717,5 +756,48 @@ mod tests {
             Err(ImageError::NotElf(_))
         ));
         assert_eq!(elf_machine(&[]), None);
+    }
+}
+
+#[cfg(test)]
+mod symbol_extent_tests {
+    use super::ImageSymbols;
+
+    fn symbols() -> ImageSymbols {
+        ImageSymbols::new([
+            (b"vtable".to_vec(), 0x1000, 24),
+            (b"inner".to_vec(), 0x1008, 8),
+            (b"func".to_vec(), 0x2000, 5),
+            (b"marker".to_vec(), 0x3000, 0),
+        ])
+    }
+
+    #[test]
+    fn ranges_must_lie_inside_one_symbol() {
+        let s = symbols();
+        assert!(s.within_one_symbol(0x1000, 24));
+        assert!(
+            s.within_one_symbol(0x1008, 16),
+            "inside vtable, past the nested symbol"
+        );
+        assert!(!s.within_one_symbol(0x1000, 25), "one byte past the end");
+        assert!(
+            !s.within_one_symbol(0x2000, 24),
+            "a function smaller than the range"
+        );
+        assert!(!s.within_one_symbol(0x0fff, 8), "below every symbol");
+        assert!(
+            !s.within_one_symbol(0x3000, 1),
+            "a zero-sized symbol holds nothing"
+        );
+        assert!(!s.within_one_symbol(u64::MAX - 4, 8), "wrapping range");
+    }
+
+    #[test]
+    fn names_give_address_and_size() {
+        let s = symbols();
+        assert_eq!(s.address_of(b"func"), Some(0x2000));
+        assert_eq!(s.size_of(b"vtable"), Some(24));
+        assert_eq!(s.size_of(b"missing"), None);
     }
 }

@@ -725,6 +725,43 @@ impl LoadContext<'_> {
         Ok(u64::from_ne_bytes(word))
     }
 
+    /// Before reading `len` bytes of a device vtable: it must not be null, and where the
+    /// backend reads the image's symbols (the host, whose device reads are plain memory
+    /// reads) it must lie inside one symbol of the image. GPU drivers check their own
+    /// device addresses and fail the copy instead.
+    fn check_device_vtable(
+        &self,
+        entry: &OffloadEntry,
+        global: DeviceAddr,
+        device_vtable: DeviceAddr,
+        len: usize,
+    ) -> Result<(), PluginError> {
+        if device_vtable == 0 {
+            return Err(self.entry_err(entry, "its device global holds a null vtable pointer"));
+        }
+        let Some(symbols) = self.symbols else {
+            return Ok(());
+        };
+        // The image's load bias, from where its own global landed.
+        let inside = symbols
+            .address_of(entry.name.to_bytes())
+            .map(|image_addr| global.wrapping_sub(image_addr))
+            .is_some_and(|bias| {
+                symbols.within_one_symbol(device_vtable.wrapping_sub(bias), len as u64)
+            });
+        if inside {
+            Ok(())
+        } else {
+            Err(self.entry_err(
+                entry,
+                format!(
+                    "its device global points to {device_vtable:#x}, which is not inside a \
+                     symbol of the image with room for the {len}-byte vtable"
+                ),
+            ))
+        }
+    }
+
     /// An 8-byte global of the image, address and size checked.
     fn pointer_global(&self, entry: &OffloadEntry) -> Result<DeviceAddr, PluginError> {
         match self.symbol_size(&entry.name) {
@@ -782,6 +819,13 @@ impl LoadContext<'_> {
                 EntryKind::IndirectThroughGlobal => {
                     let global = self.pointer_global(entry)?;
                     let f = self.read_word(entry, global)?;
+                    if f == 0 {
+                        return Err(self.entry_err(
+                            entry,
+                            "its device global holds a null pointer: there is no device \
+                             function to call",
+                        ));
+                    }
                     pairs.push(IndirectPair {
                         host_ptr: entry.host_addr,
                         tgt_ptr: f,
@@ -799,9 +843,12 @@ impl LoadContext<'_> {
                     let host = entry.host_vtable.as_deref().ok_or_else(|| {
                         self.entry_err(entry, "the host vtable's contents were not provided")
                     })?;
+                    self.check_device_vtable(entry, global, device_vtable, host.len())?;
                     let mut dev = vec![0u8; host.len()];
-                    // SAFETY: the device global holds the device vtable's address; the
-                    // device vtable has the same layout, hence size, as the host one.
+                    // SAFETY: the device global holds the device vtable's address, which
+                    // is not null and, where the image's symbols are known, lies inside
+                    // one of its symbols with room for the whole vtable
+                    // (check_device_vtable); the device vtable has the host one's layout.
                     unsafe { self.plugin.backend.read(self.d, device_vtable, &mut dev) }.map_err(
                         |e| self.entry_err(entry, format!("reading the device vtable: {e}")),
                     )?;

@@ -125,6 +125,44 @@ fn rust_api_rows(image: &[u8]) -> Vec<Row> {
         ),
         &["vtable_ptr"],
     );
+    // The device runtime's table pointer is an 8-byte global that holds null until the
+    // table is installed, which happens after the entries are resolved.
+    api_row(
+        &mut rows,
+        "indirect pointer entry (size 8) whose device global holds null",
+        load(
+            image,
+            &[entry(
+                "__omp_offloading_fptr_map_p",
+                0x3000,
+                8,
+                FLAG_INDIRECT,
+            )],
+        ),
+        &["__omp_offloading_fptr_map_p", "null pointer"],
+    );
+    let vtable_entry = |name: &str, host_words: usize| {
+        let mut e = entry(
+            name,
+            0x9000,
+            8 * host_words as u64,
+            FLAG_INDIRECT | FLAG_INDIRECT_VTABLE,
+        );
+        e.host_vtable = Some(vec![0u8; 8 * host_words]);
+        e
+    };
+    api_row(
+        &mut rows,
+        "indirect vtable entry whose device global holds null",
+        load(image, &[vtable_entry("__omp_offloading_fptr_map_p", 3)]),
+        &["__omp_offloading_fptr_map_p", "null vtable pointer"],
+    );
+    api_row(
+        &mut rows,
+        "indirect vtable entry pointing at a symbol smaller than the vtable (a function)",
+        load(image, &[vtable_entry("ptr_to_negate", 64)]),
+        &["ptr_to_negate", "not inside a symbol", "512-byte vtable"],
+    );
     api_row(
         &mut rows,
         "device id 9 on a 4-device plugin",
