@@ -235,6 +235,9 @@ fn each_device_gets_only_code_it_can_run() {
     let gfx90a_xnack_off = code_object("gfx90a:xnack-");
     let gfx1100 = code_object("gfx1100");
     let fake = FakeHip::new("select", "gfx90a:sramecc+:xnack-,gfx1100");
+    // The size-8 entry's global holds a device function, as a linked image's would (the
+    // plugin refuses a null one).
+    fake.seed_global("ptr_to_negate", NEGATE_ON_DEVICE);
     let backend = HipBackend::from_library(fake.path_str()).unwrap();
     // No device has xnack on: that build is of no use here.
     assert!(!backend.accepts_image(&gfx90a_xnack_on));
