@@ -42,12 +42,7 @@ pub fn is_bundle(data: &[u8]) -> bool {
 impl<'a> Bundle<'a> {
     pub fn parse(data: &'a [u8]) -> Result<Self> {
         let r = Reader::new(data, CONTAINER);
-        if r.bytes(0, MAGIC.len() as u64, "magic")? != MAGIC {
-            return Err(Error::BadMagic {
-                container: CONTAINER,
-                offset: 0,
-            });
-        }
+        r.expect_magic(0, MAGIC)?;
         let count = r.u64(24, "number of bundle entries")?;
         // Every entry needs at least its fixed fields: this bounds the allocation.
         let max = (data.len() as u64).saturating_sub(32) / ENTRY_FIXED;

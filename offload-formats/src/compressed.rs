@@ -56,12 +56,7 @@ impl<'a> CompressedBundle<'a> {
     /// Parse the header. Does not decompress.
     pub fn parse(data: &'a [u8]) -> Result<Self> {
         let r = Reader::new(data, CONTAINER);
-        if r.bytes(0, 4, "magic")? != MAGIC {
-            return Err(Error::BadMagic {
-                container: CONTAINER,
-                offset: 0,
-            });
-        }
+        r.expect_magic(0, MAGIC)?;
         let version = r.u16(4, "version")?;
         let method = match r.u16(6, "method")? {
             0 => Method::Zlib,

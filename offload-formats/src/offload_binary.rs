@@ -135,12 +135,7 @@ impl<'a> OffloadBinary<'a> {
     /// Parse the binary at the start of `data` (which may continue with more binaries).
     pub fn parse(data: &'a [u8]) -> Result<Self> {
         let r = Reader::new(data, CONTAINER);
-        if r.bytes(0, 4, "magic")? != MAGIC {
-            return Err(Error::BadMagic {
-                container: CONTAINER,
-                offset: 0,
-            });
-        }
+        r.expect_magic(0, &MAGIC)?;
         let version = r.u32(4, "version")?;
         if version != VERSION {
             return Err(r.invalid("version", 4, version.into(), "expected 1"));

@@ -29,6 +29,18 @@ impl<'a> Reader<'a> {
         Ok(&self.data[offset as usize..(offset + len) as usize])
     }
 
+    /// The container's magic at `offset`: too few bytes is `Truncated`, other bytes
+    /// `BadMagic`.
+    pub fn expect_magic(&self, offset: u64, magic: &[u8]) -> Result<()> {
+        if self.bytes(offset, magic.len() as u64, "magic")? != magic {
+            return Err(Error::BadMagic {
+                container: self.container,
+                offset,
+            });
+        }
+        Ok(())
+    }
+
     fn array<const N: usize>(&self, offset: u64, field: &'static str) -> Result<[u8; N]> {
         let b = self.bytes(offset, N as u64, field)?;
         let mut out = [0u8; N];
