@@ -81,15 +81,26 @@ extern "C" {
 /// Make sure the Debian packages are installed: installs the missing ones when running
 /// as root, otherwise fails with the apt-get command the user should run.
 pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
+    // Packages this process has seen installed: every tool lookup calls this, and a
+    // package does not go away while xtask runs, so each is asked of dpkg once.
+    static INSTALLED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
     let missing: Vec<&str> = pkgs
         .iter()
         .copied()
         .filter(|p| {
-            Command::new("dpkg-query")
+            if installed.iter().any(|i| i == p) {
+                return false;
+            }
+            let present = Command::new("dpkg-query")
                 .args(["-W", "-f=${Status}", p])
                 .output()
-                .map(|o| !String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-                .unwrap_or(true)
+                .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+                .unwrap_or(false);
+            if present {
+                installed.push(p.to_string());
+            }
+            !present
         })
         .collect();
     if missing.is_empty() {
@@ -112,7 +123,9 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
     run(Command::new("apt-get")
         .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(&missing)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    installed.extend(missing.iter().map(|p| p.to_string()));
+    Ok(())
 }
 
 /// Find `ptxas`: on PATH, under CUDA_HOME, or inside the PyPI wheel `nvidia-cuda-nvcc`
