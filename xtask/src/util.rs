@@ -120,6 +120,25 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
         update_result = run(Command::new("apt-get").args(["update", "-qq"]));
     });
     update_result?;
+    // A package that conflicts with one already installed (libomp-19-dev and
+    // libomp-16-dev) must fail here, not silently uninstall the other: apt's simulation
+    // lists the removals (`--no-remove` does not stop removals by conflict).
+    let plan = output(
+        Command::new("apt-get")
+            .args(["install", "-s", "--no-install-recommends"])
+            .args(&missing),
+    )?;
+    let removals: Vec<&str> = plan
+        .lines()
+        .filter_map(|l| l.strip_prefix("Remv "))
+        .collect();
+    if !removals.is_empty() {
+        bail!(
+            "installing {} would remove installed packages: {}",
+            missing.join(" "),
+            removals.join(", ")
+        );
+    }
     run(Command::new("apt-get")
         .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(&missing)
