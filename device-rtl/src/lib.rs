@@ -12,11 +12,24 @@
 //! `--cfg device_rtl_artifact`. Without that cfg (plain `cargo test`, or a host crate
 //! that depends on this one for [`FptrMapEntry`]) the crate builds on stable and exports
 //! no C symbols, so it cannot interpose on a device image's globals.
+//!
+//! A second nvptx64 build, the `warp-cooperative` variant (`--cfg
+//! device_rtl_warp_cooperative`), adds a warp-uniform fast path: lanes that translate the
+//! same pointer search for it together ([`cooperative`]). It is opt-in until measured on
+//! a GPU (docs/BENCHMARKS.md, 1b).
 #![no_std]
 #![cfg_attr(device_rtl_artifact, feature(linkage, core_intrinsics))]
 #![cfg_attr(device_rtl_artifact, allow(internal_features))]
+// The warp-cooperative variant calls LLVM's NVPTX warp intrinsics by name.
+#![cfg_attr(
+    all(target_arch = "nvptx64", device_rtl_warp_cooperative),
+    feature(link_llvm_intrinsics)
+)]
 
+pub mod cooperative;
 pub mod table;
+#[cfg(all(target_arch = "nvptx64", device_rtl_warp_cooperative))]
+mod warp;
 
 pub use table::FptrMapEntry;
 
@@ -78,6 +91,9 @@ pub unsafe extern "C" fn __kmpc_target_translate_fptr(fn_ptr: *mut c_void) -> *m
     // SAFETY: the installed table's validity is this function's own safety contract.
     let table = unsafe { installed_table() };
     let key = fn_ptr as u64;
+    #[cfg(all(target_arch = "nvptx64", device_rtl_warp_cooperative))]
+    let translated = warp::translate(table, key);
+    #[cfg(not(all(target_arch = "nvptx64", device_rtl_warp_cooperative)))]
     let translated = table::translate(table, key);
     if translated == key {
         // Keep the argument itself (and its provenance) when nothing matched.

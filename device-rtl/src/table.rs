@@ -269,4 +269,4 @@ pub fn translate(table: &[FptrMapEntry], fn_ptr: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

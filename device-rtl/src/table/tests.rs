@@ -248,7 +248,7 @@ fn check_all_keys_and_gaps(keys: &[u64]) -> Result<(), TestCaseError> {
 
 /// Sorted unique keys drawn from everywhere, clustered near zero, and near the u64/i64
 /// boundaries, so the signed/unsigned ordering and the extremes are exercised.
-fn keys_strategy(max_len: usize) -> impl Strategy<Value = Vec<u64>> {
+pub(crate) fn keys_strategy(max_len: usize) -> impl Strategy<Value = Vec<u64>> {
     let key = prop_oneof![
         any::<u64>(),
         0u64..64,
@@ -285,7 +285,7 @@ proptest! {
 /// Sorted unique keys for a large table, made from a seed with a small xorshift
 /// generator (a proptest collection strategy of 100,000 elements is too slow in debug
 /// builds); `extremes` adds the boundary keys.
-fn large_keys(seed: u64, len: usize, extremes: bool) -> Vec<u64> {
+pub(crate) fn large_keys(seed: u64, len: usize, extremes: bool) -> Vec<u64> {
     let mut state = seed | 1;
     let mut keys: Vec<u64> = (0..len)
         .map(|i| {
