@@ -281,6 +281,151 @@ fn prebuilt_ptx_assembles_and_declares_weak_globals() {
     }
 }
 
+/// The warp operations of the warp-cooperative variant.
+const WARP_OPERATIONS: [&str; 4] = [
+    "activemask.b32",
+    "shfl.sync.idx.b32",
+    "vote.sync.all.pred",
+    "vote.sync.ballot.b32",
+];
+
+/// The default nvptx lookup has no warp operation: the warp-uniform fast path is only in
+/// the opt-in variant until it has been measured on a GPU.
+#[test]
+fn default_ptx_has_no_warp_operations() {
+    for sm in ["sm_70", "sm_80", "sm_90"] {
+        let ptx = String::from_utf8(read(&device_artifact(&format!(
+            "nvptx64-nvidia-cuda/device_rtl.{sm}.ptx"
+        ))))
+        .expect("PTX is text");
+        let lookup = ptx_function(&ptx, LOOKUP).join("\n");
+        for op in WARP_OPERATIONS {
+            assert!(!lookup.contains(op), "{sm}: default lookup uses {op}");
+        }
+    }
+}
+
+/// The `.sync` warp operations of a PTX function and the mask register each one names
+/// (its last operand), with the register `activemask` wrote.
+fn sync_masks(function: &[&str]) -> (Option<String>, Vec<(String, String)>) {
+    let operands = |line: &str| -> Vec<String> {
+        let rest = line
+            .trim()
+            .split_once(char::is_whitespace)
+            .map_or("", |(_, r)| r);
+        rest.trim_end_matches(';')
+            .split(',')
+            .map(|o| o.trim().to_string())
+            .collect()
+    };
+    let mut active = None;
+    let mut syncs = Vec::new();
+    for line in function {
+        let op = line.trim();
+        if op.starts_with("activemask.b32") {
+            active = operands(op).first().cloned();
+        } else if op.starts_with("shfl.sync") || op.starts_with("vote.sync") {
+            let mask = operands(op).last().cloned().unwrap_or_default();
+            syncs.push((op.to_string(), mask));
+        }
+    }
+    (active, syncs)
+}
+
+/// The variant's lookup: every warp operation is there, every `.sync` operation names
+/// the mask `activemask` returned (never a constant full-warp mask, which would wait
+/// forever for lanes that are not there), the scalar search is kept for divergent
+/// pointers, and the globals are declared as in the default build.
+#[test]
+fn warp_cooperative_ptx_syncs_only_the_active_lanes() {
+    for sm in ["sm_70", "sm_80", "sm_90"] {
+        let ptx = String::from_utf8(read(&device_artifact(&format!(
+            "nvptx64-nvidia-cuda/warp-cooperative/device_rtl.{sm}.ptx"
+        ))))
+        .expect("PTX is text");
+        for g in GLOBALS {
+            assert!(
+                ptx.lines()
+                    .any(|l| l.starts_with(".weak .global") && l.contains(g)),
+                "{sm} variant PTX does not declare {g} as .weak .global"
+            );
+        }
+        let lookup = ptx_function(&ptx, LOOKUP);
+        let text = lookup.join("\n");
+        for op in WARP_OPERATIONS {
+            assert!(
+                text.contains(op),
+                "{sm}: the variant's lookup lacks {op}:\n{text}"
+            );
+        }
+        let (active, syncs) = sync_masks(&lookup);
+        let active = active.expect("activemask writes a register");
+        assert_eq!(
+            syncs.len(),
+            4,
+            "{sm}: two shuffles and two votes: {syncs:?}"
+        );
+        for (op, mask) in &syncs {
+            assert_eq!(mask, &active, "{sm}: `{op}` does not use the active mask");
+        }
+        assert!(
+            text.contains("setp.gt.u64") && text.contains("selp.b64"),
+            "{sm}: the variant lost the scalar search for divergent pointers"
+        );
+        let cubin_bytes = read(&device_artifact(&format!(
+            "nvptx64-nvidia-cuda/warp-cooperative/device_rtl.{sm}.cubin"
+        )));
+        let cubin = File::parse(&*cubin_bytes).expect("cubin is ELF");
+        assert_globals_exported(&format!("{sm} variant cubin"), &cubin, cubin.symbols());
+    }
+}
+
+/// The variant linked into the test kernels the way a user links it: the globals stay
+/// exported and loaded, the warp operations are inlined into every kernel, ptxas takes it.
+#[test]
+fn warp_cooperative_variant_links_into_kernels() {
+    let bc = device_artifact("nvptx64-nvidia-cuda/warp-cooperative/device_rtl.bc");
+    let dir = scratch("nvptx-sm90-warp-cooperative");
+    let ptx_path = dir.join("lookup_kernel.ptx");
+    clang_kernel(&NVPTX_SM90, &bc, "-S", &ptx_path);
+    let ptx = String::from_utf8(read(&ptx_path)).expect("PTX is text");
+    if let Err(problem) = check_ptx_globals(&ptx) {
+        panic!("{problem}\n{ptx}");
+    }
+    for kernel in KERNELS {
+        let body = ptx_function(&ptx, kernel);
+        let text = body.join("\n");
+        for g in GLOBALS {
+            assert!(
+                text.contains(&format!("[{g}]")),
+                "kernel {kernel} does not load {g}"
+            );
+        }
+        for op in WARP_OPERATIONS {
+            assert!(text.contains(op), "kernel {kernel} lacks {op}");
+        }
+        let (active, syncs) = sync_masks(&body);
+        let active = active.expect("activemask writes a register");
+        for (op, mask) in &syncs {
+            assert_eq!(
+                mask, &active,
+                "kernel {kernel}: `{op}` does not use the active mask"
+            );
+        }
+    }
+    let cubin_path = dir.join("lookup_kernel.cubin");
+    run_ok(
+        Command::new(ptxas())
+            .args(["-arch=sm_90"])
+            .arg(&ptx_path)
+            .arg("-o")
+            .arg(&cubin_path),
+    );
+    let cubin_bytes = read(&cubin_path);
+    let cubin = File::parse(&*cubin_bytes).expect("cubin is ELF");
+    assert_globals_exported("sm_90 variant cubin", &cubin, cubin.symbols());
+}
+
 /// Both table globals are declared in the PTX in `.global` memory (writable, not
 /// `.const`) and externally visible (`.weak` or `.visible`), so the plugin can find and
 /// write them by name.

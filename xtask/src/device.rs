@@ -8,6 +8,9 @@
 //! Files written (see [`outputs`]):
 //! - nvptx64-nvidia-cuda/device_rtl.bc, and device_rtl.sm_{70,80,90}.{ptx,cubin}
 //!   (PTX from llc-22, assembled by ptxas to prove it is valid),
+//! - the same under nvptx64-nvidia-cuda/warp-cooperative/: the variant with the
+//!   warp-uniform fast path (`--cfg device_rtl_warp_cooperative`), opt-in until measured
+//!   on a GPU,
 //! - amdgcn-amd-amdhsa/{gfx90a,gfx942,gfx1100}/device_rtl.bc,
 //! - x86_64-unknown-linux-gnu/libdevice_rtl.a.
 //!
@@ -73,40 +76,61 @@ enum Artifact {
     StaticLib,
 }
 
-/// One thing `cargo rustc` builds: a triple, maybe a CPU, bitcode or a static library.
+/// The nvptx64 variant with the warp-uniform fast path: its subdirectory and cfg.
+pub const WARP_COOPERATIVE: &str = "warp-cooperative";
+const WARP_COOPERATIVE_CFG: &str = "device_rtl_warp_cooperative";
+
+/// One thing `cargo rustc` builds: a triple, maybe a CPU, bitcode or a static library,
+/// maybe a variant (a subdirectory of the triple's and a `--cfg`).
 #[derive(Clone, Copy)]
 struct DeviceTarget {
     triple: &'static str,
     cpu: Option<&'static str>,
     artifact: Artifact,
+    variant: Option<(&'static str, &'static str)>,
 }
 
 const HOST_TARGET: DeviceTarget = DeviceTarget {
     triple: HOST_TRIPLE,
     cpu: None,
     artifact: Artifact::StaticLib,
+    variant: None,
 };
 
 impl DeviceTarget {
     fn label(&self) -> String {
-        match self.cpu {
-            Some(cpu) if self.triple == AMDGCN_TRIPLE => format!("{}/{cpu}", self.triple),
+        match (self.cpu, self.variant) {
+            (_, Some((dir, _))) => format!("{}/{dir}", self.triple),
+            (Some(cpu), None) if self.triple == AMDGCN_TRIPLE => format!("{}/{cpu}", self.triple),
             _ => self.triple.to_string(),
         }
     }
 }
 
-fn all_targets() -> Vec<DeviceTarget> {
-    let mut targets = vec![DeviceTarget {
+/// The nvptx64 builds: the default, then the warp-cooperative variant.
+fn nvptx_targets() -> [DeviceTarget; 2] {
+    let default = DeviceTarget {
         triple: NVPTX_TRIPLE,
         // The oldest GPU we support; clang re-targets the functions when it links them.
+        // sm_70 is also the first with the `.sync` warp operations the variant uses.
         cpu: Some("sm_70"),
         artifact: Artifact::Bitcode,
-    }];
+        variant: None,
+    };
+    let warp_cooperative = DeviceTarget {
+        variant: Some((WARP_COOPERATIVE, WARP_COOPERATIVE_CFG)),
+        ..default
+    };
+    [default, warp_cooperative]
+}
+
+fn all_targets() -> Vec<DeviceTarget> {
+    let mut targets = nvptx_targets().to_vec();
     targets.extend(AMDGPU_ARCHES.iter().map(|&gfx| DeviceTarget {
         triple: AMDGCN_TRIPLE,
         cpu: Some(gfx),
         artifact: Artifact::Bitcode,
+        variant: None,
     }));
     targets.push(HOST_TARGET);
     targets
@@ -126,9 +150,9 @@ fn output_of(target: &DeviceTarget) -> PathBuf {
     }
 }
 
-/// The PTX and cubin made from the nvptx bitcode for one GPU.
-fn nvptx_outputs(sm: &str) -> (PathBuf, PathBuf) {
-    let dir = device_dir().join(NVPTX_TRIPLE);
+/// The PTX and cubin made from one nvptx bitcode for one GPU.
+fn nvptx_outputs(target: &DeviceTarget, sm: &str) -> (PathBuf, PathBuf) {
+    let dir = device_dir().join(target.label());
     (
         dir.join(format!("device_rtl.{sm}.ptx")),
         dir.join(format!("device_rtl.{sm}.cubin")),
@@ -138,9 +162,11 @@ fn nvptx_outputs(sm: &str) -> (PathBuf, PathBuf) {
 /// Every file build-device writes.
 pub fn outputs() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = all_targets().iter().map(output_of).collect();
-    for sm in NVPTX_ARCHES {
-        let (ptx, cubin) = nvptx_outputs(sm);
-        files.extend([ptx, cubin]);
+    for target in nvptx_targets() {
+        for sm in NVPTX_ARCHES {
+            let (ptx, cubin) = nvptx_outputs(&target, sm);
+            files.extend([ptx, cubin]);
+        }
     }
     files
 }
@@ -329,6 +355,9 @@ fn build_target(toolchain: &Toolchain, target: &DeviceTarget) -> Result<()> {
         cmd.args(["--crate-type", "staticlib"]);
     }
     cmd.args(["--", "--cfg", "device_rtl_artifact"]);
+    if let Some((_, cfg)) = target.variant {
+        cmd.args(["--cfg", cfg]);
+    }
     if target.artifact == Artifact::Bitcode {
         cmd.arg("--emit=llvm-bc,link");
     }
@@ -423,62 +452,70 @@ fn check_symbols(path: &Path, artifact: Artifact) -> Result<()> {
     Ok(())
 }
 
-/// PTX for each NVIDIA GPU from the bitcode, assembled by ptxas into a relocatable
-/// cubin that must define the lookup.
+/// PTX for each NVIDIA GPU from each nvptx bitcode, assembled by ptxas into a
+/// relocatable cubin that must define the lookup.
 fn assemble_ptx() -> Result<()> {
-    let bc = output_of(&all_targets()[0]);
+    for target in nvptx_targets() {
+        for sm in NVPTX_ARCHES {
+            assemble_one(&target, sm)?;
+        }
+    }
+    Ok(())
+}
+
+fn assemble_one(target: &DeviceTarget, sm: &str) -> Result<()> {
+    let bc = output_of(target);
     let llc = util::llvm22("llc")?;
     let nm = util::llvm22("llvm-nm")?;
     let ptxas = util::ptxas()?;
-    for sm in NVPTX_ARCHES {
-        let (ptx, cubin) = nvptx_outputs(sm);
-        util::run(
-            Command::new(&llc)
-                .args([
-                    "-O2",
-                    "-mtriple",
-                    NVPTX_TRIPLE,
-                    "-mcpu",
-                    sm,
-                    "-mattr",
-                    PTX_FEATURE,
-                ])
-                .arg(&bc)
-                .arg("-o")
-                .arg(&ptx),
-        )?;
-        let assemble = |ptxas: &Path| {
-            let mut cmd = Command::new(ptxas);
-            cmd.args(["--compile-only", "-arch", sm])
-                .arg(&ptx)
-                .arg("-o")
-                .arg(&cubin);
-            eprintln!("+ {}", util::display(&cmd));
-            cmd.output()
-                .with_context(|| format!("could not start {}", ptxas.display()))
-        };
-        let mut result = assemble(&ptxas)?;
-        let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
-        if !result.status.success() && stderr.contains("is not defined for option 'gpu-name'") {
-            // CUDA 13 dropped sm_70 (Volta); CUDA 12's ptxas still assembles for it.
-            eprintln!(
-                "{} cannot target {sm}; using CUDA 12's ptxas",
-                ptxas.display()
-            );
-            result = assemble(&cuda12_ptxas()?)?;
-        }
-        ensure!(
-            result.status.success(),
-            "ptxas failed for {sm}:\n{}",
-            String::from_utf8_lossy(&result.stderr)
+    let (ptx, cubin) = nvptx_outputs(target, sm);
+    util::run(
+        Command::new(&llc)
+            .args([
+                "-O2",
+                "-mtriple",
+                NVPTX_TRIPLE,
+                "-mcpu",
+                sm,
+                "-mattr",
+                PTX_FEATURE,
+            ])
+            .arg(&bc)
+            .arg("-o")
+            .arg(&ptx),
+    )?;
+    let assemble = |ptxas: &Path| {
+        let mut cmd = Command::new(ptxas);
+        cmd.args(["--compile-only", "-arch", sm])
+            .arg(&ptx)
+            .arg("-o")
+            .arg(&cubin);
+        eprintln!("+ {}", util::display(&cmd));
+        cmd.output()
+            .with_context(|| format!("could not start {}", ptxas.display()))
+    };
+    let mut result = assemble(&ptxas)?;
+    let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
+    if !result.status.success() && stderr.contains("is not defined for option 'gpu-name'") {
+        // CUDA 13 dropped sm_70 (Volta); CUDA 12's ptxas still assembles for it.
+        eprintln!(
+            "{} cannot target {sm}; using CUDA 12's ptxas",
+            ptxas.display()
         );
-        let syms = util::output(Command::new(&nm).arg("--defined-only").arg(&cubin))?;
-        ensure!(
-            syms.contains("__kmpc_target_translate_fptr"),
-            "ptxas output {} lacks __kmpc_target_translate_fptr",
-            cubin.display()
-        );
+        result = assemble(&cuda12_ptxas()?)?;
     }
+    ensure!(
+        result.status.success(),
+        "ptxas failed for {sm} ({}):\n{}",
+        bc.display(),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let syms = util::output(Command::new(&nm).arg("--defined-only").arg(&cubin))?;
+    ensure!(
+        syms.contains("__kmpc_target_translate_fptr"),
+        "ptxas output {} lacks __kmpc_target_translate_fptr",
+        cubin.display()
+    );
     Ok(())
 }
 
