@@ -5,7 +5,7 @@
 
 mod cuda_support;
 
-use cuda_support::{fixture_cubin, skip, ARCHES};
+use cuda_support::{fixture_cubin, skip, RtlVariant, ARCHES};
 use e2e_tests::plugin::{
     built_plugin, built_plugin_dir, device_image, kernel_args, DataAlloc, DataDelete, DataMove,
     Launch, LoadBinary,
@@ -170,7 +170,7 @@ fn cuda_plugin_runs_the_libomptarget_call_sequence() {
         assert!(count() >= 1, "the plugin sees the GPU");
         assert_eq!(init_device(0), OFFLOAD_SUCCESS);
 
-        let mut image = fixture_cubin(sm);
+        let mut image = fixture_cubin(RtlVariant::Default, sm);
         let names: Vec<CString> = [
             "call_through_host_pointers",
             "__omp_offloading_fn_add_one",

@@ -6,7 +6,7 @@
 
 mod cuda_support;
 
-use cuda_support::{fixture_cubin, skip, ARCHES};
+use cuda_support::{fixture_cubin, skip, RtlVariant, ARCHES, VARIANTS};
 use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
 use host_plugin::backend::LaunchRequest;
@@ -35,6 +35,7 @@ fn entries() -> Vec<OffloadEntry> {
     vec![
         entry("call_through_host_pointers", 0x100, 0, 0),
         entry("translate_all", 0x108, 0, 0),
+        entry("translate_in_groups", 0x110, 0, 0),
         entry(
             "__omp_offloading_fn_add_one",
             HOST_ADD_ONE,
@@ -61,13 +62,19 @@ struct Gpu {
     plugin: Plugin,
     call: DeviceAddr,
     translate: DeviceAddr,
+    translate_in_groups: DeviceAddr,
     /// The table the plugin built from the image's entries (3 rows).
     loaded_table: Vec<FptrMapEntry>,
     /// The SM of the fixture loaded.
     sm: u32,
 }
 
+/// The default device RTL build; see [`gpu_with`].
 fn gpu(test: &str) -> Option<Gpu> {
+    gpu_with(test, RtlVariant::Default)
+}
+
+fn gpu_with(test: &str, variant: RtlVariant) -> Option<Gpu> {
     let backend = CudaBackend::new();
     if let Some(reason) = backend.unavailable_reason() {
         skip(test, reason);
@@ -84,10 +91,10 @@ fn gpu(test: &str) -> Option<Gpu> {
         );
         return None;
     };
-    println!("{test}: device 0 is {name} (sm_{major}{minor}), fixture sm_{sm}");
+    println!("{test}: device 0 is {name} (sm_{major}{minor}), fixture sm_{sm}, {variant:?} RTL");
     let plugin = Plugin::with_backend(PluginKind::Cuda, Box::new(backend));
     plugin.init_device(0).expect("init device 0");
-    let cubin = fixture_cubin(sm);
+    let cubin = fixture_cubin(variant, sm);
     let loaded = plugin
         .load_binary(0, 1, &cubin, &entries())
         .unwrap_or_else(|e| panic!("loading the fixture: {e}"));
@@ -98,6 +105,7 @@ fn gpu(test: &str) -> Option<Gpu> {
         plugin,
         call: loaded[0].addr,
         translate: loaded[1].addr,
+        translate_in_groups: loaded[2].addr,
         loaded_table,
         sm,
     })
@@ -201,6 +209,40 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// Run translate_in_groups over `pointers` with `group` consecutive threads sharing
+    /// one pointer; returns each thread's output (0 for the threads that stay out).
+    fn translate_in_groups(&self, pointers: &[u64], group: u64) -> Vec<u64> {
+        const TEAMS: u32 = 16;
+        const THREADS: u32 = 256;
+        let threads = (TEAMS * THREADS) as usize;
+        let input = self.upload(&words(pointers));
+        let output = self.upload(&vec![0xffu8; threads * 8]);
+        let request = LaunchRequest {
+            num_teams: TEAMS,
+            thread_limit: THREADS,
+            tripcount: 0,
+        };
+        // SAFETY: translate_in_groups takes (void **, void **, unsigned long, unsigned
+        // long): n words in, one word per launched thread out, n, group.
+        unsafe {
+            self.plugin.launch_teams(
+                0,
+                self.translate_in_groups,
+                &[input, output, pointers.len() as u64, group],
+                request,
+            )
+        }
+        .expect("launch translate_in_groups");
+        let bytes = self.download(output, threads * 8);
+        self.free(&[input, output]);
+        bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+}
+
 /// The loaded table plus `total - 3` synthetic rows spread around the real ones.
 fn big_table(real: &[FptrMapEntry], total: usize) -> Vec<FptrMapEntry> {
     let synthetic = (total - real.len()) as u64;
@@ -231,8 +273,17 @@ fn unknown_pointers(table: &[FptrMapEntry]) -> Vec<u64> {
     ]
 }
 
+/// [`run_with_variant`] with each device RTL build.
 fn run_with_table(test: &str, total: usize) {
-    let Some(gpu) = gpu(test) else { return };
+    for variant in VARIANTS {
+        run_with_variant(test, total, variant);
+    }
+}
+
+fn run_with_variant(test: &str, total: usize, variant: RtlVariant) {
+    let Some(gpu) = gpu_with(test, variant) else {
+        return;
+    };
     assert_eq!(
         gpu.loaded_table.len(),
         3,
@@ -291,8 +342,30 @@ fn run_with_table(test: &str, total: usize) {
             .map_or(*p, |r| r.tgt_ptr);
         assert_eq!(*got, want, "translating {p:#x}");
     }
+    // Warps whose active lanes share one pointer (group 32: with the warp-cooperative
+    // RTL they search together under a partial mask) or hold several (group 8).
+    let expected = |p: u64| {
+        installed
+            .binary_search_by_key(&p, |r| r.host_ptr)
+            .map_or(p, |i| installed[i].tgt_ptr)
+    };
+    let mut grouped = 0;
+    for group in [32u64, 8] {
+        let out = gpu.translate_in_groups(&pointers, group);
+        for (t, got) in out.iter().enumerate() {
+            let t = t as u64;
+            let want = if t % 3 == 1 {
+                0
+            } else {
+                expected(pointers[((t / group) % pointers.len() as u64) as usize])
+            };
+            assert_eq!(*got, want, "{variant:?}: thread {t}, group {group}");
+        }
+        grouped += out.len();
+    }
     println!(
-        "{test}: {total} entries, {} translations checked",
+        "{test}: {variant:?} RTL, {total} entries, {} translations and {grouped} grouped \
+         translations checked",
         pointers.len()
     );
 }
@@ -348,7 +421,7 @@ fn cuda_size_0_indirect_entries_are_refused_clearly() {
     bad.push(entry("add_one", 0x7000, 0, FLAG_INDIRECT));
     let err = gpu
         .plugin
-        .load_binary(0, 2, &fixture_cubin(gpu.sm), &bad)
+        .load_binary(0, 2, &fixture_cubin(RtlVariant::Default, gpu.sm), &bad)
         .expect_err("a size-0 indirect entry cannot be resolved on CUDA");
     assert!(err.to_string().contains("size-0"), "{err}");
 }
@@ -363,7 +436,7 @@ fn cuda_cubin_for_another_arch_is_refused_clearly() {
     };
     let err = gpu
         .plugin
-        .load_binary(0, 3, &fixture_cubin(other), &entries())
+        .load_binary(0, 3, &fixture_cubin(RtlVariant::Default, other), &entries())
         .expect_err("a cubin for another major architecture cannot load");
     assert!(err.to_string().contains(&format!("sm_{other}")), "{err}");
 }

@@ -4,7 +4,7 @@
 
 mod cuda_support;
 
-use cuda_support::{build_fixture, ARCHES};
+use cuda_support::{build_fixture, ARCHES, VARIANTS};
 use e2e_tests::compile::compile_offload_program;
 use e2e_tests::paths::{root, scratch, target_dir};
 use e2e_tests::plugin::built_plugin_dir;
@@ -36,22 +36,24 @@ fn backend_reports_a_reason_exactly_when_it_has_no_devices() {
     }
     // A cubin is a valid binary exactly when some device can run its SM.
     if let Ok(dir) = std::env::var(cuda_support::FIXTURES_ENV) {
-        for sm in ARCHES {
-            let path = std::path::Path::new(&dir).join(cuda_support::cubin_name(sm));
-            let cubin = std::fs::read(&path).expect("the bundled fixture");
-            let runs = (0..backend.device_count()).any(|d| {
-                let ((major, minor), _) = backend.describe(d).unwrap();
-                host_plugin::backend::cuda::image::cubin_runs_on(sm, major, minor)
-            });
-            assert_eq!(plugin.is_valid_binary(&cubin), runs, "sm_{sm}");
+        for variant in VARIANTS {
+            for sm in ARCHES {
+                let path = std::path::Path::new(&dir).join(cuda_support::cubin_name(variant, sm));
+                let cubin = std::fs::read(&path).expect("the bundled fixture");
+                let runs = (0..backend.device_count()).any(|d| {
+                    let ((major, minor), _) = backend.describe(d).unwrap();
+                    host_plugin::backend::cuda::image::cubin_runs_on(sm, major, minor)
+                });
+                assert_eq!(plugin.is_valid_binary(&cubin), runs, "{variant:?} sm_{sm}");
+            }
         }
     }
 }
 
 #[test]
 fn fixture_cubins_keep_every_global_and_kernel() {
-    for sm in ARCHES {
-        let (ptx, cubin) = build_fixture(sm);
+    for (variant, sm) in VARIANTS.into_iter().flat_map(|v| ARCHES.map(|sm| (v, sm))) {
+        let (ptx, cubin) = build_fixture(variant, sm);
         let ptx = std::fs::read_to_string(&ptx).unwrap();
         assert!(ptx.contains(&format!(".target sm_{sm}")), "PTX for sm_{sm}");
         let bytes = std::fs::read(&cubin).unwrap();
@@ -86,7 +88,11 @@ fn fixture_cubins_keep_every_global_and_kernel() {
             assert_eq!(s.size(), 8, "{g}");
             assert!(s.is_global(), "{g} must be visible to cuModuleGetGlobal");
         }
-        for k in ["call_through_host_pointers", "translate_all"] {
+        for k in [
+            "call_through_host_pointers",
+            "translate_all",
+            "translate_in_groups",
+        ] {
             let s = symbol(k);
             assert_eq!(s.kind(), SymbolKind::Text, "{k}");
             assert!(s.size() > 0, "{k} has code");
@@ -95,6 +101,12 @@ fn fixture_cubins_keep_every_global_and_kernel() {
         assert!(
             ptx.contains("__omp_offloading_fptr_map_p"),
             "the PTX still reads the table pointer"
+        );
+        // Each variant is the one linked: only the warp-cooperative one votes.
+        assert_eq!(
+            ptx.contains("vote.sync.ballot"),
+            variant == cuda_support::RtlVariant::WarpCooperative,
+            "{variant:?} sm_{sm}: warp votes in the kernels"
         );
     }
 }
