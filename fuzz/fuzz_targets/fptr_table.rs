@@ -4,7 +4,7 @@
 //! is sorted, duplicate-free and complete, and every error is a real conflict.
 #![no_main]
 use host_plugin::entries::{EntryKind, OffloadEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
-use host_plugin::fptr::{self, FptrError, IndirectPair};
+use host_plugin::fptr::{self, FptrError, IndirectPair, Origin};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashMap;
@@ -134,14 +134,18 @@ fn check_table(pairs: &[IndirectPair]) {
 
 fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
-    let mut pairs = Vec::new();
+    // All cases first: the pairs borrow their names from them.
+    let mut cases = Vec::new();
     for _ in 0..64 {
         if u.is_empty() {
             break;
         }
-        let Ok(Some(c)) = case(&mut u) else {
-            continue;
-        };
+        if let Ok(Some(c)) = case(&mut u) {
+            cases.push(c);
+        }
+    }
+    let mut pairs = Vec::new();
+    for c in &cases {
         let kind = c.entry.kind();
         assert_eq!(
             kind,
@@ -150,18 +154,18 @@ fuzz_target!(|data: &[u8]| {
             c.entry.flags,
             c.entry.size
         );
-        let origin = c.entry.name_lossy();
+        let name = c.entry.name.to_bytes();
         match kind {
             Some(EntryKind::IndirectFunction | EntryKind::IndirectThroughGlobal) => {
                 pairs.push(IndirectPair {
                     host_ptr: c.entry.host_addr,
                     tgt_ptr: c.device_addr,
-                    origin,
+                    origin: Origin::Entry(name),
                 })
             }
             Some(EntryKind::IndirectVtable) => {
                 if let Some(host) = &c.entry.host_vtable {
-                    let slots = fptr::vtable_pairs(&origin, host, &c.device_vtable);
+                    let slots = fptr::vtable_pairs(name, host, &c.device_vtable);
                     // One pair per non-null host slot, in slot order.
                     let nonnull = host
                         .chunks_exact(8)

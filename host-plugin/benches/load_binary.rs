@@ -24,7 +24,7 @@
 use host_plugin::backend::host::HostBackend;
 use host_plugin::backend::Backend;
 use host_plugin::entries::FLAG_INDIRECT;
-use host_plugin::fptr::{self, IndirectPair};
+use host_plugin::fptr::{self, IndirectPair, Origin};
 use host_plugin::plugin::{FPTR_MAP_P, FPTR_MAP_SIZE};
 use host_plugin::{FptrMapEntry, OffloadEntry, Plugin, PluginKind};
 use std::ffi::CString;
@@ -111,7 +111,7 @@ fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 5], 
             pairs.push(IndirectPair {
                 host_ptr: e.host_addr,
                 tgt_ptr: u64::from_ne_bytes(word),
-                origin: e.name_lossy(),
+                origin: Origin::Entry(e.name.to_bytes()),
             });
         }
         Ok(pairs)

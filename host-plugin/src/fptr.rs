@@ -16,12 +16,35 @@ pub struct FptrMapEntry {
 }
 
 /// A pair found while loading an image, with the offload entry it came from (for errors).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IndirectPair {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndirectPair<'a> {
     pub host_ptr: u64,
     pub tgt_ptr: u64,
-    /// The offload entry's name (plus `[slot]` for vtable slots).
-    pub origin: String,
+    pub origin: Origin<'a>,
+}
+
+/// Where a pair came from. Borrowed and formatted only when a message names it: a load
+/// of a million entries would otherwise allocate a million names no one reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin<'a> {
+    /// An offload entry, by name.
+    Entry(&'a [u8]),
+    /// One slot of an indirect vtable entry.
+    VtableSlot { entry: &'a [u8], slot: usize },
+    /// A row of a table handed over whole (`__tgt_rtl_set_function_ptr_map`).
+    Row(usize),
+}
+
+impl std::fmt::Display for Origin<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Entry(name) => write!(f, "{}", String::from_utf8_lossy(name)),
+            Origin::VtableSlot { entry, slot } => {
+                write!(f, "{}[{slot}]", String::from_utf8_lossy(entry))
+            }
+            Origin::Row(i) => write!(f, "row {i}"),
+        }
+    }
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -50,9 +73,9 @@ pub fn build(mut pairs: Vec<IndirectPair>) -> Result<Vec<FptrMapEntry>, FptrErro
             if prev.tgt_ptr != pair.tgt_ptr {
                 return Err(FptrError::Conflict {
                     host: pair.host_ptr,
-                    first: prev.origin.clone(),
+                    first: prev.origin.to_string(),
                     first_tgt: prev.tgt_ptr,
-                    second: pair.origin.clone(),
+                    second: pair.origin.to_string(),
                     second_tgt: pair.tgt_ptr,
                 });
             }
@@ -75,7 +98,7 @@ pub fn from_rows(rows: &[FptrMapEntry]) -> Result<Vec<FptrMapEntry>, FptrError> 
             .map(|(i, r)| IndirectPair {
                 host_ptr: r.host_ptr,
                 tgt_ptr: r.tgt_ptr,
-                origin: format!("row {i}"),
+                origin: Origin::Row(i),
             })
             .collect(),
     )
@@ -83,7 +106,11 @@ pub fn from_rows(rows: &[FptrMapEntry]) -> Result<Vec<FptrMapEntry>, FptrError> 
 
 /// Pairs for an indirect vtable: host slot i -> device slot i, both read as 8-byte words.
 /// Null host slots (offset-to-top of zero, absent RTTI) carry no function and are skipped.
-pub fn vtable_pairs(origin: &str, host_vtable: &[u8], device_vtable: &[u8]) -> Vec<IndirectPair> {
+pub fn vtable_pairs<'a>(
+    entry: &'a [u8],
+    host_vtable: &[u8],
+    device_vtable: &[u8],
+) -> Vec<IndirectPair<'a>> {
     host_vtable
         .chunks_exact(8)
         .zip(device_vtable.chunks_exact(8))
@@ -91,10 +118,10 @@ pub fn vtable_pairs(origin: &str, host_vtable: &[u8], device_vtable: &[u8]) -> V
         .filter_map(|(slot, (h, d))| {
             let host_ptr = u64::from_ne_bytes(h.try_into().ok()?);
             let tgt_ptr = u64::from_ne_bytes(d.try_into().ok()?);
-            (host_ptr != 0).then(|| IndirectPair {
+            (host_ptr != 0).then_some(IndirectPair {
                 host_ptr,
                 tgt_ptr,
-                origin: format!("{origin}[{slot}]"),
+                origin: Origin::VtableSlot { entry, slot },
             })
         })
         .collect()
@@ -110,11 +137,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn pair(h: u64, t: u64, o: &str) -> IndirectPair {
+    fn pair(h: u64, t: u64, o: &'static str) -> IndirectPair<'static> {
         IndirectPair {
             host_ptr: h,
             tgt_ptr: t,
-            origin: o.into(),
+            origin: Origin::Entry(o.as_bytes()),
         }
     }
 
@@ -167,10 +194,17 @@ mod tests {
             .iter()
             .flat_map(|w| w.to_ne_bytes())
             .collect();
-        let pairs = vtable_pairs("vt", &host, &dev);
+        let pairs = vtable_pairs(b"vt", &host, &dev);
+        let seen: Vec<(u64, u64, String)> = pairs
+            .iter()
+            .map(|p| (p.host_ptr, p.tgt_ptr, p.origin.to_string()))
+            .collect();
         assert_eq!(
-            pairs,
-            vec![pair(0x100, 0x900, "vt[1]"), pair(0x200, 0xa00, "vt[2]")]
+            seen,
+            vec![
+                (0x100, 0x900, "vt[1]".to_string()),
+                (0x200, 0xa00, "vt[2]".to_string())
+            ]
         );
     }
 
@@ -198,7 +232,7 @@ mod tests {
                 .map(|&(h, _)| pair(h, h.wrapping_mul(3), "p")).collect();
             if !pairs.is_empty() {
                 for d in &dups {
-                    let p = pairs[d.index(pairs.len())].clone();
+                    let p = pairs[d.index(pairs.len())];
                     pairs.push(p);
                 }
             }

@@ -9,7 +9,7 @@ use crate::backend::{
 };
 use crate::entries::{EntryKind, OffloadEntry};
 use crate::error::PluginError;
-use crate::fptr::{self, FptrMapEntry, IndirectPair};
+use crate::fptr::{self, FptrMapEntry, IndirectPair, Origin};
 use crate::{diag, image};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString};
@@ -249,7 +249,7 @@ impl Plugin {
         let origins: HashMap<u64, String> = if dump {
             pairs
                 .iter()
-                .map(|p| (p.host_ptr, p.origin.clone()))
+                .map(|p| (p.host_ptr, p.origin.to_string()))
                 .collect()
         } else {
             HashMap::new()
@@ -696,7 +696,7 @@ struct LoadContext<'a> {
     image: &'a str,
     module: &'a dyn LoadedModule,
     /// The image's symbol sizes from its ELF file; None: ask the loaded module.
-    symbols: Option<&'a image::ImageSymbols>,
+    symbols: Option<&'a image::ImageSymbols<'a>>,
 }
 
 impl LoadContext<'_> {
@@ -784,10 +784,10 @@ impl LoadContext<'_> {
     }
 
     /// One device entry per host entry, in order, plus the (host, device) function pairs.
-    fn resolve_entries(
+    fn resolve_entries<'e>(
         &self,
-        entries: &[OffloadEntry],
-    ) -> Result<(Vec<DeviceEntry>, Vec<IndirectPair>), PluginError> {
+        entries: &'e [OffloadEntry],
+    ) -> Result<(Vec<DeviceEntry>, Vec<IndirectPair<'e>>), PluginError> {
         let mut out = Vec::with_capacity(entries.len());
         let mut pairs = Vec::new();
         for entry in entries {
@@ -812,7 +812,7 @@ impl LoadContext<'_> {
                     pairs.push(IndirectPair {
                         host_ptr: entry.host_addr,
                         tgt_ptr: f,
-                        origin: entry.name_lossy(),
+                        origin: Origin::Entry(entry.name.to_bytes()),
                     });
                     f
                 }
@@ -829,7 +829,7 @@ impl LoadContext<'_> {
                     pairs.push(IndirectPair {
                         host_ptr: entry.host_addr,
                         tgt_ptr: f,
-                        origin: entry.name_lossy(),
+                        origin: Origin::Entry(entry.name.to_bytes()),
                     });
                     // libomptarget 16 maps a size-8 entry's host address to what we
                     // return here, and translates pointers through that map (a function
@@ -852,7 +852,7 @@ impl LoadContext<'_> {
                     unsafe { self.plugin.backend.read(self.d, device_vtable, &mut dev) }.map_err(
                         |e| self.entry_err(entry, format!("reading the device vtable: {e}")),
                     )?;
-                    pairs.extend(fptr::vtable_pairs(&entry.name_lossy(), host, &dev));
+                    pairs.extend(fptr::vtable_pairs(entry.name.to_bytes(), host, &dev));
                     // The device counterpart of the host vtable object.
                     device_vtable
                 }

@@ -139,10 +139,10 @@ pub trait Backend: Send + Sync {
     /// Validate an image before loading it and read its symbol sizes. `Ok(None)` means
     /// "ask the loaded module" ([`LoadedModule::global_size`]): a GPU image is not a
     /// shared object with a dynamic symbol table.
-    fn inspect_image(
+    fn inspect_image<'a>(
         &self,
-        image: &[u8],
-    ) -> Result<Option<crate::image::ImageSymbols>, crate::image::ImageError> {
+        image: &'a [u8],
+    ) -> Result<Option<crate::image::ImageSymbols<'a>>, crate::image::ImageError> {
         crate::image::inspect_shared_object(image, self.elf_machine()).map(Some)
     }
 

@@ -388,10 +388,10 @@ impl Backend for CudaBackend {
     }
 
     /// Accept cubins (checked for the ELF machine; symbols come from the module).
-    fn inspect_image(
+    fn inspect_image<'a>(
         &self,
-        image: &[u8],
-    ) -> Result<Option<crate::image::ImageSymbols>, crate::image::ImageError> {
+        image: &'a [u8],
+    ) -> Result<Option<crate::image::ImageSymbols<'a>>, crate::image::ImageError> {
         match image::classify(image) {
             Some(_) => Ok(None),
             None => match crate::image::elf_machine(image) {
