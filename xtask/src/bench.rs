@@ -11,6 +11,7 @@
 //! It prints the tables and, with `--write-docs`, replaces the generated section of
 //! docs/BENCHMARKS.md with it. Nothing here is a pass/fail test.
 
+pub mod gpu_lookup;
 mod load_binary;
 mod plugin_overhead;
 
@@ -39,6 +40,10 @@ enum What {
     /// `load_binary` with 10, 10k and 1M indirect entries through the Rust API, with the
     /// time of each phase (section 1d).
     Load(load_binary::Args),
+    /// Lookups per second on a GPU: ours, the warp-cooperative build and LLVM 19's
+    /// lookup vs a direct call, warp-uniform and divergent keys, tables of 1 to 1M
+    /// (section 1b). Builds the cubins and the driver; without a GPU it prints SKIPPED.
+    Gpu(gpu_lookup::Args),
 }
 
 #[derive(clap::Args)]
@@ -71,6 +76,7 @@ pub fn main(args: Args) -> Result<()> {
         What::Cpu(a) => cpu(a),
         What::Plugin(a) => plugin_overhead::main(a),
         What::Load(a) => load_binary::main(a),
+        What::Gpu(a) => gpu_lookup::main(a),
     }
 }
 
