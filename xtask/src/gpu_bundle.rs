@@ -1,11 +1,20 @@
 //! `cargo xtask gpu-bundle`: everything the CUDA tests need on a GPU machine that has the
 //! NVIDIA driver but no Rust and no clang, in one folder under 64 MiB
 //! (target/gpu-bundle/): the test executables, the fixture cubins, the CUDA plugin, the
-//! libffi it links, and run.sh, which runs them all and prints a summary.
+//! libffi it links, the GPU lookup benchmark (`bin/gpu_lookup_bench` and its cubins in
+//! `bench/`, docs/BENCHMARKS.md 1b), and run.sh, which runs them all and prints a summary.
+//!
+//! run.sh has five steps: the three test executables, the plugin's device count, then
+//! the benchmark (after the tests: a wrong lookup fails it too). A good run on a GPU
+//! machine ends `SUMMARY: 5 step(s) passed, 0 failed, 0 test(s) SKIPPED`; without a GPU
+//! the plugin step fails (0 devices) and every GPU test and the benchmark print a
+//! `SKIPPED:` line. The benchmark's tables are also written to
+//! `$GPU_BENCH_RESULTS` (default `results/` next to run.sh) as gpu_lookup.md and .json.
 //!
 //! Not in the bundle: a clang-16 OpenMP program run under libomptarget 16, because
 //! libomptarget.so.16 links libLLVM-16.so.1 (118 MiB) and libz3 (23 MiB).
 
+use crate::bench::gpu_lookup;
 use crate::{device, plugin, util};
 use anyhow::{bail, ensure, Context, Result};
 use std::fs;
@@ -81,7 +90,7 @@ pub fn build_bundle() -> Result<PathBuf> {
 
     let dir = bundle_dir();
     let _ = fs::remove_dir_all(&dir);
-    for sub in ["bin", "fixtures", "plugins", "lib"] {
+    for sub in ["bin", "fixtures", "plugins", "lib", "bench"] {
         fs::create_dir_all(dir.join(sub))?;
     }
     let strip = util::llvm22("llvm-strip")?;
@@ -103,6 +112,12 @@ pub fn build_bundle() -> Result<PathBuf> {
         }
     }
     ensure!(cubins > 0, "no cubins in {}", fixtures.display());
+    util::section("gpu-bundle: GPU lookup benchmark");
+    let (driver, bench_cubins) = gpu_lookup::bundle_files()?;
+    stripped(&driver, &dir.join("bin/gpu_lookup_bench"))?;
+    for cubin in &bench_cubins {
+        fs::copy(cubin, dir.join("bench").join(cubin.file_name().unwrap()))?;
+    }
     // The plugin finds its kind in its own file name: keep libomptarget's name for it.
     stripped(
         &plugins.join("libomptarget.rtl.cuda.so"),
@@ -185,6 +200,8 @@ set -u
 here="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 export OMPTARGET_RS_CUDA_FIXTURES="$here/fixtures"
 export OMPTARGET_RS_CUDA_PLUGIN="$here/plugins/libomptarget.rtl.cuda.so"
+export OMPTARGET_RS_GPU_BENCH_DIR="$here/bench"
+results="${{GPU_BENCH_RESULTS:-$here/results}}"
 export LD_LIBRARY_PATH="$here/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"
 passed=0; failed=0; skipped=0; failures=""
 
@@ -209,6 +226,12 @@ n = lib.__tgt_rtl_number_of_devices()
 print("libomptarget.rtl.cuda.so reports", n, "device(s)")
 sys.exit(0 if n > 0 else 1)
 ' "$here/plugins/libomptarget.rtl.cuda.so"
+
+# The GPU lookup benchmark (docs/BENCHMARKS.md 1b), after the tests; it checks every
+# thread's result too, so a wrong lookup fails this step.
+mkdir -p "$results"
+step bench_gpu_lookup "$here/bin/gpu_lookup_bench" --cubins "$here/bench" \
+  --json "$results/gpu_lookup.json" --markdown "$results/gpu_lookup.md"
 
 echo "SUMMARY: $passed step(s) passed, $failed failed${{failures:+ (${{failures# }})}}, $skipped test(s) SKIPPED"
 [ "$failed" -eq 0 ]
