@@ -4,8 +4,10 @@
 //! 2. formatting and clippy with `-D warnings`,
 //! 3. the artifacts the tests read: device RTL (all targets) and the plugins,
 //! 4. `cargo test --workspace`: unit, property, link-survival and end-to-end tests,
-//! 5. LLVM 16's libomptarget lit suite through our x86_64 plugin,
-//! 6. bounded fuzzing of every parser.
+//! 5. the GPU lookup benchmark built, its kernels checked on the CPU (it runs on a GPU
+//!    only with `cargo xtask bench gpu`),
+//! 6. LLVM 16's libomptarget lit suite through our x86_64 plugin,
+//! 7. bounded fuzzing of every parser.
 //!
 //! Build steps stop at the first failure (later steps need their output); test steps all
 //! run so one report shows every failure. The last line is `xtask test: N passed, N failed`.
@@ -122,6 +124,12 @@ pub fn main(args: Args) -> Result<()> {
     }
     steps.push(timed("cargo test --workspace", || {
         util::run(cargo().args(["test", "--workspace", "--no-fail-fast"]))
+    }));
+    // The GPU benchmark's kernels for every lookup (ours, warp-cooperative, LLVM 19's,
+    // direct) built and checked on the CPU against the driver's reference, so a change
+    // that breaks them shows here and not first on a GPU machine.
+    steps.push(timed("GPU lookup bench: build + CPU check", || {
+        crate::bench::gpu_lookup::build_and_check().map(|_| ())
     }));
     if !args.skip_lit {
         steps.push(timed("libomptarget 16 lit suite (our plugin)", || {
