@@ -120,3 +120,115 @@ fn the_compatible_and_most_specific_code_object_is_chosen() {
         "the error lists what the image has: {refused}"
     );
 }
+
+/// What LLVM 16's own compiler emits for AMDGPU OpenMP kernels is what the HIP backend
+/// reads: clang 16 gives each kernel a 1-byte `<kernel>_exec_mode` in the code object's
+/// dynamic symbol table (where the backend looks it up), and the backend, through the
+/// stand-in HIP, launches each region with the geometry its mode calls for.
+#[test]
+fn clang16_openmp_kernels_are_launched_by_their_exec_mode() {
+    use host_plugin::backend::hip::HipBackend;
+    use host_plugin::backend::launch_shape::ExecMode;
+    use host_plugin::backend::LaunchRequest;
+    use host_plugin::Backend;
+    use std::process::Command;
+
+    let dir = scratch("clang16-openmp");
+    let source = dir.join("prog.c");
+    std::fs::write(
+        &source,
+        // The call to a function clang cannot see keeps the plain target region in
+        // generic mode (OpenMPOpt would otherwise turn it into generic-SPMD).
+        "int opaque(void);\n#pragma omp declare target to(opaque)\n\
+         int main(void) {\n  int x[256], generic = 1;\n\
+         #pragma omp target teams distribute parallel for map(from: x)\n\
+         for (int i = 0; i < 256; ++i) x[i] = 2 * i;\n\
+         #pragma omp target map(from: generic)\n  { generic = opaque(); }\n\
+         return x[255] != 510 || generic;\n}\n",
+    )
+    .unwrap();
+    // The device half as clang 16 compiles it (bitcode, as its offload driver hands it
+    // to the linker), then code generation and an ld.lld shared object. The device
+    // runtime is left out: only the kernels' own symbols matter here.
+    let bitcode = dir.join("device.bc");
+    let object = dir.join("device.o");
+    let image = dir.join("device.hsaco");
+    e2e_tests::process::run_ok(
+        Command::new(e2e_tests::tools::clang16())
+            .args(["-O2", "-fopenmp", "--offload-arch=gfx90a", "-nogpulib"])
+            .args(["--offload-device-only", "-c"])
+            .arg(&source)
+            .arg("-o")
+            .arg(&bitcode),
+    );
+    e2e_tests::process::run_ok(
+        Command::new(e2e_tests::tools::clang16())
+            .args(["--target=amdgcn-amd-amdhsa", "-mcpu=gfx90a", "-nogpulib"])
+            .args(["-O2", "-Wno-everything", "-c"])
+            .arg(&bitcode)
+            .arg("-o")
+            .arg(&object),
+    );
+    e2e_tests::process::run_ok(
+        Command::new(e2e_tests::tools::llvm22("ld.lld"))
+            .arg("-shared")
+            .arg(&object)
+            .arg("-o")
+            .arg(&image),
+    );
+    let co = std::fs::read(&image).unwrap();
+
+    // The kernels are the symbols with a kernel descriptor.
+    let file = object::File::parse(&*co).unwrap();
+    let kernels: Vec<String> = file
+        .dynamic_symbols()
+        .filter_map(|s| Some(s.name().ok()?.strip_suffix(".kd")?.to_string()))
+        .collect();
+    assert_eq!(kernels.len(), 2, "two target regions: {kernels:?}");
+    let modes: Vec<ExecMode> = kernels
+        .iter()
+        .map(|k| {
+            let bytes = symbol_bytes(&co, &format!("{k}_exec_mode"));
+            assert_eq!(bytes.len(), 1, "{k}_exec_mode is an i8");
+            ExecMode::from_raw(bytes[0]).expect("an LLVM 16 execution mode")
+        })
+        .collect();
+    // The combined construct is SPMD, the plain target region generic.
+    let mut sorted = modes.clone();
+    sorted.sort_by_key(|m| *m == ExecMode::Spmd);
+    assert_eq!(sorted, [ExecMode::Generic, ExecMode::Spmd], "{kernels:?}");
+
+    let fake = FakeHip::new("clang16-openmp", "gfx90a:sramecc+:xnack-");
+    for k in &kernels {
+        let global = format!("{k}_exec_mode");
+        fake.seed_global(&global, u64::from(symbol_bytes(&co, &global)[0]));
+    }
+    let backend = HipBackend::from_library(fake.path_str()).unwrap();
+    assert!(backend.accepts_image(&co));
+    let module = backend.load_image(0, &co).unwrap();
+    let out = backend.alloc(0, 4).unwrap();
+    for (kernel, mode) in kernels.iter().zip(&modes) {
+        let name = std::ffi::CString::new(kernel.as_str()).unwrap();
+        let handle = module.function(&name).unwrap();
+        fake.clear_log();
+        let request = LaunchRequest {
+            num_teams: 0,
+            thread_limit: 128,
+            tripcount: 0,
+        };
+        // SAFETY: the stand-in runs nothing; `out` is a live allocation.
+        unsafe { backend.launch_teams(0, handle, &[out], request) }.unwrap();
+        // thread_limit(128) on wave64: a generic kernel's main thread adds a wavefront;
+        // no num_teams: the default of 4 teams per compute unit (the stand-in has 104).
+        let threads = if *mode == ExecMode::Generic {
+            128 + 64
+        } else {
+            128
+        };
+        assert_eq!(
+            launch_geometry(&fake.log()),
+            (416, threads),
+            "{kernel} ({mode:?})"
+        );
+    }
+}

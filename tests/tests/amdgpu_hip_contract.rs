@@ -9,7 +9,9 @@ mod amdgpu_support;
 
 use amdgpu_support::*;
 use e2e_tests::plugin::entry;
+use host_plugin::backend::hip::grid::DeviceLimits;
 use host_plugin::backend::hip::HipBackend;
+use host_plugin::backend::LaunchRequest;
 use host_plugin::entries::FLAG_INDIRECT;
 use host_plugin::{Backend, OffloadEntry, Plugin, PluginError, PluginKind};
 
@@ -106,6 +108,9 @@ fn load_binary_installs_the_table_through_hip() {
                 e_flags(&co)
             ),
             "hipModuleGetFunction(module1, call_indirect)",
+            // The kernel's own work-group limit, for launch_teams (call_indirect has no
+            // `_exec_mode` global, so nothing is read for its mode).
+            "hipFuncGetAttribute(call_indirect, MAX_THREADS_PER_BLOCK) = 1024",
             "hipModuleGetGlobal(module1, counter)",
             // add_one is a device function: located from a variable's address.
             "hipModuleGetGlobal(module1, __omp_offloading_fptr_map_p)",
@@ -132,17 +137,17 @@ fn load_binary_installs_the_table_through_hip() {
         .unwrap();
     let counter = fake.global_address("counter").unwrap();
     let ptr_to_negate = fake.global_address("ptr_to_negate").unwrap();
-    assert_eq!(hex_after(lines[3], ") = "), map_p);
+    assert_eq!(hex_after(lines[4], ") = "), map_p);
     // Reading the pointer global: 8 bytes device-to-host from it.
-    assert!(lines[5].ends_with("size=8, kind=2)"), "{}", lines[5]);
-    assert_eq!(hex_after(lines[5], "src="), ptr_to_negate);
-    let table = hex_after(lines[8], ") = ");
+    assert!(lines[6].ends_with("size=8, kind=2)"), "{}", lines[6]);
+    assert_eq!(hex_after(lines[6], "src="), ptr_to_negate);
+    let table = hex_after(lines[9], ") = ");
     // The table (32 bytes) host-to-device into the allocation, then its address into
     // __omp_offloading_fptr_map_p and its length into __omp_offloading_fptr_map_size.
     for (line, dst, size) in [
-        (lines[9], table, 32),
-        (lines[10], map_p, 8),
-        (lines[11], map_size, 8),
+        (lines[10], table, 32),
+        (lines[11], map_p, 8),
+        (lines[12], map_size, 8),
     ] {
         assert_eq!(hex_after(line, "dst="), dst, "{line}");
         assert!(line.ends_with(&format!("size={size}, kind=1)")), "{line}");
@@ -183,8 +188,9 @@ fn load_binary_installs_the_table_through_hip() {
         [kernel_handle, counter, add_one_on_device, NEGATE_ON_DEVICE]
     );
 
-    // A launch: the kernel's hipFunction_t, one work-item, the pointer arguments packed
-    // in one buffer, then a synchronize (the backend contract is "run to completion").
+    // A launch of this plain kernel (no `_exec_mode`): the kernel's hipFunction_t, one
+    // work-item, the pointer arguments packed in one buffer, then a synchronize (the
+    // backend contract is "run to completion").
     let a = plugin.alloc(0, 8).unwrap();
     let b = plugin.alloc(0, 4).unwrap();
     fake.clear_log();
@@ -321,4 +327,238 @@ fn a_runtime_without_devices_gives_a_plugin_without_devices() {
     ));
     // It asked how many devices there are, and nothing else.
     assert_eq!(fake.log(), ["hipGetDeviceCount() = 0"]);
+}
+
+/// hipDeviceAttribute_t values (ROCm 6) the stand-in lets a test change.
+const HIP_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: i32 = 29;
+const HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 63;
+
+/// The OpenMP-style kernels of the fixture and the plain one, as kernel entries.
+fn kernel_entries() -> Vec<OffloadEntry> {
+    let mut all = entries();
+    all.push(entry("generic_region", 0x110, 0, 0));
+    all.push(entry("spmd_region", 0x120, 0, 0));
+    all
+}
+
+/// Seed the stand-in's `<kernel>_exec_mode` globals with the values the code object
+/// itself holds (the stand-in does not read the image; the loader would).
+fn seed_exec_modes(fake: &FakeHip, co: &[u8]) {
+    for global in ["generic_region_exec_mode", "spmd_region_exec_mode"] {
+        let bytes = symbol_bytes(co, global);
+        assert_eq!(bytes.len(), 1, "{global} is an i8");
+        fake.seed_global(global, u64::from(bytes[0]));
+    }
+}
+
+#[test]
+fn launch_teams_uses_llvm_16s_geometry_per_execution_mode() {
+    let gfx90a = code_object("gfx90a");
+    let gfx1100 = code_object("gfx1100");
+    // The fixture's modes are LLVM 16's: generic 1, SPMD 2.
+    assert_eq!(symbol_bytes(&gfx90a, "generic_region_exec_mode"), [1]);
+    assert_eq!(symbol_bytes(&gfx90a, "spmd_region_exec_mode"), [2]);
+    let fake = FakeHip::new("geometry", "gfx90a:sramecc+:xnack-,gfx1100");
+    fake.seed_global("ptr_to_negate", NEGATE_ON_DEVICE);
+    seed_exec_modes(&fake, &gfx90a);
+    // 60 compute units: LLVM 16's default is 4 teams per CU, so 240 teams.
+    fake.set_device_attribute(HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 60);
+    // generic_region's own work-group limit (its amdgpu-flat-work-group-size).
+    fake.set_kernel_max_threads("generic_region", 256);
+    let backend = HipBackend::from_library(fake.path_str()).unwrap();
+    let limits: Vec<DeviceLimits> = backend.devices().iter().map(|d| d.limits).collect();
+    assert_eq!(
+        limits[0],
+        DeviceLimits {
+            warp_size: 64,
+            max_threads: 1024,
+            block_limit: u32::MAX / 1024,
+            default_threads: 256,
+            default_blocks: 240,
+        }
+    );
+    assert_eq!(limits[1].warp_size, 32, "gfx1100 is wave32");
+    let plugin = Plugin::with_backend(PluginKind::Amdgpu, Box::new(backend));
+
+    fake.clear_log();
+    let dev0 = plugin
+        .load_binary(0, 1, &gfx90a, &kernel_entries())
+        .unwrap();
+    // Each OpenMP kernel's mode is read through HIP once, when it is resolved: the
+    // global's address, then its one byte device-to-host.
+    let log = fake.log();
+    let reads = in_order(
+        &log,
+        &[
+            "hipModuleGetFunction(module1, generic_region)",
+            "hipModuleGetGlobal(module1, generic_region_exec_mode)",
+            "hipMemcpy(device=0, dst=",
+            "hipFuncGetAttribute(generic_region, MAX_THREADS_PER_BLOCK) = 256",
+            "hipModuleGetFunction(module1, spmd_region)",
+            "hipModuleGetGlobal(module1, spmd_region_exec_mode)",
+            "hipMemcpy(device=0, dst=",
+            "hipFuncGetAttribute(spmd_region, MAX_THREADS_PER_BLOCK) = 1024",
+        ],
+    );
+    for (global, copy) in [(reads[1], reads[2]), (reads[5], reads[6])] {
+        assert_eq!(hex_after(copy, "src="), hex_after(global, ") = "), "{copy}");
+        assert!(copy.ends_with("size=1, kind=2)"), "{copy}");
+    }
+    assert!(
+        !log.iter().any(|l| l.contains("call_indirect_exec_mode")),
+        "a plain kernel's mode is not looked up:\n{}",
+        log.join("\n")
+    );
+
+    let (plain, generic, spmd) = (dev0[0].addr, dev0[4].addr, dev0[5].addr);
+    let out = plugin.alloc(0, 4).unwrap();
+    let run = |device: i32, kernel: u64, num_teams: u32, thread_limit: u32, tripcount: u64| {
+        fake.clear_log();
+        let request = LaunchRequest {
+            num_teams,
+            thread_limit,
+            tripcount,
+        };
+        // SAFETY: the stand-in runs nothing; `out` is a live allocation.
+        unsafe { plugin.launch_teams(device, kernel, &[out], request) }.unwrap();
+        let log = fake.log();
+        assert_eq!(
+            log.last().unwrap(),
+            &format!("hipDeviceSynchronize(device={device})")
+        );
+        launch_geometry(&log)
+    };
+    // wave64 gfx90a, 240 default teams, 256 default work-group:
+    // no clauses: the defaults, in every mode (LLVM 16 adds no warp to the default).
+    assert_eq!(run(0, generic, 0, 0, 0), (240, 256));
+    assert_eq!(run(0, spmd, 0, 0, 0), (240, 256));
+    // thread_limit(128): generic mode adds a wavefront for the main thread.
+    assert_eq!(run(0, generic, 0, 128, 0), (240, 128 + 64));
+    assert_eq!(run(0, spmd, 0, 128, 0), (240, 128));
+    // thread_limit(256) in generic mode wants 320, capped by the kernel's 256.
+    assert_eq!(run(0, generic, 0, 256, 0), (240, 256));
+    // SPMD loop of 10000 iterations: one per work-item, 10000 / 256 rounded up = 40.
+    assert_eq!(run(0, spmd, 0, 0, 10_000), (40, 256));
+    // Generic `teams distribute` of 100 iterations: one per team.
+    assert_eq!(run(0, generic, 0, 0, 100), (100, 256));
+    // A long loop is held to the default number of teams.
+    assert_eq!(run(0, spmd, 0, 0, 1 << 40), (240, 256));
+    // num_teams(7) thread_limit(64).
+    assert_eq!(run(0, spmd, 7, 64, 0), (7, 64));
+    // A kernel without `_exec_mode` gets SPMD's rules from launch_teams...
+    assert_eq!(run(0, plain, 0, 0, 1000), (4, 256));
+    // ...and one work-item from launch, while an OpenMP kernel launched that way gets
+    // the default geometry (its generic main thread needs the full work-group).
+    for (kernel, expected) in [(plain, (1, 1)), (generic, (240, 256))] {
+        fake.clear_log();
+        // SAFETY: as above.
+        unsafe { plugin.launch(0, kernel, &[out]) }.unwrap();
+        assert_eq!(launch_geometry(&fake.log()), expected);
+    }
+
+    // wave32 gfx1100: the main thread's extra warp is 32 work-items.
+    let dev1 = plugin
+        .load_binary(1, 2, &gfx1100, &kernel_entries())
+        .unwrap();
+    let out1 = plugin.alloc(1, 4).unwrap();
+    fake.clear_log();
+    let request = LaunchRequest {
+        num_teams: 0,
+        thread_limit: 128,
+        tripcount: 0,
+    };
+    // SAFETY: as above.
+    unsafe { plugin.launch_teams(1, dev1[4].addr, &[out1], request) }.unwrap();
+    assert_eq!(launch_geometry(&fake.log()), (240, 128 + 32));
+
+    // Unloading forgets the kernels: a stale handle is refused before reaching HIP.
+    plugin.unload(0, 1).unwrap();
+    fake.clear_log();
+    // SAFETY: refused before any launch.
+    assert!(unsafe { plugin.launch_teams(0, generic, &[out], LaunchRequest::default()) }.is_err());
+    assert!(!fake
+        .log()
+        .iter()
+        .any(|l| l.starts_with("hipModuleLaunchKernel")));
+}
+
+#[test]
+fn the_grid_limit_from_hip_caps_num_teams() {
+    let co = code_object("gfx90a");
+    let fake = FakeHip::new("grid-limit", "gfx90a:sramecc+:xnack-");
+    fake.seed_global("ptr_to_negate", NEGATE_ON_DEVICE);
+    seed_exec_modes(&fake, &co);
+    fake.set_device_attribute(HIP_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, 1000);
+    let plugin = Plugin::with_backend(
+        PluginKind::Amdgpu,
+        Box::new(HipBackend::from_library(fake.path_str()).unwrap()),
+    );
+    let dev = plugin.load_binary(0, 1, &co, &kernel_entries()).unwrap();
+    let out = plugin.alloc(0, 4).unwrap();
+    fake.clear_log();
+    let request = LaunchRequest {
+        num_teams: 5000,
+        thread_limit: 0,
+        tripcount: 0,
+    };
+    // SAFETY: the stand-in runs nothing; `out` is a live allocation.
+    unsafe { plugin.launch_teams(0, dev[5].addr, &[out], request) }.unwrap();
+    assert_eq!(launch_geometry(&fake.log()), (1000, 256));
+}
+
+#[test]
+fn a_hip_without_attribute_queries_still_loads_and_uses_llvm_16s_grid_values() {
+    let gfx90a = code_object("gfx90a");
+    let fake = FakeHip::without_attributes("old-hip", "gfx90a:sramecc+:xnack-,gfx1100");
+    fake.seed_global("ptr_to_negate", NEGATE_ON_DEVICE);
+    seed_exec_modes(&fake, &gfx90a);
+    let backend = HipBackend::from_library(fake.path_str()).expect("optional symbols");
+    // Wave size from the processor, 440 default teams (GV_Default_Num_Teams), max
+    // work-group 1024 (GV_Max_WG_Size).
+    let limits: Vec<DeviceLimits> = backend.devices().iter().map(|d| d.limits).collect();
+    assert_eq!(
+        limits[0],
+        DeviceLimits {
+            warp_size: 64,
+            max_threads: 1024,
+            block_limit: u32::MAX / 1024,
+            default_threads: 256,
+            default_blocks: 440,
+        }
+    );
+    assert_eq!(limits[1].warp_size, 32);
+    let plugin = Plugin::with_backend(PluginKind::Amdgpu, Box::new(backend));
+    let dev = plugin
+        .load_binary(0, 1, &gfx90a, &kernel_entries())
+        .unwrap();
+    let out = plugin.alloc(0, 4).unwrap();
+    fake.clear_log();
+    let request = LaunchRequest {
+        num_teams: 0,
+        thread_limit: 128,
+        tripcount: 0,
+    };
+    // SAFETY: the stand-in runs nothing; `out` is a live allocation.
+    unsafe { plugin.launch_teams(0, dev[4].addr, &[out], request) }.unwrap();
+    assert_eq!(launch_geometry(&fake.log()), (440, 128 + 64));
+}
+
+#[test]
+fn an_exec_mode_llvm_16_does_not_define_fails_the_load() {
+    let co = code_object("gfx90a");
+    let fake = FakeHip::new("bad-mode", "gfx90a:sramecc+:xnack-");
+    fake.seed_global("ptr_to_negate", NEGATE_ON_DEVICE);
+    fake.seed_global("generic_region_exec_mode", 7);
+    let plugin = Plugin::with_backend(
+        PluginKind::Amdgpu,
+        Box::new(HipBackend::from_library(fake.path_str()).unwrap()),
+    );
+    let err = plugin
+        .load_binary(0, 1, &co, &kernel_entries())
+        .expect_err("mode 7");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("generic_region_exec_mode") && msg.contains("holds 7"),
+        "{msg}"
+    );
 }

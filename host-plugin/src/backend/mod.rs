@@ -4,6 +4,7 @@
 pub mod cuda;
 pub mod hip;
 pub mod host;
+pub mod launch_shape;
 
 use std::ffi::CStr;
 use thiserror::Error;

@@ -100,6 +100,49 @@ pub fn symbol_value(code_object: &[u8], name: &str) -> u64 {
         .address()
 }
 
+/// The bytes of a defined dynamic symbol of a code object (a variable's initial value).
+pub fn symbol_bytes(code_object: &[u8], name: &str) -> Vec<u8> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let file = object::File::parse(code_object).expect("code object is ELF");
+    let sym = file
+        .dynamic_symbols()
+        .find(|s| s.name() == Ok(name))
+        .unwrap_or_else(|| panic!("{name} is not a dynamic symbol of the code object"));
+    let section = file
+        .section_by_index(sym.section_index().expect("a defined symbol"))
+        .unwrap();
+    let data = section.data().unwrap();
+    let start = (sym.address() - section.address()) as usize;
+    data[start..start + sym.size() as usize].to_vec()
+}
+
+/// (grid x, block x) of the one hipModuleLaunchKernel in `log`, which must use y = z = 1.
+pub fn launch_geometry(log: &[String]) -> (u32, u32) {
+    let launches: Vec<&String> = log
+        .iter()
+        .filter(|l| l.starts_with("hipModuleLaunchKernel("))
+        .collect();
+    assert_eq!(
+        launches.len(),
+        1,
+        "one launch expected:\n{}",
+        log.join("\n")
+    );
+    let dims = |marker: &str| -> Vec<u32> {
+        let at = launches[0].find(marker).unwrap() + marker.len();
+        launches[0][at..]
+            .split(',')
+            .next()
+            .unwrap()
+            .split('x')
+            .map(|n| n.parse().unwrap())
+            .collect()
+    };
+    let (grid, block) = (dims("grid="), dims("block="));
+    assert_eq!((&grid[1..], &block[1..]), (&[1, 1][..], &[1, 1][..]));
+    (grid[0], block[0])
+}
+
 /// The stand-in HIP library, compiled into this test's own file so that each test gets
 /// its own copy of the library's state (dlopen shares one instance per file).
 pub struct FakeHip {
@@ -110,11 +153,22 @@ pub struct FakeHip {
 impl FakeHip {
     /// Build it and configure its devices (comma-separated gcnArchNames, "" = none).
     pub fn new(test: &str, devices: &str) -> FakeHip {
+        Self::build(test, devices, &[])
+    }
+
+    /// As `new`, but without hipDeviceGetAttribute and hipFuncGetAttribute, like a HIP
+    /// runtime older than them.
+    pub fn without_attributes(test: &str, devices: &str) -> FakeHip {
+        Self::build(test, devices, &["-DFAKE_HIP_NO_ATTRIBUTES"])
+    }
+
+    fn build(test: &str, devices: &str, defines: &[&str]) -> FakeHip {
         let dir = scratch(&format!("fake-hip-{test}"));
         let path = dir.join("libamdhip64.so");
         run_ok(
             Command::new(host_cc())
                 .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror"])
+                .args(defines)
                 .arg(fixture("amdgpu/fake_hip.c"))
                 .arg("-o")
                 .arg(&path)
@@ -178,6 +232,32 @@ impl FakeHip {
                 .get::<unsafe extern "C" fn(*const c_char, u64)>(b"fake_hip_seed_global")
                 .unwrap();
             f(name.as_ptr(), value);
+        }
+    }
+
+    /// What hipDeviceGetAttribute answers for `attribute` on every device (0: the
+    /// stand-in's default, -1: an error). Takes effect for backends created afterwards.
+    pub fn set_device_attribute(&self, attribute: i32, value: i32) {
+        // SAFETY: fake_hip_set_device_attribute(int, int) takes plain values.
+        unsafe {
+            let f = self
+                .library
+                .get::<unsafe extern "C" fn(i32, i32)>(b"fake_hip_set_device_attribute")
+                .unwrap();
+            f(attribute, value);
+        }
+    }
+
+    /// What hipFuncGetAttribute(MAX_THREADS_PER_BLOCK) answers for kernels called `name`.
+    pub fn set_kernel_max_threads(&self, name: &str, max_threads: i32) {
+        let name = CString::new(name).unwrap();
+        // SAFETY: the name is copied by the callee.
+        unsafe {
+            let f = self
+                .library
+                .get::<unsafe extern "C" fn(*const c_char, i32)>(b"fake_hip_set_kernel_max_threads")
+                .unwrap();
+            f(name.as_ptr(), max_threads);
         }
     }
 

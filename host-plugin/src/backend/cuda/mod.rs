@@ -11,15 +11,14 @@
 //! copies (one stream per `__tgt_async_info` queue). Events are CUDA events.
 
 pub mod image;
-pub mod launch_shape;
 
+use super::launch_shape::{self, ExecMode, Limits};
 use super::{
     AllocKind, Backend, BackendError, DeviceAddr, EventHandle, LaunchRequest, LoadedModule,
     QueueHandle,
 };
 use cudarc::driver::{result, sys, DriverError};
 use image::CudaImage;
-use launch_shape::{ExecMode, Limits};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CStr, CString};
 use std::sync::{Arc, Mutex, MutexGuard};

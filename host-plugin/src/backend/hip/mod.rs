@@ -9,24 +9,34 @@
 //! Layers, as in cudarc: [`sys`] (function pointer types and the loaded table),
 //! [`result`] (one `Result`-returning function per call), this module (the [`Backend`]).
 //! [`code_object`] picks, among the code objects of an image, the one whose target ID
-//! suits the device (xnack/sramecc rules).
+//! suits the device (xnack/sramecc rules). [`grid`] holds LLVM 16's AMDGPU launch limits.
+//!
+//! Launch geometry: `launch_teams` sizes the grid by LLVM 16's rules ([`launch_shape`])
+//! from the kernel's `<kernel>_exec_mode` global, read when the kernel is resolved, and
+//! the device's limits; a kernel without that global (not an OpenMP kernel) is treated
+//! as SPMD. `launch` ("run it once") keeps
+//! one work-item for such plain kernels, and uses the default geometry for OpenMP ones,
+//! which need their full work-group (the generic-mode main thread is in its last warp).
 //!
 //! What is known and what is not: this backend has run only against the stand-in HIP
 //! library of `tests/tests/amdgpu_hip_contract.rs`, never on AMD hardware.
 
 pub mod code_object;
+pub mod grid;
 pub mod result;
 pub mod sys;
 
-use super::{Backend, BackendError, DeviceAddr, LoadedModule};
+use super::launch_shape::{self, ExecMode};
+use super::{Backend, BackendError, DeviceAddr, LaunchRequest, LoadedModule};
 use crate::diag;
+use grid::{DeviceAttributes, DeviceLimits};
 use object::read::elf::ElfFile64;
 use object::{LittleEndian, Object, ObjectSymbol, SymbolKind};
 use offload_formats::target_id::TargetId;
-use result::{device, launch, memory, module, HipCallError};
+use result::{device, function, launch, memory, module, HipCallError};
 use std::collections::HashMap;
-use std::ffi::{CStr, CString};
-use std::sync::Arc;
+use std::ffi::{c_int, CStr, CString};
+use std::sync::{Arc, Mutex, MutexGuard};
 use sys::HipApi;
 
 /// Environment variable naming the HIP runtime library to load instead of the default.
@@ -34,10 +44,10 @@ pub const HIP_LIBRARY_ENV: &str = "OMPTARGET_RS_HIP_LIBRARY";
 /// The sonames tried, in order, when the variable is not set.
 pub const DEFAULT_HIP_LIBRARIES: &[&str] = &["libamdhip64.so", "libamdhip64.so.6"];
 
-/// The launch geometry: the [`Backend`] contract is "run the kernel once", as the host
-/// backend does, so one work-group of one work-item.
-const LAUNCH_GRID: [u32; 3] = [1, 1, 1];
-const LAUNCH_BLOCK: [u32; 3] = [1, 1, 1];
+/// The geometry of `launch` for a plain kernel: the [`Backend`] contract is "run the
+/// kernel once", as the host backend does, so one work-group of one work-item.
+const ONCE_GRID: [u32; 3] = [1, 1, 1];
+const ONCE_BLOCK: [u32; 3] = [1, 1, 1];
 
 /// One HIP device as the backend sees it.
 #[derive(Debug, Clone)]
@@ -47,6 +57,52 @@ pub struct HipDevice {
     pub arch_name: Result<String, String>,
     /// The parsed target ID; None when the name could not be read or parsed.
     pub target_id: Option<TargetId>,
+    /// LLVM 16's launch limits for the device (from HIP's attributes, else grid values).
+    pub limits: DeviceLimits,
+}
+
+/// What a launch needs to know about a kernel, recorded when it is resolved.
+#[derive(Clone, Copy, Debug)]
+struct Kernel {
+    device: usize,
+    /// From `<kernel>_exec_mode`; None for a kernel without that global.
+    mode: Option<ExecMode>,
+    /// HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK; None where HIP could not say.
+    max_threads: Option<u32>,
+}
+
+/// Kernels of the loaded modules by `hipFunction_t`, shared by the backend (launches)
+/// and the modules (which add theirs when resolved and remove them when unloaded).
+type KernelRegistry = Arc<Mutex<HashMap<DeviceAddr, Kernel>>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A device attribute, None when HIP lacks the call, fails, or answers a non-positive
+/// value (each then falls back to LLVM 16's grid value).
+fn positive_attribute(api: &HipApi, device: usize, attribute: c_int) -> Option<u32> {
+    match device::attribute(api, device, attribute) {
+        Ok(Some(v)) => u32::try_from(v).ok().filter(|&v| v > 0),
+        Ok(None) => None,
+        Err(e) => {
+            diag::debug(|| format!("device {device}: {e}; using LLVM 16's grid value"));
+            None
+        }
+    }
+}
+
+fn device_attributes(api: &HipApi, device: usize) -> DeviceAttributes {
+    DeviceAttributes {
+        warp_size: positive_attribute(api, device, sys::HIP_DEVICE_ATTRIBUTE_WARP_SIZE),
+        max_block_dim_x: positive_attribute(api, device, sys::HIP_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X),
+        max_grid_dim_x: positive_attribute(api, device, sys::HIP_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X),
+        compute_units: positive_attribute(
+            api,
+            device,
+            sys::HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        ),
+    }
 }
 
 struct Runtime {
@@ -57,6 +113,7 @@ struct Runtime {
 /// The AMDGPU backend over the HIP runtime. With no runtime it has no devices.
 pub struct HipBackend {
     runtime: Option<Runtime>,
+    kernels: KernelRegistry,
 }
 
 fn load_failed(e: HipCallError) -> BackendError {
@@ -88,7 +145,10 @@ impl HipBackend {
             }
         }
         diag::debug(|| format!("no HIP runtime, 0 AMDGPU devices ({})", reasons.join("; ")));
-        HipBackend { runtime: None }
+        HipBackend {
+            runtime: None,
+            kernels: KernelRegistry::default(),
+        }
     }
 
     /// The backend of the HIP runtime at `path` (a path, or a soname to search for).
@@ -97,6 +157,7 @@ impl HipBackend {
     pub fn from_library(path: &str) -> Result<Self, String> {
         let api = HipApi::load(path)?;
         let count = device::count(&api).map_err(|e| e.to_string())?;
+        let teams_per_cu = grid::teams_per_cu_from_env();
         let devices = (0..count)
             .map(|d| {
                 let arch_name = device::gcn_arch_name(&api, d).map_err(|e| e.to_string());
@@ -104,9 +165,15 @@ impl HipBackend {
                     .as_ref()
                     .ok()
                     .and_then(|name| TargetId::parse(name).ok());
+                let limits = DeviceLimits::new(
+                    device_attributes(&api, d),
+                    target_id.as_ref().map(|id| id.processor.as_str()),
+                    teams_per_cu,
+                );
                 HipDevice {
                     arch_name,
                     target_id,
+                    limits,
                 }
             })
             .collect();
@@ -115,6 +182,7 @@ impl HipBackend {
                 api: Arc::new(api),
                 devices,
             }),
+            kernels: KernelRegistry::default(),
         })
     }
 
@@ -152,6 +220,36 @@ impl HipBackend {
         device::set(&rt.api, device).map_err(load_failed)?;
         Ok(&rt.api)
     }
+
+    fn kernel(&self, handle: DeviceAddr) -> Option<Kernel> {
+        lock(&self.kernels).get(&handle).copied()
+    }
+
+    /// Launch with the given geometry and wait for the kernel (the [`Backend`] contract
+    /// is "run to completion").
+    ///
+    /// # Safety
+    /// `kernel` is a kernel (hipFunction_t) of an image loaded on `device` taking
+    /// `args.len()` pointers.
+    unsafe fn launch_with(
+        &self,
+        device: usize,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        grid: [u32; 3],
+        block: [u32; 3],
+    ) -> Result<(), BackendError> {
+        let api = self.on_device(device)?;
+        // Pointer arguments packed back to back, 8-byte aligned, as the kernel's
+        // parameter segment lays them out.
+        let mut packed: Vec<u8> = args.iter().flat_map(|a| a.to_ne_bytes()).collect();
+        // SAFETY: the caller's contract (see above).
+        unsafe {
+            launch::module_launch_kernel(api, kernel as sys::HipFunction, grid, block, &mut packed)
+        }
+        .map_err(|e| BackendError::Launch(format!("{e} (grid {grid:?}, block {block:?})")))?;
+        device::synchronize(api).map_err(|e| BackendError::Launch(e.to_string()))
+    }
 }
 
 /// An ELF symbol of a loaded code object.
@@ -171,6 +269,9 @@ struct HipModule {
     handle: usize,
     /// Defined dynamic symbols of the code object, by name.
     symbols: HashMap<Vec<u8>, ElfSymbol>,
+    kernels: KernelRegistry,
+    /// The registry keys this module added (removed when it is unloaded).
+    mine: Mutex<Vec<DeviceAddr>>,
 }
 
 impl HipModule {
@@ -187,6 +288,56 @@ impl HipModule {
         let mut kd = name.to_bytes().to_vec();
         kd.extend_from_slice(b".kd");
         self.symbols.contains_key(&kd)
+    }
+
+    /// `<kernel>_exec_mode`, the 1-byte global clang emits for an OpenMP kernel: None
+    /// when the code object has none (a plain kernel, no HIP call made), else its value
+    /// read through HIP (the loader may relocate or the image may be rewritten).
+    fn exec_mode(&self, kernel: &CStr) -> Result<Option<ExecMode>, BackendError> {
+        let mut name = kernel.to_bytes().to_vec();
+        name.extend_from_slice(b"_exec_mode");
+        let Some(sym) = self.symbols.get(&name) else {
+            return Ok(None);
+        };
+        let name = CString::new(name)
+            .map_err(|_| BackendError::Load("a kernel name holds a NUL byte".into()))?;
+        if sym.kind != SymbolKind::Data || sym.size != 1 {
+            return Err(BackendError::Load(format!(
+                "{} is a {:?} symbol of {} bytes, not a 1-byte variable",
+                name.to_string_lossy(),
+                sym.kind,
+                sym.size
+            )));
+        }
+        device::set(&self.api, self.device).map_err(load_failed)?;
+        // SAFETY: the module is live for as long as `self`.
+        let (addr, _) =
+            unsafe { module::get_global(&self.api, self.raw(), &name) }.map_err(load_failed)?;
+        let mut value = [0u8; 1];
+        // SAFETY: `addr` is the device address of a 1-byte global of this module, on the
+        // device just made current.
+        unsafe { memory::copy_to_host(&self.api, &mut value, addr) }.map_err(load_failed)?;
+        ExecMode::from_raw(value[0]).map(Some).ok_or_else(|| {
+            BackendError::Load(format!(
+                "{} holds {}, not an LLVM 16 execution mode",
+                name.to_string_lossy(),
+                value[0]
+            ))
+        })
+    }
+
+    /// The kernel's largest work-group as HIP reports it (None where it cannot).
+    fn max_threads(&self, f: sys::HipFunction, name: &CStr) -> Option<u32> {
+        // SAFETY: `f` came from hipModuleGetFunction on this live module.
+        match unsafe {
+            function::attribute(&self.api, f, sys::HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+        } {
+            Ok(v) => v.and_then(|v| u32::try_from(v).ok()).filter(|&v| v > 0),
+            Err(e) => {
+                diag::debug(|| format!("{}: {e}; no per-kernel limit", name.to_string_lossy()));
+                None
+            }
+        }
     }
 
     /// Where the code object was loaded. HIP resolves only kernels and variables by
@@ -247,7 +398,15 @@ impl LoadedModule for HipModule {
         if f.is_null() {
             return Err(missing());
         }
-        Ok(f as DeviceAddr)
+        let kernel = Kernel {
+            device: self.device,
+            mode: self.exec_mode(name)?,
+            max_threads: self.max_threads(f, name),
+        };
+        let handle = f as DeviceAddr;
+        lock(&self.kernels).insert(handle, kernel);
+        lock(&self.mine).push(handle);
+        Ok(handle)
     }
 
     /// A device function's code address (what an indirect call jumps to).
@@ -269,6 +428,12 @@ impl LoadedModule for HipModule {
 
 impl Drop for HipModule {
     fn drop(&mut self) {
+        {
+            let mut kernels = lock(&self.kernels);
+            for handle in lock(&self.mine).drain(..) {
+                kernels.remove(&handle);
+            }
+        }
         // Errors cannot be reported from a drop; the runtime reclaims modules at exit.
         if device::set(&self.api, self.device).is_ok() {
             // SAFETY: the module came from hipModuleLoadData and dies with `self`.
@@ -387,6 +552,8 @@ impl Backend for HipBackend {
             device,
             handle: handle as usize,
             symbols,
+            kernels: Arc::clone(&self.kernels),
+            mine: Mutex::new(Vec::new()),
         }))
     }
 
@@ -460,24 +627,59 @@ impl Backend for HipBackend {
         kernel: DeviceAddr,
         args: &[DeviceAddr],
     ) -> Result<(), BackendError> {
-        let api = self.on_device(device)?;
-        // Pointer arguments packed back to back, 8-byte aligned, as the kernel's
-        // parameter segment lays them out.
-        let mut packed: Vec<u8> = args.iter().flat_map(|a| a.to_ne_bytes()).collect();
-        // SAFETY: the caller promises `kernel` is a kernel (hipFunction_t) of an image
-        // loaded on `device` taking `args.len()` pointers.
+        let openmp = self.kernel(kernel).is_some_and(|k| k.mode.is_some());
+        if openmp {
+            // SAFETY: forwarded caller contract.
+            return unsafe { self.launch_teams(device, kernel, args, LaunchRequest::default()) };
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.launch_with(device, kernel, args, ONCE_GRID, ONCE_BLOCK) }
+    }
+
+    /// LLVM 16's geometry: the clauses, trip count and execution mode through
+    /// [`launch_shape`], within the device's and the kernel's limits.
+    unsafe fn launch_teams(
+        &self,
+        device: usize,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        request: LaunchRequest,
+    ) -> Result<(), BackendError> {
+        let k = self
+            .kernel(kernel)
+            .ok_or_else(|| BackendError::Launch(format!("{kernel:#x} is not a loaded kernel")))?;
+        let info = self
+            .runtime()?
+            .devices
+            .get(device)
+            .ok_or(BackendError::NoDevices("amdgpu"))?;
+        if k.device != device {
+            return Err(BackendError::Launch(format!(
+                "kernel {kernel:#x} belongs to device {}, not {device}",
+                k.device
+            )));
+        }
+        // A kernel without an exec mode is no OpenMP kernel: every work-item runs it.
+        let mode = k.mode.unwrap_or(ExecMode::Spmd);
+        let limits = info.limits.for_kernel(k.max_threads);
+        let shape = launch_shape::shape(
+            mode,
+            request.num_teams,
+            request.thread_limit,
+            request.tripcount,
+            &limits,
+        );
+        diag::debug(|| format!("device {device}: launching {kernel:#x} ({mode:?}) as {shape:?}"));
+        // SAFETY: forwarded caller contract.
         unsafe {
-            launch::module_launch_kernel(
-                api,
-                kernel as sys::HipFunction,
-                LAUNCH_GRID,
-                LAUNCH_BLOCK,
-                &mut packed,
+            self.launch_with(
+                device,
+                kernel,
+                args,
+                [shape.blocks, 1, 1],
+                [shape.threads, 1, 1],
             )
         }
-        .map_err(|e| BackendError::Launch(e.to_string()))?;
-        // The contract is "run to completion".
-        device::synchronize(api).map_err(|e| BackendError::Launch(e.to_string()))
     }
 
     fn synchronize(&self, device: usize) -> Result<(), BackendError> {

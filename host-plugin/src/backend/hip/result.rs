@@ -88,6 +88,20 @@ pub mod device {
         Ok(name.to_string_lossy().into_owned())
     }
 
+    /// An integer attribute (`hipDeviceAttribute_t`) of `device`; Ok(None) where the
+    /// runtime has no hipDeviceGetAttribute.
+    pub fn attribute(api: &HipApi, device: usize, attribute: c_int) -> HipResult<Option<c_int>> {
+        let Some(get) = api.device_get_attribute else {
+            return Ok(None);
+        };
+        let mut value: c_int = 0;
+        // SAFETY: `value` is a valid out-pointer; HIP validates the attribute and device.
+        check(api, "hipDeviceGetAttribute", unsafe {
+            get(&mut value, attribute, device_index(device))
+        })?;
+        Ok(Some(value))
+    }
+
     pub fn synchronize(api: &HipApi) -> HipResult<()> {
         // SAFETY: no arguments.
         check(api, "hipDeviceSynchronize", unsafe {
@@ -233,6 +247,32 @@ pub mod module {
             (api.module_get_function)(&mut function, module, name.as_ptr())
         })?;
         Ok(function)
+    }
+}
+
+pub mod function {
+    use super::*;
+
+    /// An integer attribute (`hipFunction_attribute`) of a kernel; Ok(None) where the
+    /// runtime has no hipFuncGetAttribute.
+    ///
+    /// # Safety
+    /// `function` came from hipModuleGetFunction on a live module.
+    pub unsafe fn attribute(
+        api: &HipApi,
+        function: HipFunction,
+        attribute: c_int,
+    ) -> HipResult<Option<c_int>> {
+        let Some(get) = api.func_get_attribute else {
+            return Ok(None);
+        };
+        let mut value: c_int = 0;
+        // SAFETY: `value` is a valid out-pointer; the function handle is the caller's
+        // contract.
+        check(api, "hipFuncGetAttribute", unsafe {
+            get(&mut value, attribute, function)
+        })?;
+        Ok(Some(value))
     }
 }
 

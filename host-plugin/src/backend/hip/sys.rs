@@ -91,6 +91,19 @@ pub type HipModuleLaunchKernel = unsafe extern "C" fn(
     extra: *mut *mut c_void,
 ) -> HipError;
 pub type HipDeviceSynchronize = unsafe extern "C" fn() -> HipError;
+pub type HipDeviceGetAttribute =
+    unsafe extern "C" fn(value: *mut c_int, attribute: c_int, device: c_int) -> HipError;
+pub type HipFuncGetAttribute =
+    unsafe extern "C" fn(value: *mut c_int, attribute: c_int, function: HipFunction) -> HipError;
+
+/// `hipDeviceAttribute_t` values (ROCm 6 `hip_runtime_api.h`: the CUDA-compatible block,
+/// numbered from 0 in declaration order and only appended to since ROCm 5).
+pub const HIP_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: c_int = 26;
+pub const HIP_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: c_int = 29;
+pub const HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 63;
+pub const HIP_DEVICE_ATTRIBUTE_WARP_SIZE: c_int = 87;
+/// `hipFunction_attribute` (ROCm 6 `driver_types.h`): the kernel's largest work-group.
+pub const HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: c_int = 0;
 
 /// The HIP entry points, resolved once from one loaded library, which the table keeps
 /// open for as long as the pointers exist.
@@ -109,6 +122,9 @@ pub struct HipApi {
     pub module_get_function: HipModuleGetFunction,
     pub module_launch_kernel: HipModuleLaunchKernel,
     pub device_synchronize: HipDeviceSynchronize,
+    /// Optional: the launch geometry falls back to LLVM 16's grid values without them.
+    pub device_get_attribute: Option<HipDeviceGetAttribute>,
+    pub func_get_attribute: Option<HipFuncGetAttribute>,
     _library: Library,
 }
 
@@ -126,7 +142,7 @@ unsafe fn symbol<T: Copy>(library: &Library, name: &str) -> Result<T, String> {
 impl HipApi {
     /// Open the HIP runtime at `path` (a file path or a bare soname for the dynamic
     /// loader's search) and resolve every entry point. Fails, with the reason, if the
-    /// library cannot be opened or lacks one of them.
+    /// library cannot be opened or lacks one of the required ones.
     pub fn load(path: &str) -> Result<HipApi, String> {
         // SAFETY: opening the HIP runtime runs its ELF constructors, as any program that
         // links libamdhip64 does; the library is the vendor runtime (or a stand-in for it).
@@ -148,6 +164,8 @@ impl HipApi {
                 module_get_function: symbol(&library, "hipModuleGetFunction")?,
                 module_launch_kernel: symbol(&library, "hipModuleLaunchKernel")?,
                 device_synchronize: symbol(&library, "hipDeviceSynchronize")?,
+                device_get_attribute: symbol(&library, "hipDeviceGetAttribute").ok(),
+                func_get_attribute: symbol(&library, "hipFuncGetAttribute").ok(),
                 _library: library,
             })
         }

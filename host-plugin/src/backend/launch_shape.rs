@@ -1,6 +1,8 @@
-//! How many blocks and threads a clang-16 OpenMP kernel is launched with: the rules of
-//! LLVM 16's plugins-nextgen (`GenericKernelTy::getNumThreads` / `getNumBlocks`), as a
-//! pure function so they are tested without a GPU.
+//! How many blocks (work-groups) and threads (work-items) a clang-16 OpenMP kernel is
+//! launched with: the rules of LLVM 16's plugins-nextgen (`GenericKernelTy::getNumThreads`
+//! / `getNumBlocks` in `PluginInterface.cpp`), as a pure function so they are tested
+//! without a GPU. Vendor-neutral: each GPU backend supplies its device's [`Limits`]
+//! (NVPTX grid values in `cuda`, AMDGPU ones in `hip::grid`).
 
 /// `<kernel>_exec_mode`, the i8 global clang emits next to each OpenMP kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,14 +32,14 @@ impl ExecMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     pub warp_size: u32,
-    /// min(the kernel's CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, the device's limit).
+    /// min(the kernel's MAX_THREADS_PER_BLOCK attribute, the device's limit).
     pub max_threads: u32,
-    /// min(the device's largest grid in x, LLVM 16's GV_Max_Teams of 65536).
+    /// The most blocks a launch gets (LLVM 16: `GV_Max_Teams` as the device sets it).
     pub block_limit: u32,
-    /// Threads per block without a thread_limit clause (LLVM 16 NVPTX: 128).
+    /// Threads per block without a thread_limit clause (LLVM 16 NVPTX: 128, AMDGPU: 256).
     pub default_threads: u32,
-    /// Blocks without a num_teams clause or trip count (LLVM 16 NVPTX grid value 3200,
-    /// or OMP_NUM_TEAMS).
+    /// Blocks without a num_teams clause or trip count (LLVM 16 NVPTX grid value 3200;
+    /// AMDGPU: compute units x 4).
     pub default_blocks: u32,
 }
 
