@@ -351,6 +351,35 @@ fn seed_exec_modes(fake: &FakeHip, co: &[u8]) {
     }
 }
 
+/// Launch `kernel` with `request` through `launch_teams` on the stand-in, which must end
+/// the launch with a device synchronization; returns the (grid, block) it got.
+fn teams_geometry(
+    fake: &FakeHip,
+    plugin: &Plugin,
+    device: i32,
+    kernel: u64,
+    out: u64,
+    request: LaunchRequest,
+) -> (u32, u32) {
+    fake.clear_log();
+    // SAFETY: the stand-in runs nothing; `out` is a live allocation.
+    unsafe { plugin.launch_teams(device, kernel, &[out], request) }.unwrap();
+    let log = fake.log();
+    assert_eq!(
+        log.last().unwrap(),
+        &format!("hipDeviceSynchronize(device={device})")
+    );
+    launch_geometry(&log)
+}
+
+fn request(num_teams: u32, thread_limit: u32, tripcount: u64) -> LaunchRequest {
+    LaunchRequest {
+        num_teams,
+        thread_limit,
+        tripcount,
+    }
+}
+
 #[test]
 fn launch_teams_uses_llvm_16s_geometry_per_execution_mode() {
     let gfx90a = code_object("gfx90a");
@@ -413,20 +442,14 @@ fn launch_teams_uses_llvm_16s_geometry_per_execution_mode() {
     let (plain, generic, spmd) = (dev0[0].addr, dev0[4].addr, dev0[5].addr);
     let out = plugin.alloc(0, 4).unwrap();
     let run = |device: i32, kernel: u64, num_teams: u32, thread_limit: u32, tripcount: u64| {
-        fake.clear_log();
-        let request = LaunchRequest {
-            num_teams,
-            thread_limit,
-            tripcount,
-        };
-        // SAFETY: the stand-in runs nothing; `out` is a live allocation.
-        unsafe { plugin.launch_teams(device, kernel, &[out], request) }.unwrap();
-        let log = fake.log();
-        assert_eq!(
-            log.last().unwrap(),
-            &format!("hipDeviceSynchronize(device={device})")
-        );
-        launch_geometry(&log)
+        teams_geometry(
+            &fake,
+            &plugin,
+            device,
+            kernel,
+            out,
+            request(num_teams, thread_limit, tripcount),
+        )
     };
     // wave64 gfx90a, 240 default teams, 256 default work-group:
     // no clauses: the defaults, in every mode (LLVM 16 adds no warp to the default).
@@ -461,15 +484,10 @@ fn launch_teams_uses_llvm_16s_geometry_per_execution_mode() {
         .load_binary(1, 2, &gfx1100, &kernel_entries())
         .unwrap();
     let out1 = plugin.alloc(1, 4).unwrap();
-    fake.clear_log();
-    let request = LaunchRequest {
-        num_teams: 0,
-        thread_limit: 128,
-        tripcount: 0,
-    };
-    // SAFETY: as above.
-    unsafe { plugin.launch_teams(1, dev1[4].addr, &[out1], request) }.unwrap();
-    assert_eq!(launch_geometry(&fake.log()), (240, 128 + 32));
+    assert_eq!(
+        teams_geometry(&fake, &plugin, 1, dev1[4].addr, out1, request(0, 128, 0)),
+        (240, 128 + 32)
+    );
 
     // Unloading forgets the kernels: a stale handle is refused before reaching HIP.
     plugin.unload(0, 1).unwrap();
@@ -495,15 +513,10 @@ fn the_grid_limit_from_hip_caps_num_teams() {
     );
     let dev = plugin.load_binary(0, 1, &co, &kernel_entries()).unwrap();
     let out = plugin.alloc(0, 4).unwrap();
-    fake.clear_log();
-    let request = LaunchRequest {
-        num_teams: 5000,
-        thread_limit: 0,
-        tripcount: 0,
-    };
-    // SAFETY: the stand-in runs nothing; `out` is a live allocation.
-    unsafe { plugin.launch_teams(0, dev[5].addr, &[out], request) }.unwrap();
-    assert_eq!(launch_geometry(&fake.log()), (1000, 256));
+    assert_eq!(
+        teams_geometry(&fake, &plugin, 0, dev[5].addr, out, request(5000, 0, 0)),
+        (1000, 256)
+    );
 }
 
 #[test]
@@ -532,15 +545,10 @@ fn a_hip_without_attribute_queries_still_loads_and_uses_llvm_16s_grid_values() {
         .load_binary(0, 1, &gfx90a, &kernel_entries())
         .unwrap();
     let out = plugin.alloc(0, 4).unwrap();
-    fake.clear_log();
-    let request = LaunchRequest {
-        num_teams: 0,
-        thread_limit: 128,
-        tripcount: 0,
-    };
-    // SAFETY: the stand-in runs nothing; `out` is a live allocation.
-    unsafe { plugin.launch_teams(0, dev[4].addr, &[out], request) }.unwrap();
-    assert_eq!(launch_geometry(&fake.log()), (440, 128 + 64));
+    assert_eq!(
+        teams_geometry(&fake, &plugin, 0, dev[4].addr, out, request(0, 128, 0)),
+        (440, 128 + 64)
+    );
 }
 
 #[test]

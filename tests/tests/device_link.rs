@@ -71,6 +71,40 @@ fn ptx_function<'a>(ptx: &'a str, name: &str) -> Vec<&'a str> {
     ptx.lines().skip(start).take_while(|l| *l != "}").collect()
 }
 
+/// A prebuilt PTX file of `cargo xtask build-device` (`dir` is the triple's folder or its
+/// variant's) for one SM, checked to target that SM and to declare both globals
+/// `.weak .global`.
+fn prebuilt_ptx(dir: &str, sm: &str) -> String {
+    let ptx = String::from_utf8(read(&device_artifact(&format!(
+        "{dir}/device_rtl.{sm}.ptx"
+    ))))
+    .expect("PTX is text");
+    assert!(
+        ptx.contains(&format!(".target {sm}")),
+        "{dir} {sm} PTX targets another GPU"
+    );
+    for g in GLOBALS {
+        assert!(
+            ptx.lines()
+                .any(|l| l.starts_with(".weak .global") && l.contains(g)),
+            "{dir} {sm} PTX does not declare {g} as .weak .global"
+        );
+    }
+    ptx
+}
+
+/// ptxas for sm_90 on `ptx`, writing `cubin`; returns the cubin's bytes.
+fn assemble_sm90(ptx: &Path, cubin: &Path) -> Vec<u8> {
+    run_ok(
+        Command::new(ptxas())
+            .args(["-arch=sm_90"])
+            .arg(ptx)
+            .arg("-o")
+            .arg(cubin),
+    );
+    read(cubin)
+}
+
 /// The `target triple` and `target datalayout` lines of an LLVM module in text form.
 fn triple_and_datalayout(ll: &str) -> (String, String) {
     let line = |prefix: &str| {
@@ -235,21 +269,7 @@ fn bitcode_matches_clang_22_triple_datalayout_and_cpu() {
 #[test]
 fn prebuilt_ptx_assembles_and_declares_weak_globals() {
     for sm in ["sm_70", "sm_80", "sm_90"] {
-        let ptx = String::from_utf8(read(&device_artifact(&format!(
-            "nvptx64-nvidia-cuda/device_rtl.{sm}.ptx"
-        ))))
-        .expect("PTX is text");
-        assert!(
-            ptx.contains(&format!(".target {sm}")),
-            "{sm} PTX targets another GPU"
-        );
-        for g in GLOBALS {
-            assert!(
-                ptx.lines()
-                    .any(|l| l.starts_with(".weak .global") && l.contains(g)),
-                "{sm} PTX does not declare {g} as .weak .global"
-            );
-        }
+        let ptx = prebuilt_ptx("nvptx64-nvidia-cuda", sm);
         // The whole lookup works in 64-bit registers: no table size or index is
         // truncated to 32 bits (LLVM's own device lookup truncates the count).
         let lookup = ptx_function(&ptx, LOOKUP);
@@ -294,10 +314,7 @@ const WARP_OPERATIONS: [&str; 4] = [
 #[test]
 fn default_ptx_has_no_warp_operations() {
     for sm in ["sm_70", "sm_80", "sm_90"] {
-        let ptx = String::from_utf8(read(&device_artifact(&format!(
-            "nvptx64-nvidia-cuda/device_rtl.{sm}.ptx"
-        ))))
-        .expect("PTX is text");
+        let ptx = prebuilt_ptx("nvptx64-nvidia-cuda", sm);
         let lookup = ptx_function(&ptx, LOOKUP).join("\n");
         for op in WARP_OPERATIONS {
             assert!(!lookup.contains(op), "{sm}: default lookup uses {op}");
@@ -339,17 +356,7 @@ fn sync_masks(function: &[&str]) -> (Option<String>, Vec<(String, String)>) {
 #[test]
 fn warp_cooperative_ptx_syncs_only_the_active_lanes() {
     for sm in ["sm_70", "sm_80", "sm_90"] {
-        let ptx = String::from_utf8(read(&device_artifact(&format!(
-            "nvptx64-nvidia-cuda/warp-cooperative/device_rtl.{sm}.ptx"
-        ))))
-        .expect("PTX is text");
-        for g in GLOBALS {
-            assert!(
-                ptx.lines()
-                    .any(|l| l.starts_with(".weak .global") && l.contains(g)),
-                "{sm} variant PTX does not declare {g} as .weak .global"
-            );
-        }
+        let ptx = prebuilt_ptx("nvptx64-nvidia-cuda/warp-cooperative", sm);
         let lookup = ptx_function(&ptx, LOOKUP);
         let text = lookup.join("\n");
         for op in WARP_OPERATIONS {
@@ -413,15 +420,7 @@ fn warp_cooperative_variant_links_into_kernels() {
             );
         }
     }
-    let cubin_path = dir.join("lookup_kernel.cubin");
-    run_ok(
-        Command::new(ptxas())
-            .args(["-arch=sm_90"])
-            .arg(&ptx_path)
-            .arg("-o")
-            .arg(&cubin_path),
-    );
-    let cubin_bytes = read(&cubin_path);
+    let cubin_bytes = assemble_sm90(&ptx_path, &dir.join("lookup_kernel.cubin"));
     let cubin = File::parse(&*cubin_bytes).expect("cubin is ELF");
     assert_globals_exported("sm_90 variant cubin", &cubin, cubin.symbols());
 }
@@ -497,15 +496,7 @@ fn nvptx_sm90_link_keeps_table_globals_and_their_loads() {
     // ptxas accepts it, and the cubin keeps the globals exported and writable. The
     // kernels reach them through addresses ptxas places in a constant bank, so the
     // references show as relocations against both symbols.
-    let cubin_path = dir.join("lookup_kernel.cubin");
-    run_ok(
-        Command::new(ptxas())
-            .args(["-arch=sm_90"])
-            .arg(&ptx_path)
-            .arg("-o")
-            .arg(&cubin_path),
-    );
-    let cubin_bytes = read(&cubin_path);
+    let cubin_bytes = assemble_sm90(&ptx_path, &dir.join("lookup_kernel.cubin"));
     let cubin = File::parse(&*cubin_bytes).expect("cubin is ELF");
     assert_globals_exported("sm_90 cubin", &cubin, cubin.symbols());
     let references = relocation_targets(&cubin);
