@@ -150,6 +150,11 @@ fn output_of(target: &DeviceTarget) -> PathBuf {
     }
 }
 
+/// The default build's PTX and relocatable cubin for one of [`NVPTX_ARCHES`].
+pub fn nvptx_outputs_of(sm: &str) -> (PathBuf, PathBuf) {
+    nvptx_outputs(&nvptx_targets()[0], sm)
+}
+
 /// The PTX and cubin made from one nvptx bitcode for one GPU.
 fn nvptx_outputs(target: &DeviceTarget, sm: &str) -> (PathBuf, PathBuf) {
     let dir = device_dir().join(target.label());

@@ -1,6 +1,7 @@
 //! Project automation: `cargo xtask <command>`. See README.md.
 
 mod bench;
+mod demo;
 mod device;
 mod fuzz;
 mod gpu_bundle;
@@ -29,8 +30,9 @@ enum Cmd {
     BuildDevice(device::Args),
     /// Build the libomptarget 16 plugins (x86_64, cuda, amdgpu) into target/plugin/.
     BuildPlugin(plugin::BuildArgs),
-    /// Build everything and run the indirect-call example through libomptarget 16.
-    Demo(plugin::DemoArgs),
+    /// Build everything and run the indirect-call example through libomptarget 16 on
+    /// the best device present (an NVIDIA GPU, else the host CPU).
+    Demo(demo::Args),
     /// Run LLVM 16's libomptarget lit suite through our plugin (or LLVM's, to compare).
     Lit(lit::Args),
     /// Bounded cargo-fuzz runs of every parser target.
@@ -50,7 +52,7 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::BuildDevice(a) => device::main(a),
         Cmd::BuildPlugin(a) => plugin::build_main(a),
-        Cmd::Demo(a) => plugin::demo_main(a),
+        Cmd::Demo(a) => demo::main(a),
         Cmd::Lit(a) => lit::main(a),
         Cmd::Fuzz(a) => fuzz::main(a),
         Cmd::Test(a) => test::main(a),

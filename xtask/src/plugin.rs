@@ -1,4 +1,4 @@
-//! `cargo xtask build-plugin` and `cargo xtask demo`.
+//! `cargo xtask build-plugin`, and compiling host-device (x86_64) offload programs.
 //!
 //! Contract used by other xtask modules:
 //! - `build_plugins()` builds and returns target/plugin/, holding
@@ -8,15 +8,13 @@
 //! so the build compiles once and copies the library six times (copies, not links: one
 //! inode would be one dlopen handle, i.e. one plugin for all kinds).
 use crate::{device, util};
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 #[derive(clap::Args, Default)]
 pub struct BuildArgs {}
-#[derive(clap::Args, Default)]
-pub struct DemoArgs {}
 
 /// The plugin kinds libomptarget 16 looks for, by their file-name part.
 pub const PLUGIN_KINDS: &[&str] = &["x86_64", "cuda", "amdgpu"];
@@ -103,58 +101,4 @@ pub fn compile_offload_program(source: &Path, output: &Path) -> Result<()> {
             .arg("-o")
             .arg(output),
     )
-}
-
-pub fn demo_main(_args: DemoArgs) -> Result<()> {
-    let plugins = build_plugins()?;
-    util::section("demo: compile examples/indirect_calls.c with clang 16");
-    let out_dir = util::target_dir().join("demo");
-    fs::create_dir_all(&out_dir)?;
-    let exe = out_dir.join("indirect_calls");
-    compile_offload_program(&util::root().join("examples/indirect_calls.c"), &exe)?;
-
-    util::section("demo: run it through libomptarget 16 and our plugin");
-    let marker = out_dir.join("load-marker.txt");
-    let _ = fs::remove_file(&marker);
-    eprintln!(
-        "+ LD_LIBRARY_PATH={} LIBOMPTARGET_INFO=16 OMPTARGET_RS_LOAD_MARKER={} {}",
-        plugins.display(),
-        marker.display(),
-        exe.display()
-    );
-    let child = Command::new(&exe)
-        .env("LD_LIBRARY_PATH", &plugins)
-        // Bit 0x10 (plugin information): our plugin prints the table it installed.
-        .env("LIBOMPTARGET_INFO", "16")
-        .env("OMPTARGET_RS_LOAD_MARKER", &marker)
-        .spawn()
-        .with_context(|| format!("running {}", exe.display()))?;
-    let pid = child.id();
-    let out = child.wait_with_output()?;
-
-    let loaded = fs::read_to_string(&marker).unwrap_or_default();
-    // Every plugin of ours that libomptarget initialised in that process, in order.
-    let kinds: Vec<&str> = loaded
-        .lines()
-        .filter_map(|l| l.strip_suffix(&format!(" {pid}")))
-        .collect();
-    println!();
-    println!(
-        "plugins of ours loaded by process {pid}: {} (from {})",
-        kinds.join(", "),
-        plugins.display()
-    );
-    println!(
-        "device that ran it: offload device 0 of the omptarget-rs x86_64 plugin = the host \
-         CPU (dlopen + libffi backend); this program's image is x86_64 only, so the cuda and \
-         amdgpu plugins, loaded alongside, had nothing to run"
-    );
-    if !out.status.success() {
-        bail!("the demo program failed: {}", out.status);
-    }
-    ensure!(
-        kinds.contains(&"x86_64"),
-        "the program ran, but not through our x86_64 plugin (load marker: {loaded:?})"
-    );
-    Ok(())
 }

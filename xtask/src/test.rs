@@ -4,8 +4,8 @@
 //! 2. formatting and clippy with `-D warnings`,
 //! 3. the artifacts the tests read: device RTL (all targets) and the plugins,
 //! 4. `cargo test --workspace`: unit, property, link-survival and end-to-end tests,
-//! 5. the GPU lookup benchmark built, its kernels checked on the CPU (it runs on a GPU
-//!    only with `cargo xtask bench gpu`),
+//! 5. the CUDA demo program and the GPU lookup benchmark built, the demo's device image
+//!    and the benchmark's kernels checked on the CPU (they run only where a GPU is),
 //! 6. LLVM 16's libomptarget lit suite through our x86_64 plugin,
 //! 7. bounded fuzzing of every parser.
 //!
@@ -124,6 +124,15 @@ pub fn main(args: Args) -> Result<()> {
     }
     steps.push(timed("cargo test --workspace", || {
         util::run(cargo().args(["test", "--workspace", "--no-fail-fast"]))
+    }));
+    // The demo program for an NVIDIA GPU, compiled by clang 16 with the device RTL
+    // linked in by nvlink, its image checked (it runs only where a GPU is).
+    steps.push(timed("demo for CUDA: build + image check", || {
+        crate::demo::main(crate::demo::Args {
+            backend: crate::demo::Backend::Cuda,
+            build_only: true,
+            sm: "sm_90".into(),
+        })
     }));
     // The GPU benchmark's kernels for every lookup (ours, warp-cooperative, LLVM 19's,
     // direct) built and checked on the CPU against the driver's reference, so a change
