@@ -14,6 +14,10 @@
 // clang 16's linker wrapper links the x86_64 device image as
 // `clang -shared ... -Wl,<each -Xoffload-linker arg> <device objects>`: the archive lands
 // before the objects, so `--undefined` is what makes the linker take the lookup from it.
+// For an NVIDIA GPU (what `cargo xtask demo` does when nvidia-smi reports one): clang-16
+// -fopenmp-targets=nvptx64-nvidia-cuda -Xopenmp-target -march=sm_90, with the device
+// RTL's cubin packed by clang-offload-packager and embedded in a host object that is
+// linked in (nvlink takes it from there; see xtask/src/demo.rs).
 // Run through our plugin:
 //   LD_LIBRARY_PATH=target/plugin LIBOMPTARGET_INFO=16 ./indirect_calls
 // (target/plugin must hold the .nextgen.so names too: libomptarget 16 tries those first,
