@@ -17,10 +17,17 @@
 //! - `set_map`: `Plugin::set_function_ptr_map` with the same ENTRIES rows, shuffled
 //!   (validate + sort + upload into the loaded image).
 //!
+//! With two more arguments, `OUR_PLUGIN LLVM_PLUGIN` (plugin files), it also times
+//! `__tgt_rtl_load_binary` through the C ABI libomptarget 16 calls, ours and LLVM 16's
+//! alternately in the same process (`abi_ours`, `abi_llvm`): the upstream baseline. LLVM's
+//! plugin builds no table, so the difference is what the table costs on top of loading
+//! the image and resolving its entries.
+//!
 //! Each line is `<what> <best ns> <median ns>` over REPS repetitions. Before timing, the
 //! installed table is checked (size, order, every host key present): a wrong table
 //! fails the run instead of giving numbers.
 
+use host_plugin::abi::{TgtDeviceImage, TgtOffloadEntry, TgtTargetTable};
 use host_plugin::backend::host::HostBackend;
 use host_plugin::backend::Backend;
 use host_plugin::entries::FLAG_INDIRECT;
@@ -143,7 +150,128 @@ fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 5], 
     Ok([inspect, dlopen, resolve, build, upload])
 }
 
-fn run(image: &str, n: usize, reps: usize) -> Result<(), String> {
+/// A plugin file opened the way libomptarget 16 opens it, device 0 initialised.
+struct AbiPlugin {
+    load_binary: unsafe extern "C" fn(i32, *mut TgtDeviceImage) -> *mut TgtTargetTable,
+    // Last: the function pointer above points into it.
+    _library: libloading::Library,
+}
+
+impl AbiPlugin {
+    fn open(path: &str) -> Result<Self, String> {
+        type InitPlugin = unsafe extern "C" fn() -> i32;
+        type NumberOfDevices = unsafe extern "C" fn() -> i32;
+        type InitDevice = unsafe extern "C" fn(i32) -> i32;
+        let err = |what: &str, e: libloading::Error| format!("{path}: {what}: {e}");
+        // SAFETY: a libomptarget 16 plugin; its initializers only set up its own state.
+        let library = unsafe { libloading::Library::new(path) }.map_err(|e| err("dlopen", e))?;
+        // SAFETY (each `get`): the symbols have these signatures in LLVM 16's plugin ABI
+        // (omptargetplugin.h), which both plugins export.
+        unsafe {
+            if let Ok(init) = library.get::<InitPlugin>(b"__tgt_rtl_init_plugin\0") {
+                if init() != 0 {
+                    return Err(format!("{path}: __tgt_rtl_init_plugin failed"));
+                }
+            }
+            let devices = library
+                .get::<NumberOfDevices>(b"__tgt_rtl_number_of_devices\0")
+                .map_err(|e| err("number_of_devices", e))?;
+            if devices() < 1 {
+                return Err(format!("{path}: no devices"));
+            }
+            let init_device = library
+                .get::<InitDevice>(b"__tgt_rtl_init_device\0")
+                .map_err(|e| err("init_device", e))?;
+            if init_device(0) != 0 {
+                return Err(format!("{path}: __tgt_rtl_init_device(0) failed"));
+            }
+            let load_binary = *library
+                .get::<unsafe extern "C" fn(i32, *mut TgtDeviceImage) -> *mut TgtTargetTable>(
+                    b"__tgt_rtl_load_binary\0",
+                )
+                .map_err(|e| err("load_binary", e))?;
+            Ok(AbiPlugin {
+                load_binary,
+                _library: library,
+            })
+        }
+    }
+
+    /// One timed `__tgt_rtl_load_binary(0, image)`; the table it returns must have one
+    /// entry per host entry, none null.
+    fn load(&self, image: &mut TgtDeviceImage, n: usize) -> Result<Duration, String> {
+        // SAFETY: `image` describes live image bytes and `n` live entries whose names are
+        // NUL-terminated strings (see `abi_image`), as load_binary requires.
+        let (table, t) = timed(|| unsafe { (self.load_binary)(0, image) });
+        if table.is_null() {
+            return Err("__tgt_rtl_load_binary returned NULL".into());
+        }
+        // SAFETY: a non-null table from load_binary points to its entry range, which the
+        // plugin keeps while the image is loaded (at least until the next load).
+        let entries = unsafe {
+            let begin = (*table).entries_begin;
+            let len = (*table).entries_end.offset_from(begin);
+            std::slice::from_raw_parts(begin, usize::try_from(len).unwrap_or(0))
+        };
+        if entries.len() != n || entries.iter().any(|e| e.addr.is_null()) {
+            return Err(format!(
+                "load_binary returned {} entries for {n}, or a null address",
+                entries.len()
+            ));
+        }
+        Ok(t)
+    }
+}
+
+/// The C ABI's view of the image and its host entries; the entries borrow the names of
+/// `entries` and the image `bytes`, which outlive every use.
+fn abi_image(bytes: &[u8], entries: &[OffloadEntry]) -> (Vec<TgtOffloadEntry>, TgtDeviceImage) {
+    let mut table: Vec<TgtOffloadEntry> = entries
+        .iter()
+        .map(|e| TgtOffloadEntry {
+            addr: e.host_addr as *mut std::ffi::c_void,
+            name: e.name.as_ptr().cast_mut(),
+            size: e.size as usize,
+            flags: e.flags,
+            reserved: 0,
+        })
+        .collect();
+    let range = table.as_mut_ptr_range();
+    let bytes_range = bytes.as_ptr_range();
+    let image = TgtDeviceImage {
+        image_start: bytes_range.start.cast_mut().cast(),
+        image_end: bytes_range.end.cast_mut().cast(),
+        entries_begin: range.start,
+        entries_end: range.end,
+    };
+    (table, image)
+}
+
+/// `__tgt_rtl_load_binary` of ours and LLVM's, alternating, `reps` times each.
+fn abi_loads(
+    bytes: &[u8],
+    entries: &[OffloadEntry],
+    reps: usize,
+    abi: &AbiArgs,
+) -> Result<(Vec<Duration>, Vec<Duration>), String> {
+    let ours = AbiPlugin::open(&abi.ours)?;
+    let llvm = AbiPlugin::open(&abi.llvm)?;
+    let (_entries, mut image) = abi_image(bytes, entries);
+    let (mut ours_t, mut llvm_t) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        ours_t.push(ours.load(&mut image, entries.len())?);
+        llvm_t.push(llvm.load(&mut image, entries.len())?);
+    }
+    Ok((ours_t, llvm_t))
+}
+
+/// The optional C ABI comparison: our plugin file and LLVM's.
+struct AbiArgs {
+    ours: String,
+    llvm: String,
+}
+
+fn run(image: &str, n: usize, reps: usize, abi: Option<&AbiArgs>) -> Result<(), String> {
     let bytes = std::fs::read(image).map_err(|e| format!("{image}: {e}"))?;
     let entries = host_entries(n);
     let plugin = Plugin::with_backend(PluginKind::X86_64, Box::new(HostBackend));
@@ -205,6 +333,14 @@ fn run(image: &str, n: usize, reps: usize) -> Result<(), String> {
     }
     let (best, median) = summary(&mut set_map);
     println!("set_map {best} {median}");
+
+    if let Some(abi) = abi {
+        let (mut ours, mut llvm) = abi_loads(&bytes, &entries, reps, abi)?;
+        let (best, median) = summary(&mut ours);
+        println!("abi_ours {best} {median}");
+        let (best, median) = summary(&mut llvm);
+        println!("abi_llvm {best} {median}");
+    }
     Ok(())
 }
 
@@ -214,22 +350,30 @@ fn main() -> ExitCode {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
+    let numbers = |n: &str, reps: &str| -> Option<(usize, usize)> {
+        let n = n.parse::<usize>().ok().filter(|&n| n > 0)?;
+        let reps = reps.parse::<usize>().ok().filter(|&r| r > 0)?;
+        Some((n, reps))
+    };
     let parsed = match args.as_slice() {
-        [image, n, reps] => n
-            .parse::<usize>()
-            .ok()
-            .zip(reps.parse::<usize>().ok())
-            .filter(|&(n, reps)| n > 0 && reps > 0)
-            .map(|(n, reps)| (image.clone(), n, reps)),
+        [image, n, reps] => numbers(n, reps).map(|(n, reps)| (image.clone(), n, reps, None)),
+        [image, n, reps, ours, llvm] => numbers(n, reps).map(|(n, reps)| {
+            let abi = AbiArgs {
+                ours: ours.clone(),
+                llvm: llvm.clone(),
+            };
+            (image.clone(), n, reps, Some(abi))
+        }),
         _ => None,
     };
-    let Some((image, n, reps)) = parsed else {
+    let Some((image, n, reps, abi)) = parsed else {
         eprintln!(
-            "usage: load_binary IMAGE ENTRIES REPS (images come from `cargo xtask bench load`)"
+            "usage: load_binary IMAGE ENTRIES REPS [OUR_PLUGIN LLVM_PLUGIN] (images come from \
+             `cargo xtask bench load`)"
         );
         return ExitCode::from(2);
     };
-    match run(&image, n, reps) {
+    match run(&image, n, reps, abi.as_ref()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("load_binary bench: {e}");

@@ -33,7 +33,7 @@ pub struct Args {
 }
 
 /// What the bench prints, in the order the table shows it.
-const ROWS: [(&str, &str); 7] = [
+const ROWS: [(&str, &str); 9] = [
     ("total", "`Plugin::load_binary`, whole"),
     ("inspect", "phase: ELF checks + dynamic symbol table"),
     ("dlopen", "phase: temp file + dlopen (relocations)"),
@@ -44,6 +44,14 @@ const ROWS: [(&str, &str); 7] = [
     ("build", "phase: `fptr::build` (sort, dedupe, validate)"),
     ("upload", "phase: allocate + copy table, write globals"),
     ("set_map", "`set_function_ptr_map`, same rows shuffled"),
+    (
+        "abi_ours",
+        "`__tgt_rtl_load_binary` through the C ABI: ours",
+    ),
+    (
+        "abi_llvm",
+        "`__tgt_rtl_load_binary` through the C ABI: LLVM 16's x86_64 plugin (no table)",
+    ),
 ];
 
 const BEGIN_MARK: &str =
@@ -56,6 +64,15 @@ pub fn main(args: Args) -> Result<()> {
         "reps and entries must be positive"
     );
     let bench = build_bench_binary("host-plugin", "load_binary")?;
+    // The upstream baseline: the plugin libomptarget 16 loads by default, beside ours.
+    let ours = crate::plugin::build_plugins()?.join("libomptarget.rtl.x86_64.so");
+    util::llvm16("clang")?;
+    let llvm = Path::new(super::plugin_overhead::LLVM_PLUGIN);
+    ensure!(
+        llvm.is_file(),
+        "{} is missing (libomp-16-dev)",
+        llvm.display()
+    );
     let load_before = load_average();
     // Per entry count: what -> (fastest ns, median ns).
     let mut results: BTreeMap<usize, BTreeMap<String, (f64, f64)>> = BTreeMap::new();
@@ -73,7 +90,9 @@ pub fn main(args: Args) -> Result<()> {
             Command::new(&bench)
                 .arg(&image)
                 .arg(n.to_string())
-                .arg(reps.to_string()),
+                .arg(reps.to_string())
+                .arg(&ours)
+                .arg(llvm),
         )?;
         let parsed = parse_output(&out, n)?;
         for (what, (best, median)) in &parsed {

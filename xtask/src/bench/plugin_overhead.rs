@@ -42,7 +42,7 @@ pub struct Args {
 }
 
 /// LLVM 16's own x86_64 plugin: the baseline (libomptarget 16 loads the nextgen one).
-const LLVM_PLUGIN: &str = "/usr/lib/llvm-16/lib/libomptarget.rtl.x86_64.nextgen.so";
+pub(super) const LLVM_PLUGIN: &str = "/usr/lib/llvm-16/lib/libomptarget.rtl.x86_64.nextgen.so";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Which {
