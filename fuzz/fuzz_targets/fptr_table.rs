@@ -23,7 +23,7 @@ fn addr(u: &mut Unstructured) -> Result<u64> {
 
 /// One entry as a host program would hand it over, plus what the device answers for it.
 struct Case {
-    entry: OffloadEntry,
+    entry: OffloadEntry<'static>,
     /// The device address the backend resolves for its symbol.
     device_addr: u64,
     /// For vtable entries: the device vtable's bytes.
@@ -69,7 +69,7 @@ fn case(u: &mut Unstructured) -> Result<Option<Case>> {
     Ok(Some(Case {
         entry: OffloadEntry {
             host_addr,
-            name,
+            name: name.into(),
             size,
             flags,
             host_vtable,

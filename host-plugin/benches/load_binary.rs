@@ -50,11 +50,11 @@ fn host_addr(i: usize, n: usize) -> u64 {
     0x5555_0000_0000 + 16 * ((i as u64 * STRIDE) % n as u64)
 }
 
-fn host_entries(n: usize) -> Vec<OffloadEntry> {
+fn host_entries(n: usize) -> Vec<OffloadEntry<'static>> {
     (0..n)
         .map(|i| OffloadEntry {
             host_addr: host_addr(i, n),
-            name: global_name(i),
+            name: global_name(i).into(),
             size: 8,
             flags: FLAG_INDIRECT,
             host_vtable: None,
@@ -256,11 +256,18 @@ fn abi_loads(
 ) -> Result<(Vec<Duration>, Vec<Duration>), String> {
     let ours = AbiPlugin::open(&abi.ours)?;
     let llvm = AbiPlugin::open(&abi.llvm)?;
-    let (_entries, mut image) = abi_image(bytes, entries);
+    // One copy of the image per load, all kept loaded: our plugin keys images by their
+    // address and would otherwise unload the previous load (dlclose) inside the next
+    // timed call, which LLVM's, keeping every image, never does.
+    let copies: Vec<Vec<u8>> = (0..2 * reps).map(|_| bytes.to_vec()).collect();
+    let mut images: Vec<_> = copies.iter().map(|c| abi_image(c, entries)).collect();
     let (mut ours_t, mut llvm_t) = (Vec::new(), Vec::new());
-    for _ in 0..reps {
-        ours_t.push(ours.load(&mut image, entries.len())?);
-        llvm_t.push(llvm.load(&mut image, entries.len())?);
+    for pair in images.chunks_mut(2) {
+        let [(_, ours_image), (_, llvm_image)] = pair else {
+            unreachable!("chunks of two from an even count")
+        };
+        ours_t.push(ours.load(ours_image, entries.len())?);
+        llvm_t.push(llvm.load(llvm_image, entries.len())?);
     }
     Ok((ours_t, llvm_t))
 }

@@ -1,6 +1,7 @@
 //! Offload entries as the plugin sees them, and what each one asks the plugin to do.
 
-use std::ffi::CString;
+use std::borrow::Cow;
+use std::ffi::CStr;
 
 /// `OMP_DECLARE_TARGET_CTOR`: a global constructor, launched as a kernel by libomptarget.
 pub const FLAG_CTOR: i32 = 0x02;
@@ -11,12 +12,14 @@ pub const FLAG_INDIRECT: i32 = 0x08;
 /// `OMP_DECLARE_TARGET_INDIRECT_VTABLE` (newest clang): the entry describes a whole vtable.
 pub const FLAG_INDIRECT_VTABLE: i32 = 0x20;
 
-/// An owned copy of one host `__tgt_offload_entry`.
+/// One host `__tgt_offload_entry`. The name is borrowed where the caller's entries
+/// outlive the load (libomptarget's, in the host binary): a million-entry image would
+/// otherwise copy a million names per load.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OffloadEntry {
+pub struct OffloadEntry<'a> {
     /// The host address (function, global or vtable).
     pub host_addr: u64,
-    pub name: CString,
+    pub name: Cow<'a, CStr>,
     pub size: u64,
     pub flags: i32,
     /// For indirect vtable entries: the host vtable's bytes (`size` of them).
@@ -38,7 +41,7 @@ pub enum EntryKind {
     IndirectVtable,
 }
 
-impl OffloadEntry {
+impl OffloadEntry<'_> {
     pub fn name_lossy(&self) -> String {
         self.name.to_string_lossy().into_owned()
     }
@@ -68,10 +71,10 @@ impl OffloadEntry {
 mod tests {
     use super::*;
 
-    fn entry(size: u64, flags: i32) -> OffloadEntry {
+    fn entry(size: u64, flags: i32) -> OffloadEntry<'static> {
         OffloadEntry {
             host_addr: 0x1000,
-            name: CString::new("f").unwrap(),
+            name: Cow::Borrowed(c"f"),
             size,
             flags,
             host_vtable: None,

@@ -12,7 +12,7 @@ use crate::error::PluginError;
 use crate::fptr::{self, FptrMapEntry, IndirectPair, Origin};
 use crate::{diag, image};
 use std::collections::{HashMap, HashSet};
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, MutexGuard, RwLock};
 
@@ -53,11 +53,12 @@ impl PluginKind {
     }
 }
 
-/// One entry of the table returned to libomptarget: the device side of a host entry.
+/// One entry of the table returned to libomptarget: the device side of a host entry,
+/// whose name it shares (the C ABI returns the host entry's name pointer, as LLVM's
+/// plugins do).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceEntry {
     pub addr: DeviceAddr,
-    pub name: CString,
     pub size: u64,
     pub flags: i32,
 }
@@ -859,7 +860,6 @@ impl LoadContext<'_> {
             };
             out.push(DeviceEntry {
                 addr,
-                name: entry.name.clone(),
                 size: entry.size,
                 flags: entry.flags,
             });

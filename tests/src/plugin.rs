@@ -23,10 +23,10 @@ pub type Launch = unsafe extern "C" fn(
 ) -> i32;
 
 /// An offload entry without a host vtable.
-pub fn entry(name: &str, host: u64, size: u64, flags: i32) -> OffloadEntry {
+pub fn entry(name: &str, host: u64, size: u64, flags: i32) -> OffloadEntry<'static> {
     OffloadEntry {
         host_addr: host,
-        name: CString::new(name).expect("an entry name without NUL"),
+        name: CString::new(name).expect("an entry name without NUL").into(),
         size,
         flags,
         host_vtable: None,

@@ -21,7 +21,7 @@ const HOST_NEGATE: u64 = 0x3000;
 /// What the stand-in's `ptr_to_negate` holds, as the loader's relocation would leave it.
 const NEGATE_ON_DEVICE: u64 = 0x7f00_0000_1b0c;
 
-fn entries() -> Vec<OffloadEntry> {
+fn entries() -> Vec<OffloadEntry<'static>> {
     vec![
         entry("call_indirect", 0x100, 0, 0),
         entry("counter", 0x200, 4, 0),
@@ -334,7 +334,7 @@ const HIP_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: i32 = 29;
 const HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 63;
 
 /// The OpenMP-style kernels of the fixture and the plain one, as kernel entries.
-fn kernel_entries() -> Vec<OffloadEntry> {
+fn kernel_entries() -> Vec<OffloadEntry<'static>> {
     let mut all = entries();
     all.push(entry("generic_region", 0x110, 0, 0));
     all.push(entry("spmd_region", 0x120, 0, 0));

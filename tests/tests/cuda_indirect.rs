@@ -31,7 +31,7 @@ fn reference(host_fn: u64, x: i32) -> i32 {
     }
 }
 
-fn entries() -> Vec<OffloadEntry> {
+fn entries() -> Vec<OffloadEntry<'static>> {
     vec![
         entry("call_through_host_pointers", 0x100, 0, 0),
         entry("translate_all", 0x108, 0, 0),

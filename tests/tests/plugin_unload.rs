@@ -24,7 +24,7 @@ fn unload_and_unload_all_close_every_image() {
     let image = host_image("device_image", true);
     let entries = [OffloadEntry {
         host_addr: 0x5000,
-        name: CString::new("add_one").unwrap(),
+        name: CString::new("add_one").unwrap().into(),
         size: 0,
         flags: FLAG_INDIRECT,
         host_vtable: None,

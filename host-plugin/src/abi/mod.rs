@@ -10,7 +10,7 @@ use crate::diag;
 use crate::entries::{OffloadEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use crate::error::PluginError;
 use crate::fptr::FptrMapEntry;
-use crate::plugin::{DeviceEntry, Plugin, PluginKind};
+use crate::plugin::{Plugin, PluginKind};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -69,15 +69,16 @@ fn plugin() -> &'static Plugin {
 }
 
 /// Tables handed to libomptarget, per (device, image): they must stay put until the
-/// image is unloaded, so they live here, boxed.
+/// image is unloaded, so they live here, boxed. Entry names point at libomptarget's own
+/// host entries, as LLVM's plugins return them.
 struct PublishedTable {
-    _entries: Vec<DeviceEntry>,
     _raw: Box<[TgtOffloadEntry]>,
     _table: Box<TgtTargetTable>,
 }
 
-// SAFETY: the raw pointers point into this struct's own boxed data (names into
-// `_entries`' CStrings, the table into `raw`) and are only read by libomptarget.
+// SAFETY: the raw pointers point into this struct's own boxed data (the table into
+// `_raw`) or at libomptarget's host entry names, which live in the host binary; nothing
+// here writes through them, and libomptarget only reads them.
 unsafe impl Send for PublishedTable {}
 
 fn published() -> &'static Mutex<HashMap<(i32, usize), PublishedTable>> {
@@ -139,15 +140,17 @@ unsafe fn image_bytes<'a>(image: *const TgtDeviceImage) -> Option<(usize, &'a [u
     }))
 }
 
-/// Owned copies of the image's host entries.
+/// The image's host entries, their names borrowed from libomptarget's entry array (in
+/// the host binary, alive as long as its image is registered); vtable bytes are copied.
 ///
 /// # Safety
-/// `image`'s entry range is an array of valid entries with NUL-terminated names, and each
-/// indirect vtable entry's host address points at `size` readable bytes.
-unsafe fn host_entries(
+/// `image`'s entry range is an array of valid entries with NUL-terminated names that
+/// outlive `'a`, and each indirect vtable entry's host address points at `size` readable
+/// bytes.
+unsafe fn host_entries<'a>(
     device: i32,
     image: &TgtDeviceImage,
-) -> Result<Vec<OffloadEntry>, PluginError> {
+) -> Result<Vec<OffloadEntry<'a>>, PluginError> {
     let (begin, end) = (image.entries_begin, image.entries_end);
     if begin.is_null() || end.is_null() || begin == end {
         return Ok(Vec::new());
@@ -170,8 +173,9 @@ unsafe fn host_entries(
             if e.name.is_null() {
                 return Err(invalid(device, format!("offload entry {i} has no name")));
             }
-            // SAFETY: entry names are NUL-terminated strings in the host binary.
-            let name = unsafe { CStr::from_ptr(e.name) }.to_owned();
+            // SAFETY: entry names are NUL-terminated strings in the host binary that
+            // outlive 'a (caller contract).
+            let name: &'a CStr = unsafe { CStr::from_ptr(e.name) };
             let is_vtable = e.flags & FLAG_INDIRECT != 0 && e.flags & FLAG_INDIRECT_VTABLE != 0;
             let host_vtable = if is_vtable && !e.addr.is_null() {
                 let size = e.size as u64;
@@ -192,7 +196,7 @@ unsafe fn host_entries(
             };
             Ok(OffloadEntry {
                 host_addr: e.addr as u64,
-                name,
+                name: name.into(),
                 size: e.size as u64,
                 flags: e.flags,
                 host_vtable,
@@ -365,16 +369,18 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(
         // SAFETY: forwarded caller contract.
         let (key, bytes) = unsafe { image_bytes(image) }
             .ok_or_else(|| invalid(device, "load_binary got no image"))?;
-        // SAFETY: image_bytes checked `image` is non-null; the entries are libomptarget's.
+        // SAFETY: image_bytes checked `image` is non-null; the entries are libomptarget's,
+        // alive while the image is registered, longer than this call.
         let entries = unsafe { host_entries(device, &*image) }?;
         let device_entries = plugin().load_binary(device, key, bytes, &entries)?;
         let mut raw: Box<[TgtOffloadEntry]> = device_entries
             .iter()
-            .map(|e| TgtOffloadEntry {
-                addr: e.addr as *mut c_void,
-                name: e.name.as_ptr() as *mut c_char,
-                size: e.size as usize,
-                flags: e.flags,
+            .zip(&entries)
+            .map(|(d, h)| TgtOffloadEntry {
+                addr: d.addr as *mut c_void,
+                name: h.name.as_ptr().cast_mut(),
+                size: d.size as usize,
+                flags: d.flags,
                 reserved: 0,
             })
             .collect();
@@ -390,7 +396,6 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(
             .insert(
                 (device, key),
                 PublishedTable {
-                    _entries: device_entries,
                     _raw: raw,
                     _table: table,
                 },
