@@ -26,7 +26,9 @@ pub type Launch = unsafe extern "C" fn(
 pub fn entry(name: &str, host: u64, size: u64, flags: i32) -> OffloadEntry<'static> {
     OffloadEntry {
         host_addr: host,
-        name: CString::new(name).expect("an entry name without NUL").into(),
+        name: CString::new(name)
+            .expect("an entry name without NUL")
+            .into(),
         size,
         flags,
         host_vtable: None,
