@@ -351,6 +351,18 @@ fn seed_exec_modes(fake: &FakeHip, co: &[u8]) {
     }
 }
 
+/// The stand-in's wave64 gfx90a device as the backend must see it: 1024 work-items per
+/// group at most (grid limit u32::MAX work-items), 256 by default, `default_blocks` teams.
+fn gfx90a_limits(default_blocks: u32) -> DeviceLimits {
+    DeviceLimits {
+        warp_size: 64,
+        max_threads: 1024,
+        block_limit: u32::MAX / 1024,
+        default_threads: 256,
+        default_blocks,
+    }
+}
+
 /// Launch `kernel` with `request` through `launch_teams` on the stand-in, which must end
 /// the launch with a device synchronization; returns the (grid, block) it got.
 fn teams_geometry(
@@ -396,16 +408,7 @@ fn launch_teams_uses_llvm_16s_geometry_per_execution_mode() {
     fake.set_kernel_max_threads("generic_region", 256);
     let backend = HipBackend::from_library(fake.path_str()).unwrap();
     let limits: Vec<DeviceLimits> = backend.devices().iter().map(|d| d.limits).collect();
-    assert_eq!(
-        limits[0],
-        DeviceLimits {
-            warp_size: 64,
-            max_threads: 1024,
-            block_limit: u32::MAX / 1024,
-            default_threads: 256,
-            default_blocks: 240,
-        }
-    );
+    assert_eq!(limits[0], gfx90a_limits(240));
     assert_eq!(limits[1].warp_size, 32, "gfx1100 is wave32");
     let plugin = Plugin::with_backend(PluginKind::Amdgpu, Box::new(backend));
 
@@ -529,16 +532,7 @@ fn a_hip_without_attribute_queries_still_loads_and_uses_llvm_16s_grid_values() {
     // Wave size from the processor, 440 default teams (GV_Default_Num_Teams), max
     // work-group 1024 (GV_Max_WG_Size).
     let limits: Vec<DeviceLimits> = backend.devices().iter().map(|d| d.limits).collect();
-    assert_eq!(
-        limits[0],
-        DeviceLimits {
-            warp_size: 64,
-            max_threads: 1024,
-            block_limit: u32::MAX / 1024,
-            default_threads: 256,
-            default_blocks: 440,
-        }
-    );
+    assert_eq!(limits[0], gfx90a_limits(440));
     assert_eq!(limits[1].warp_size, 32);
     let plugin = Plugin::with_backend(PluginKind::Amdgpu, Box::new(backend));
     let dev = plugin
