@@ -423,18 +423,9 @@ fn load_average() -> String {
 
 /// Machine, date, load and the command that reproduces the run.
 fn run_header(args: &CpuArgs, load_before: &str, load_after: &str) -> Result<String> {
-    let lscpu = util::output(&mut Command::new("lscpu")).unwrap_or_default();
-    let field = |name: &str| {
-        lscpu
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.trim_start().strip_prefix(':'))
-            .map(|v| v.trim().to_string())
-            .unwrap_or_else(|| "unknown".into())
-    };
-    let date = util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))?;
     let rustc = util::output(Command::new("rustc").arg("--version"))?;
     Ok(format!(
-        "- Machine: {} ({} CPUs, {}), {}\n\
+        "- Machine: {}\n\
          - Date: {}\n\
          - Load average (1/5/15 min) before: {load_before}; after: {load_after}\n\
          - Compiler: {}\n\
@@ -443,11 +434,8 @@ fn run_header(args: &CpuArgs, load_before: &str, load_after: &str) -> Result<Str
          - Fastest round: {} rounds of the 65536 lookups per case, implementations \
          interleaved\n\
          - Rerun: `cargo xtask bench cpu --write-docs`\n",
-        field("Model name"),
-        field("CPU(s)"),
-        field("Architecture"),
-        field("Hypervisor vendor").replace("unknown", "bare metal"),
-        date.trim(),
+        machine_line(),
+        utc_now()?,
         rustc.trim(),
         args.warm_up_time,
         args.measurement_time,
