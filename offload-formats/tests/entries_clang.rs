@@ -8,8 +8,6 @@ use offload_formats::image::find_images;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-const PROGRAM: &str = include_str!("data/indirect.c");
-
 fn clang(version: &str) -> std::path::PathBuf {
     let p = std::path::PathBuf::from(format!("/usr/bin/clang-{version}"));
     assert!(
@@ -19,32 +17,10 @@ fn clang(version: &str) -> std::path::PathBuf {
     p
 }
 
-/// Compile the test program; `-c` objects, or linked executables (the x86_64 device link
-/// wants a -lomp, which Debian's LLVM 22 lacks: LLVM 16's libomp serves).
+/// Compile the test program with clang-`version`; `-c` objects, or linked executables.
 fn build(dir: &std::path::Path, version: &str, source: &str, extra: &[&str]) -> String {
-    let src = file(dir, "indirect.c", source.as_bytes());
-    let out = dir
-        .join(format!("out{}", extra.join("_")))
-        .to_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        std::path::Path::new("/usr/lib/llvm-16/lib/libomp.so").exists(),
-        "libomp from LLVM 16 is missing: `apt-get install -y libomp-16-dev`"
-    );
-    run_ok(
-        Command::new(clang(version))
-            .args([
-                "-fopenmp",
-                "-fopenmp-targets=x86_64-pc-linux-gnu",
-                "-L/usr/lib/llvm-16/lib",
-            ])
-            .args(extra)
-            .arg(&src)
-            .arg("-o")
-            .arg(&out),
-    );
-    out
+    let out = format!("out{}", extra.join("_"));
+    compile_openmp_x86(&clang(version), dir, source, &out, extra)
 }
 
 /// Symbol -> address, from llvm-nm (an independent reader).
@@ -120,13 +96,13 @@ fn check_clang22(path: &str, linked: bool) -> Vec<OffloadEntry> {
 #[test]
 fn clang22_object() {
     let dir = scratch("entries_obj22");
-    check_clang22(&build(&dir, "22", PROGRAM, &["-c"]), false);
+    check_clang22(&build(&dir, "22", INDIRECT_PROGRAM, &["-c"]), false);
 }
 
 #[test]
 fn clang22_pie_executable_and_device_symbols() {
     let dir = scratch("entries_pie22");
-    let exe = build(&dir, "22", PROGRAM, &["-fPIE", "-pie"]);
+    let exe = build(&dir, "22", INDIRECT_PROGRAM, &["-fPIE", "-pie"]);
     let entries = check_clang22(&exe, true);
     // Every indirect entry's name is a symbol of the embedded device image.
     let bytes = std::fs::read(&exe).unwrap();
@@ -171,7 +147,12 @@ fn clang22_pie_executable_and_device_symbols() {
 fn clang22_pie_linked_by_lld_needs_relocations() {
     use object::{Object, ObjectSection};
     let dir = scratch("entries_lld22");
-    let exe = build(&dir, "22", PROGRAM, &["-fPIE", "-pie", "-fuse-ld=lld"]);
+    let exe = build(
+        &dir,
+        "22",
+        INDIRECT_PROGRAM,
+        &["-fPIE", "-pie", "-fuse-ld=lld"],
+    );
     let bytes = std::fs::read(&exe).unwrap();
     let elf = object::File::parse(&*bytes).unwrap();
     let section = elf.section_by_name("llvm_offload_entries").unwrap();
@@ -189,14 +170,17 @@ fn clang22_pie_linked_by_lld_needs_relocations() {
 #[test]
 fn clang22_non_pie_executable() {
     let dir = scratch("entries_nopie22");
-    check_clang22(&build(&dir, "22", PROGRAM, &["-fno-pie", "-no-pie"]), true);
+    check_clang22(
+        &build(&dir, "22", INDIRECT_PROGRAM, &["-fno-pie", "-no-pie"]),
+        true,
+    );
 }
 
 /// clang-16 has no `declare target indirect`: plain declare target, 32-byte entries.
 #[test]
 fn clang16_legacy_entries() {
     let dir = scratch("entries16");
-    let source = PROGRAM.replace(
+    let source = INDIRECT_PROGRAM.replace(
         "#pragma omp begin declare target indirect",
         "#pragma omp begin declare target",
     );
@@ -233,7 +217,7 @@ fn clang16_legacy_entries() {
 fn clang22_gpu_host_object() {
     let dir = scratch("entries_gpu22");
     let cuda = fake_cuda_path(&dir);
-    let src = file(&dir, "indirect.c", PROGRAM.as_bytes());
+    let src = file(&dir, "indirect.c", INDIRECT_PROGRAM.as_bytes());
     let obj = dir.join("gpu.o").to_str().unwrap().to_owned();
     let path = format!(
         "{}:{}",

@@ -226,28 +226,7 @@ fn images_in_clang22_executable() {
     let _ = OffloadBinary::parse; // the library entry point used by find_images
 }
 
-pub const PROGRAM: &str = include_str!("data/indirect.c");
-
 /// Build `tests/data/indirect.c` with clang-22 for the x86_64 offload target.
-pub fn compile_clang22(dir: &std::path::Path, extra: &[&str]) -> String {
-    let src = file(dir, "indirect.c", PROGRAM.as_bytes());
-    let exe = dir.join("indirect").to_str().unwrap().to_owned();
-    // The device link wants a -lomp; Debian's LLVM 22 has none, LLVM 16's serves.
-    assert!(
-        std::path::Path::new("/usr/lib/llvm-16/lib/libomp.so").exists(),
-        "libomp from LLVM 16 is missing: `apt-get install -y libomp-16-dev`"
-    );
-    run_ok(
-        Command::new(llvm22("clang"))
-            .args([
-                "-fopenmp",
-                "-fopenmp-targets=x86_64-pc-linux-gnu",
-                "-L/usr/lib/llvm-16/lib",
-            ])
-            .args(extra)
-            .arg(&src)
-            .arg("-o")
-            .arg(&exe),
-    );
-    exe
+fn compile_clang22(dir: &std::path::Path, extra: &[&str]) -> String {
+    compile_openmp_x86(&llvm22("clang"), dir, INDIRECT_PROGRAM, "indirect", extra)
 }

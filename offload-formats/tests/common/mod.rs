@@ -112,3 +112,38 @@ pub fn fake_cuda_path(dir: &Path) -> PathBuf {
     std::os::unix::fs::symlink(ptxas(), &link).unwrap();
     cuda
 }
+
+/// tests/data/indirect.c: a C program with `declare target indirect` functions.
+pub const INDIRECT_PROGRAM: &str = include_str!("../data/indirect.c");
+
+/// Compile `source` (written to `dir/indirect.c`) with `clang` for the x86_64 offload
+/// target into `dir/<out>`, with `extra` flags (`-c` for an object); returns the output's
+/// path. A linked program's device link wants a -lomp, which Debian's LLVM 22 lacks: LLVM
+/// 16's libomp serves.
+pub fn compile_openmp_x86(
+    clang: &Path,
+    dir: &Path,
+    source: &str,
+    out: &str,
+    extra: &[&str],
+) -> String {
+    let src = file(dir, "indirect.c", source.as_bytes());
+    let out = dir.join(out).to_str().unwrap().to_owned();
+    assert!(
+        Path::new("/usr/lib/llvm-16/lib/libomp.so").exists(),
+        "libomp from LLVM 16 is missing: `apt-get install -y libomp-16-dev`"
+    );
+    run_ok(
+        Command::new(clang)
+            .args([
+                "-fopenmp",
+                "-fopenmp-targets=x86_64-pc-linux-gnu",
+                "-L/usr/lib/llvm-16/lib",
+            ])
+            .args(extra)
+            .arg(&src)
+            .arg("-o")
+            .arg(&out),
+    );
+    out
+}
