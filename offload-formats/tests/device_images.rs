@@ -37,6 +37,18 @@ fn amdgpu_object(dir: &std::path::Path, mcpu: &str) -> Vec<u8> {
     std::fs::read(so).unwrap()
 }
 
+/// Compile a HIP source to an object with clang-22 (no device libraries or headers).
+fn compile_hip_object(src: &str, flags: &[&str], obj: &std::path::Path) {
+    run_ok(
+        Command::new(llvm22("clang"))
+            .args(["-x", "hip", "-nogpulib", "-nogpuinc", "-c"])
+            .args(flags)
+            .arg(src)
+            .arg("-o")
+            .arg(obj),
+    );
+}
+
 #[test]
 fn amdgpu_target_ids_from_code_objects() {
     let dir = scratch("amdgpu_objects");
@@ -182,14 +194,7 @@ fn hip_host_objects() {
     ];
     for (i, (flags, archs, container)) in cases.iter().enumerate() {
         let obj = dir.join(format!("k{i}.o"));
-        run_ok(
-            Command::new(llvm22("clang"))
-                .args(["-x", "hip", "-nogpulib", "-nogpuinc", "-c"])
-                .args(*flags)
-                .arg(&src)
-                .arg("-o")
-                .arg(&obj),
-        );
+        compile_hip_object(&src, flags, &obj);
         let bytes = std::fs::read(&obj).unwrap();
         let images = find_images(&bytes).unwrap();
         let found: Vec<&str> = images
@@ -234,14 +239,7 @@ fn linked_hip_fatbin_holds_every_bundle() {
             .as_bytes(),
         );
         let obj = dir.join(format!("k{i}.o"));
-        run_ok(
-            Command::new(llvm22("clang"))
-                .args(["-x", "hip", "-nogpulib", "-nogpuinc", "-c"])
-                .args(*flags)
-                .arg(&src)
-                .arg("-o")
-                .arg(&obj),
-        );
+        compile_hip_object(&src, flags, &obj);
         objects.push(obj);
     }
     let linked = dir.join("linked.o");
