@@ -178,14 +178,7 @@ fn build_bench_binary(package: &str, name: &str) -> Result<PathBuf> {
             .args(["bench", "-p", package, "--no-run", "--bench", name])
             .args(["--message-format=json-render-diagnostics"]),
     )?;
-    // One JSON object per line; the artifact line of our target holds `"executable":"…"`.
-    let target = format!("\"name\":\"{name}\"");
-    out.lines()
-        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains(&target))
-        .find_map(|l| {
-            let rest = &l[l.find("\"executable\":\"")? + "\"executable\":\"".len()..];
-            Some(PathBuf::from(&rest[..rest.find('"')?]))
-        })
+    util::cargo_executable(&out, name)
         .with_context(|| format!("cargo did not report the executable of bench `{name}`"))
 }
 

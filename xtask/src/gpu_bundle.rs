@@ -98,7 +98,7 @@ pub fn build_bundle() -> Result<PathBuf> {
         util::run(Command::new(&strip).arg(from).arg("-o").arg(to))
     };
     for (name, _) in TESTS {
-        let exe = test_executable(&json, name)
+        let exe = util::cargo_executable(&json, name)
             .with_context(|| format!("cargo reported no executable for test `{name}`"))?;
         stripped(&exe, &dir.join("bin").join(name))?;
     }
@@ -139,18 +139,6 @@ pub fn build_bundle() -> Result<PathBuf> {
         bail!("the bundle is {size} bytes, over the 64 MiB a GPU run can carry");
     }
     Ok(dir)
-}
-
-/// The `executable` of a test target in `cargo --message-format=json` output.
-fn test_executable(json: &str, name: &str) -> Option<PathBuf> {
-    let target = format!("\"name\":\"{name}\"");
-    json.lines()
-        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains(&target))
-        .find_map(|l| {
-            let start = l.find("\"executable\":\"")? + "\"executable\":\"".len();
-            let end = start + l[start..].find('"')?;
-            Some(PathBuf::from(&l[start..end]))
-        })
 }
 
 /// The plugin links the system libffi (the host backend calls kernels through it); the

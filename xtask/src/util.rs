@@ -219,3 +219,15 @@ pub fn llvm16(tool: &str) -> Result<PathBuf> {
 pub fn section(title: &str) {
     eprintln!("\n==> {title}");
 }
+
+/// The executable cargo built for target `name`, from its `--message-format=json` output
+/// (one JSON object per line; the target's `compiler-artifact` line names it).
+pub fn cargo_executable(json: &str, name: &str) -> Option<PathBuf> {
+    let target = format!("\"name\":\"{name}\"");
+    json.lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains(&target))
+        .find_map(|l| {
+            let rest = &l[l.find("\"executable\":\"")? + "\"executable\":\"".len()..];
+            Some(PathBuf::from(&rest[..rest.find('"')?]))
+        })
+}

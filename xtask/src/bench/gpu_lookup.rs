@@ -488,16 +488,7 @@ pub fn build_driver() -> Result<PathBuf> {
             .args(["build", "--release", "-p", "e2e-tests"])
             .args(["--bin", "gpu_lookup_bench", "--message-format=json"]),
     )?;
-    json.lines()
-        .filter(|l| {
-            l.contains("\"reason\":\"compiler-artifact\"")
-                && l.contains("\"name\":\"gpu_lookup_bench\"")
-        })
-        .find_map(|l| {
-            let start = l.find("\"executable\":\"")? + "\"executable\":\"".len();
-            let end = start + l[start..].find('"')?;
-            Some(PathBuf::from(&l[start..end]))
-        })
+    util::cargo_executable(&json, "gpu_lookup_bench")
         .context("cargo reported no executable for gpu_lookup_bench")
 }
 
