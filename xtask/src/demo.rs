@@ -50,14 +50,14 @@ pub fn main(args: Args) -> Result<()> {
     let gpu = nvidia_gpu_sm()?;
     let target = match (args.backend, gpu) {
         (Backend::Host, _) | (Backend::Auto, None) => Target::Host,
-        (Backend::Auto, Some(sm)) if rtl_family_of(&sm).is_err() => {
-            eprintln!(
-                "demo: the GPU is {sm}: {:#}; running on the host CPU instead",
-                rtl_family_of(&sm).unwrap_err()
-            );
-            Target::Host
-        }
-        (Backend::Auto | Backend::Cuda, Some(sm)) => Target::Cuda { sm },
+        (Backend::Auto, Some(sm)) => match rtl_family_of(&sm) {
+            Ok(_) => Target::Cuda { sm },
+            Err(why) => {
+                eprintln!("demo: the GPU is {sm}: {why:#}; running on the host CPU instead");
+                Target::Host
+            }
+        },
+        (Backend::Cuda, Some(sm)) => Target::Cuda { sm },
         (Backend::Cuda, None) if args.build_only => Target::Cuda {
             sm: args.sm.clone(),
         },
