@@ -62,11 +62,7 @@ impl Window {
     /// fewer when the window is narrower than that many pieces.
     #[inline(always)]
     fn round_log2(&self, pieces_log2: u32) -> u32 {
-        if pieces_log2 < self.width_log2 {
-            pieces_log2
-        } else {
-            self.width_log2
-        }
+        pieces_log2.min(self.width_log2)
     }
 
     /// The index lane `rank` (0-based among the cooperating lanes) probes this round, or
@@ -95,11 +91,7 @@ impl Window {
         // A vote never counts more than the 2^round_log2 - 1 lanes that probed; clamp so a
         // miscount could not move the window past what the table has.
         let last = (1u32 << round_log2) - 1;
-        let steps = if at_or_below < last {
-            at_or_below
-        } else {
-            last
-        };
+        let steps = at_or_below.min(last);
         self.base += (steps as usize) << piece_log2;
         self.width_log2 = piece_log2;
     }
