@@ -20,7 +20,8 @@
 //! empty slot that "matches" returns the key unchanged, exactly like a miss.
 //!
 //! What the device trusts, and what it checks: it checks that the header's bucket address
-//! is non-null and 8-byte aligned and that `1 <= bucket_count <= isize::MAX / 32`;
+//! is non-null and 8-byte aligned, that `1 <= bucket_count <= isize::MAX / 32` and that
+//! both seeds are odd;
 //! otherwise it ignores the index and searches the sorted table. It trusts that
 //! `bucket_count` buckets are readable at that address (the plugin allocates them). Every
 //! bucket index is `< bucket_count` by construction of [`bucket_of`] (a 64x64 -> 128-bit
@@ -102,22 +103,31 @@ impl<'a, const S: usize> IndexView<'a, S> {
     }
 
     /// The index a header describes, or None when the header describes none or cannot be
-    /// valid (null or misaligned buckets, no buckets, more bytes than the address space).
+    /// valid (null or misaligned buckets, no buckets, more bytes than the address space,
+    /// an even seed: the builder only makes odd ones).
+    ///
+    /// Every word of the header feeds the one validity test, computed without
+    /// short-circuits: the four loads of the header are issued together, before the one
+    /// branch (a GPU would otherwise wait for the first word before loading the others).
     ///
     /// # Safety
     /// If the checks pass, `header.bucket_count` initialized buckets must be readable at
     /// `header.buckets` and stay unchanged for `'a`.
     #[inline(always)]
     pub unsafe fn from_header(header: FptrIndex) -> Option<Self> {
-        let max_count = isize::MAX as usize / core::mem::size_of::<[FptrMapEntry; S]>();
-        let count = usize::try_from(header.bucket_count).ok()?;
+        let max_count = (isize::MAX as usize / core::mem::size_of::<[FptrMapEntry; S]>()) as u64;
         let base = core::ptr::with_exposed_provenance::<[FptrMapEntry; S]>(header.buckets as usize);
-        if base.is_null() || !base.is_aligned() || count == 0 || count > max_count {
+        let valid = (header.buckets != 0)
+            & base.is_aligned()
+            & (header.bucket_count.wrapping_sub(1) < max_count)
+            & (header.seeds[0] & header.seeds[1] & 1 == 1);
+        if !valid {
             return None;
         }
-        // SAFETY: non-null, aligned, count * size <= isize::MAX; that `count` buckets are
-        // readable and unchanged for 'a is the caller's contract.
-        let buckets = unsafe { core::slice::from_raw_parts(base, count) };
+        // SAFETY: non-null, aligned, 1 <= count <= isize::MAX / size (so the count fits a
+        // usize and the bytes the address space); that `count` buckets are readable and
+        // unchanged for 'a is the caller's contract.
+        let buckets = unsafe { core::slice::from_raw_parts(base, header.bucket_count as usize) };
         Some(IndexView {
             buckets,
             seeds: header.seeds,
@@ -159,13 +169,18 @@ impl<'a, const S: usize> IndexView<'a, S> {
                 self.buckets.get_unchecked(second),
             )
         };
+        // A conditional move per slot: no branch for a mix of hits and misses to
+        // mispredict. At most one slot can hold `key` (keys are unique, fillers are not
+        // keys). Counted loops of S steps, which the compiler unrolls.
+        let pick = |slot: &FptrMapEntry, result: u64| {
+            core::hint::select_unpredictable(slot.key() == key, slot.tgt_ptr as u64, result)
+        };
         let mut result = key;
-        for slot in first.iter().chain(second.iter()) {
-            // A conditional move per slot: no branch for a mix of hits and misses to
-            // mispredict. At most one slot can hold `key` (keys are unique, fillers are
-            // not keys).
-            result =
-                core::hint::select_unpredictable(slot.key() == key, slot.tgt_ptr as u64, result);
+        for s in 0..S {
+            result = pick(&first[s], result);
+        }
+        for s in 0..S {
+            result = pick(&second[s], result);
         }
         result
     }

@@ -10,6 +10,7 @@ use crate::backend::{
 use crate::entries::{EntryKind, OffloadEntry};
 use crate::error::PluginError;
 use crate::fptr::{self, FptrMapEntry, IndirectPair, Origin};
+use crate::fptr_index::{self, FptrIndex, BUCKET_BYTES, INDEX_GLOBAL};
 use crate::{diag, image};
 use std::collections::{HashMap, HashSet};
 use std::ffi::CStr;
@@ -70,6 +71,28 @@ struct InstalledTable {
     /// The device copy of the table (None when the table is empty).
     allocation: Option<DeviceAddr>,
     table: Vec<FptrMapEntry>,
+    /// The image's index header global, when its device runtime has one (device
+    /// runtimes from before the index do not).
+    index_global: Option<DeviceAddr>,
+    /// The index installed beside the table, if any.
+    index: Option<InstalledIndex>,
+}
+
+/// An index on the device: the header written into the image's global, and the
+/// allocation holding its buckets (aligned inside it).
+#[derive(Clone, Copy, Debug)]
+struct InstalledIndex {
+    header: FptrIndex,
+    allocation: DeviceAddr,
+}
+
+/// What [`Plugin::fptr_index`] reports about an image's index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexInfo {
+    /// Device address of the image's `__omptarget_rs_fptr_index`.
+    pub global: DeviceAddr,
+    /// What the plugin wrote into it: the empty header when there is no index.
+    pub header: FptrIndex,
 }
 
 struct LoadedImage {
@@ -330,9 +353,14 @@ impl Plugin {
                     kernels.remove(addr);
                 }
             }
-            if let Some(alloc) = img.fptr.as_ref().and_then(|t| t.allocation) {
+            let table = img.fptr.as_ref();
+            let allocations = [
+                table.and_then(|t| t.allocation),
+                table.and_then(|t| t.index).map(|i| i.allocation),
+            ];
+            for alloc in allocations.into_iter().flatten() {
                 // SAFETY: `alloc` came from `backend.alloc` on this device when the table
-                // was installed and the image using it is being unloaded.
+                // or its index was installed, and the image using it is being unloaded.
                 let r = unsafe { self.backend.free(d, alloc) };
                 if let Err(source) = r {
                     result = Err(PluginError::Backend {
@@ -353,6 +381,18 @@ impl Plugin {
         let images = lock(&state.images);
         let img = images.iter().find(|i| i.key == key)?;
         img.fptr.as_ref().map(|t| t.table.clone())
+    }
+
+    /// The index header global of an image and what was written into it; None when the
+    /// image has no table or its device runtime has no index global.
+    pub fn fptr_index(&self, device: i32, key: usize) -> Option<IndexInfo> {
+        let (_, state) = self.device(device).ok()?;
+        let images = lock(&state.images);
+        let table = images.iter().find(|i| i.key == key)?.fptr.as_ref()?;
+        Some(IndexInfo {
+            global: table.index_global?,
+            header: table.index.map_or(FptrIndex::NONE, |i| i.header),
+        })
     }
 
     /// Number of images loaded on a device.
@@ -382,9 +422,22 @@ impl Plugin {
                 continue;
             };
             let new_alloc = self.upload(device, d, &table, installed.map_p, installed.map_size)?;
-            if let Some(old) = std::mem::replace(&mut installed.allocation, new_alloc) {
+            let new_index = match installed.index_global {
+                Some(global) => {
+                    let (index, note) = self.upload_index(device, d, &table, global)?;
+                    diag::debug(|| format!("device {device}: {}: {note}", img.name));
+                    index
+                }
+                None => None,
+            };
+            let old_index = std::mem::replace(&mut installed.index, new_index);
+            let old_table = std::mem::replace(&mut installed.allocation, new_alloc);
+            for old in [old_table, old_index.map(|i| i.allocation)]
+                .into_iter()
+                .flatten()
+            {
                 // SAFETY: `old` came from `backend.alloc` on this device and the image
-                // now points at the new table.
+                // now points at the new table and index.
                 unsafe { self.backend.free(d, old) }
                     .map_err(Self::backend_err(device, "freeing the previous table"))?;
             }
@@ -430,6 +483,68 @@ impl Plugin {
             "writing the indirect table globals",
         ))?;
         Ok(allocation)
+    }
+
+    /// Build the index of `table`, copy its buckets to the device and write its header
+    /// into the image's index global; without an index (turned off, or the builder gave
+    /// up) the global gets the empty header, so the device searches the table. Returns
+    /// the index and a line for the log.
+    fn upload_index(
+        &self,
+        device: i32,
+        d: usize,
+        table: &[FptrMapEntry],
+        global: DeviceAddr,
+    ) -> Result<(Option<InstalledIndex>, String), PluginError> {
+        let built = if fptr_index::enabled() {
+            fptr_index::build(table).map_err(fptr_index::describe)
+        } else {
+            Err("turned off by OMPTARGET_RS_FPTR_INDEX=0".to_string())
+        };
+        let (index, note) = match built {
+            Ok(built) => {
+                let bytes = built.as_bytes();
+                // Room to start the buckets on a 32-byte boundary.
+                let allocation = self
+                    .backend
+                    .alloc(d, bytes.len() + BUCKET_BYTES - 1)
+                    .map_err(Self::backend_err(device, "allocating the table's index"))?;
+                let buckets = fptr_index::aligned_buckets(allocation);
+                // SAFETY: `buckets .. buckets + bytes.len()` lies inside the fresh
+                // allocation of bytes.len() + 31 bytes at `allocation` (aligned_buckets
+                // moves the start by at most 31).
+                let copied = unsafe { self.backend.write(d, buckets, bytes) };
+                if let Err(source) = copied {
+                    // SAFETY: nothing points at the fresh allocation yet.
+                    let _ = unsafe { self.backend.free(d, allocation) };
+                    return Err(PluginError::Backend {
+                        device,
+                        what: "copying the table's index".into(),
+                        source,
+                    });
+                }
+                let header = built.header(buckets);
+                let note = format!(
+                    "index: {} buckets of {} pairs ({} bytes) at {buckets:#x}, seed pair {}",
+                    header.bucket_count,
+                    fptr_index::SLOTS,
+                    bytes.len(),
+                    built.attempts
+                );
+                (Some(InstalledIndex { header, allocation }), note)
+            }
+            Err(reason) => (
+                None,
+                format!("no index ({reason}): lookups search the table"),
+            ),
+        };
+        let header = index.map_or(FptrIndex::NONE, |i| i.header);
+        // SAFETY: `global` is the address of the image's index header global, resolved
+        // through the backend and size-checked (fptr_index::HEADER_BYTES) against its
+        // symbol.
+        unsafe { self.backend.write(d, global, bytemuck::bytes_of(&header)) }
+            .map_err(Self::backend_err(device, "writing the index global"))?;
+        Ok((index, note))
     }
 
     fn check_launch(&self, device: i32, kernel: DeviceAddr) -> Result<usize, PluginError> {
@@ -912,9 +1027,19 @@ impl LoadContext<'_> {
         let allocation = self
             .plugin
             .upload(self.device, self.d, &table, map_p, map_size)?;
+        let index_global = self.index_global()?;
+        let (index, index_note) = match index_global {
+            Some(global) => self
+                .plugin
+                .upload_index(self.device, self.d, &table, global)?,
+            None => (
+                None,
+                format!("no index: no {}", INDEX_GLOBAL.to_string_lossy()),
+            ),
+        };
         diag::info(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE, || {
             let mut s = format!(
-                "device {}: {}: indirect function table, {} entries at {:#x}",
+                "device {}: {}: indirect function table, {} entries at {:#x}; {index_note}",
                 self.device,
                 self.image,
                 table.len(),
@@ -935,6 +1060,49 @@ impl LoadContext<'_> {
             map_size,
             allocation,
             table,
+            index_global,
+            index,
         }))
+    }
+
+    /// The image's index header global, if its device runtime has one of the size this
+    /// plugin writes. Images linked with a device runtime from before the index have none
+    /// and keep working with the search (said in the debug log).
+    fn index_global(&self) -> Result<Option<DeviceAddr>, PluginError> {
+        let name = INDEX_GLOBAL.to_string_lossy();
+        match self.symbol_size(INDEX_GLOBAL) {
+            Some(fptr_index::HEADER_BYTES) => {
+                self.module
+                    .global(INDEX_GLOBAL)
+                    .map(Some)
+                    .map_err(|source| PluginError::Load {
+                        image: self.image.to_string(),
+                        device: self.device,
+                        source,
+                    })
+            }
+            None => {
+                diag::debug(|| {
+                    format!(
+                        "device {}: {} has no {name} (a device runtime from before the \
+                         index): its lookups search the sorted table",
+                        self.device, self.image
+                    )
+                });
+                Ok(None)
+            }
+            Some(n) => {
+                diag::debug(|| {
+                    format!(
+                        "device {}: {}: {name} is {n} bytes, not the {} this plugin writes: \
+                         left alone, its lookups search the sorted table",
+                        self.device,
+                        self.image,
+                        fptr_index::HEADER_BYTES
+                    )
+                });
+                Ok(None)
+            }
+        }
     }
 }

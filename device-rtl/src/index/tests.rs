@@ -110,6 +110,11 @@ fn headers_that_cannot_be_valid_are_ignored() {
         assert!(IndexView::<SLOTS>::from_header(header(base + 4, 4)).is_none());
         assert!(IndexView::<SLOTS>::from_header(header(base, u64::MAX)).is_none());
         assert!(IndexView::<SLOTS>::from_header(header(base, 1 << 59)).is_none());
+        let even_seed = FptrIndex {
+            seeds: [1, 2],
+            ..header(base, 4)
+        };
+        assert!(IndexView::<SLOTS>::from_header(even_seed).is_none());
         let view = IndexView::<SLOTS>::from_header(header(base, 4)).unwrap();
         assert_eq!(view.buckets().len(), 4);
         assert_eq!(view.seeds(), [1, 3]);
