@@ -171,16 +171,17 @@ impl<'a, const S: usize> IndexView<'a, S> {
         };
         // A conditional move per slot: no branch for a mix of hits and misses to
         // mispredict. At most one slot can hold `key` (keys are unique, fillers are not
-        // keys). Counted loops of S steps, which the compiler unrolls.
+        // keys). Two loops of S steps (not one chained iterator), which the compiler
+        // unrolls.
         let pick = |slot: &FptrMapEntry, result: u64| {
             core::hint::select_unpredictable(slot.key() == key, slot.tgt_ptr as u64, result)
         };
         let mut result = key;
-        for s in 0..S {
-            result = pick(&first[s], result);
+        for slot in first {
+            result = pick(slot, result);
         }
-        for s in 0..S {
-            result = pick(&second[s], result);
+        for slot in second {
+            result = pick(slot, result);
         }
         result
     }

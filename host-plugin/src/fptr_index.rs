@@ -125,7 +125,7 @@ mod tests {
         assert_eq!(aligned_buckets(0x101f), 0x1020);
         for a in 0x1000..0x1040u64 {
             let b = aligned_buckets(a);
-            assert!(b >= a && b - a < BUCKET_BYTES as u64 && b % 32 == 0);
+            assert!(b >= a && b - a < BUCKET_BYTES as u64 && b.is_multiple_of(32));
         }
     }
 }
