@@ -147,7 +147,10 @@ fn main() {
     }
     let n = setup.table.len();
     for (imp, bytes) in [
-        (Impl::OursIndex, setup.index.bytes_per_entry(n)),
+        (
+            Impl::OursIndex,
+            setup.index.as_ref().map_or(0.0, |i| i.bytes_per_entry(n)),
+        ),
         (Impl::IndexOneSlot, setup.index_1slot.bytes_per_entry(n)),
         (Impl::IndexFourSlots, setup.index_4slots.bytes_per_entry(n)),
         (Impl::RangeBuckets, setup.range.bytes_per_entry(n)),

@@ -197,6 +197,10 @@ impl<'a, const S: usize> IndexView<'a, S> {
 /// device searches the sorted table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BuildPolicy {
+    /// Tables shorter than this get no index. The search of a 1-entry table reads the
+    /// table globals and that entry, already two dependent loads, in fewer instructions
+    /// (docs/BENCHMARKS.md: 5.8 against 23 per lookup).
+    pub min_len: usize,
     /// Buckets for `n` keys: `ceil(n / (S * max_load_percent / 100))`.
     pub max_load_percent: u64,
     /// Seed pairs tried per bucket count.
@@ -214,6 +218,7 @@ impl BuildPolicy {
     /// the first seed pair almost always works (every table of the tests and benchmarks
     /// was built on the first attempt unless made to collide on purpose).
     pub const DEFAULT: BuildPolicy = BuildPolicy {
+        min_len: 2,
         max_load_percent: 80,
         seed_tries: 4,
         growth_steps: 3,
@@ -242,6 +247,8 @@ pub struct Built<St> {
 pub enum BuildError {
     /// No keys: the sorted table is empty and the search answers at once.
     Empty,
+    /// Fewer keys than the policy's `min_len`: the search is as short.
+    TooSmall { len: usize },
     /// The table is not sorted by unsigned key with unique keys (the table contract).
     NotSorted,
     /// The allocator gave storage of another length than asked for.
@@ -262,6 +269,9 @@ pub fn build<const S: usize, St: AsMut<[[FptrMapEntry; S]]>>(
 ) -> Result<Built<St>, BuildError> {
     if table.is_empty() {
         return Err(BuildError::Empty);
+    }
+    if table.len() < policy.min_len {
+        return Err(BuildError::TooSmall { len: table.len() });
     }
     if !table.windows(2).all(|w| w[0].key() < w[1].key()) {
         return Err(BuildError::NotSorted);

@@ -8,11 +8,11 @@
 //! for comparisons and as a way out should an index ever misbehave.
 
 use crate::fptr::FptrMapEntry;
-use device_rtl::index::{self, BuildError, BuildPolicy};
+use device_rtl::index::{self, BuildPolicy};
 use std::ffi::CStr;
 use std::sync::OnceLock;
 
-pub use device_rtl::index::{Bucket, FptrIndex, IndexView, BUCKET_BYTES, SLOTS};
+pub use device_rtl::index::{Bucket, BuildError, FptrIndex, IndexView, BUCKET_BYTES, SLOTS};
 
 /// The device runtime's index header global (device-rtl's `__omptarget_rs_fptr_index`).
 pub const INDEX_GLOBAL: &CStr = c"__omptarget_rs_fptr_index";
@@ -61,6 +61,9 @@ pub fn build(table: &[FptrMapEntry]) -> Result<HostIndex, BuildError> {
 pub fn describe(error: BuildError) -> String {
     match error {
         BuildError::Empty => "the table is empty".into(),
+        BuildError::TooSmall { len } => {
+            format!("{len} entry: the search reads it in as many loads")
+        }
         BuildError::NotSorted => "the table is not sorted with unique keys".into(),
         BuildError::BadStorage => "internal error: wrong bucket storage".into(),
         BuildError::GaveUp { attempts } => {

@@ -481,19 +481,27 @@ pub struct CuckooIndex<const S: usize> {
 }
 
 impl<const S: usize> CuckooIndex<S> {
-    /// Built with device-rtl's builder; `max_load_percent` as the policy has it.
+    /// Built with device-rtl's builder and `policy`; None where the policy builds none.
+    pub fn build(table: &[FptrMapEntry], policy: &BuildPolicy) -> Option<CuckooIndex<S>> {
+        match index::build::<S, _>(table, policy, AlignedBuckets::<S>::new) {
+            Ok(built) => Some(CuckooIndex {
+                count: built.buckets.count,
+                lines: built.buckets.lines,
+                seeds: built.seeds,
+            }),
+            Err(index::BuildError::TooSmall { .. }) => None,
+            Err(e) => panic!("no {S}-slot index of {} keys: {e:?}", table.len()),
+        }
+    }
+
+    /// An experiment's index, at `max_load_percent` and any table size.
     pub fn new(table: &[FptrMapEntry], max_load_percent: u64) -> CuckooIndex<S> {
         let policy = BuildPolicy {
+            min_len: 1,
             max_load_percent,
             ..BuildPolicy::DEFAULT
         };
-        let built = index::build::<S, _>(table, &policy, AlignedBuckets::<S>::new)
-            .unwrap_or_else(|e| panic!("no {S}-slot index of {} keys: {e:?}", table.len()));
-        CuckooIndex {
-            count: built.buckets.count,
-            lines: built.buckets.lines,
-            seeds: built.seeds,
-        }
+        Self::build(table, &policy).expect("min_len 1 builds every table")
     }
 
     pub fn buckets(&self) -> &[[FptrMapEntry; S]] {
@@ -628,8 +636,9 @@ pub struct Setup {
     pub table: Vec<FptrMapEntry>,
     pub hash: PointerHashTable,
     pub eytzinger: Eytzinger,
-    /// The production index (2 pairs per bucket, the plugin's policy) and its header.
-    pub index: CuckooIndex<{ index::SLOTS }>,
+    /// The production index (2 pairs per bucket, the plugin's policy: none for 1 entry)
+    /// and its header (the empty one without an index: the device searches).
+    pub index: Option<CuckooIndex<{ index::SLOTS }>>,
     pub index_header: FptrIndex,
     pub index_1slot: CuckooIndex<1>,
     pub index_4slots: CuckooIndex<4>,
@@ -647,8 +656,8 @@ impl Setup {
         let table = make_table(size);
         let hash = PointerHashTable::new(&table);
         let eytzinger = Eytzinger::new(&table);
-        let index = CuckooIndex::new(&table, BuildPolicy::DEFAULT.max_load_percent);
-        let index_header = index.header();
+        let index = CuckooIndex::build(&table, &BuildPolicy::DEFAULT);
+        let index_header = index.as_ref().map_or(FptrIndex::NONE, CuckooIndex::header);
         let keys = Workload::ALL
             .into_iter()
             .map(|w| (w, make_keys(&table, w)))

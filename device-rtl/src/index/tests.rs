@@ -133,7 +133,7 @@ fn empty_unsorted_and_duplicate_tables_get_no_index() {
     let signed = table_of(&[u64::MAX, 5]);
     assert_eq!(signed[1].key(), u64::MAX);
     assert!(build_default(&signed).is_ok());
-    let short = build::<SLOTS, _>(&table_of(&[1]), &BuildPolicy::DEFAULT, |n| {
+    let short = build::<SLOTS, _>(&table_of(&[1, 2]), &BuildPolicy::DEFAULT, |n| {
         vec![Bucket::default(); n + 1]
     });
     assert_eq!(short.unwrap_err(), BuildError::BadStorage);
@@ -153,9 +153,22 @@ fn keys_that_are_small_numbers_get_a_filler_that_is_no_key() {
 }
 
 #[test]
-fn one_entry_tables_work() {
+fn one_entry_tables_get_no_index_by_default_but_would_work() {
+    assert_eq!(
+        build_default(&table_of(&[7])).unwrap_err(),
+        BuildError::TooSmall { len: 1 }
+    );
+    let any_size = BuildPolicy {
+        min_len: 1,
+        ..BuildPolicy::DEFAULT
+    };
     for key in [0u64, 1, 0x5555_5555_4010, u64::MAX] {
-        check_against_scan(&[key], &[]);
+        let table = table_of(&[key]);
+        let built = build::<SLOTS, _>(&table, &any_size, |n| vec![Bucket::default(); n]).unwrap();
+        let view = IndexView::new(&built.buckets, built.seeds).unwrap();
+        for q in [key, key.wrapping_add(1), key.wrapping_sub(1), 0, u64::MAX] {
+            assert_eq!(checked_translate(&view, q), naive_translate(&table, q));
+        }
     }
 }
 
@@ -222,6 +235,8 @@ fn keys_differing_only_in_high_bits() {
     // The top byte alone: 256 keys, which a hash of the low bits would put in one bucket.
     let top_byte: Vec<u64> = (0..256u64).map(|j| 0x10 | (j << 56)).collect();
     check_against_scan(&top_byte, &[0x10 | (1 << 55)]);
+    // Two keys (the smallest indexed table) at the two ends of the address space.
+    check_against_scan(&[0, u64::MAX], &[1, u64::MAX - 1]);
 }
 
 /// Keys all in ONE bucket of the first hash function of the first attempt: `x0 + j * s^-1`
