@@ -421,27 +421,31 @@ impl Plugin {
             let Some(installed) = img.fptr.as_mut() else {
                 continue;
             };
-            let new_alloc = self.upload(device, d, &table, installed.map_p, installed.map_size)?;
-            let new_index = match installed.index_global {
-                Some(global) => {
-                    let (index, note) = self.upload_index(device, d, &table, global)?;
-                    diag::debug(|| format!("device {device}: {}: {note}", img.name));
-                    index
+            // The old index describes the old table: off first, so that no step below
+            // can leave the device with an index of another table.
+            if let Some(global) = installed.index_global {
+                self.write_index_header(device, d, global, &FptrIndex::NONE)?;
+                if let Some(old) = installed.index.take() {
+                    // SAFETY: `old.allocation` came from `backend.alloc` on this device
+                    // and the image's header no longer points into it.
+                    unsafe { self.backend.free(d, old.allocation) }
+                        .map_err(Self::backend_err(device, "freeing the previous index"))?;
                 }
-                None => None,
-            };
-            let old_index = std::mem::replace(&mut installed.index, new_index);
+            }
+            let new_alloc = self.upload(device, d, &table, installed.map_p, installed.map_size)?;
             let old_table = std::mem::replace(&mut installed.allocation, new_alloc);
-            for old in [old_table, old_index.map(|i| i.allocation)]
-                .into_iter()
-                .flatten()
-            {
+            installed.table = table.clone();
+            if let Some(old) = old_table {
                 // SAFETY: `old` came from `backend.alloc` on this device and the image
-                // now points at the new table and index.
+                // now points at the new table.
                 unsafe { self.backend.free(d, old) }
                     .map_err(Self::backend_err(device, "freeing the previous table"))?;
             }
-            installed.table = table.clone();
+            if let Some(global) = installed.index_global {
+                let (index, note) = self.upload_index(device, d, &table, global)?;
+                diag::debug(|| format!("device {device}: {}: {note}", img.name));
+                installed.index = index;
+            }
             patched += 1;
         }
         Ok(patched)
@@ -486,9 +490,10 @@ impl Plugin {
     }
 
     /// Build the index of `table`, copy its buckets to the device and write its header
-    /// into the image's index global; without an index (turned off, or the builder gave
-    /// up) the global gets the empty header, so the device searches the table. Returns
-    /// the index and a line for the log.
+    /// into the image's index global; without an index (turned off, the builder gave up,
+    /// no device memory for it) the global gets the empty header, so the device searches
+    /// the table. Returns the index and a line for the log; an error only when the header
+    /// cannot be written (then nothing of the index is left allocated).
     fn upload_index(
         &self,
         device: i32,
@@ -502,49 +507,80 @@ impl Plugin {
             Err("turned off by OMPTARGET_RS_FPTR_INDEX=0".to_string())
         };
         let (index, note) = match built {
-            Ok(built) => {
-                let bytes = built.as_bytes();
-                // Room to start the buckets on a 32-byte boundary.
-                let allocation = self
-                    .backend
-                    .alloc(d, bytes.len() + BUCKET_BYTES - 1)
-                    .map_err(Self::backend_err(device, "allocating the table's index"))?;
-                let buckets = fptr_index::aligned_buckets(allocation);
-                // SAFETY: `buckets .. buckets + bytes.len()` lies inside the fresh
-                // allocation of bytes.len() + 31 bytes at `allocation` (aligned_buckets
-                // moves the start by at most 31).
-                let copied = unsafe { self.backend.write(d, buckets, bytes) };
-                if let Err(source) = copied {
-                    // SAFETY: nothing points at the fresh allocation yet.
-                    let _ = unsafe { self.backend.free(d, allocation) };
-                    return Err(PluginError::Backend {
-                        device,
-                        what: "copying the table's index".into(),
-                        source,
-                    });
+            Ok(built) => match self.copy_index(d, &built) {
+                Ok(index) => {
+                    let note = format!(
+                        "index: {} buckets of {} pairs ({} bytes) at {:#x}, seed pair {}",
+                        index.header.bucket_count,
+                        fptr_index::SLOTS,
+                        built.as_bytes().len(),
+                        index.header.buckets,
+                        built.attempts
+                    );
+                    (Some(index), note)
                 }
-                let header = built.header(buckets);
-                let note = format!(
-                    "index: {} buckets of {} pairs ({} bytes) at {buckets:#x}, seed pair {}",
-                    header.bucket_count,
-                    fptr_index::SLOTS,
-                    bytes.len(),
-                    built.attempts
-                );
-                (Some(InstalledIndex { header, allocation }), note)
-            }
+                Err(e) => (
+                    None,
+                    format!(
+                        "no index (copying it to the device failed: {e}): lookups search \
+                         the table"
+                    ),
+                ),
+            },
             Err(reason) => (
                 None,
                 format!("no index ({reason}): lookups search the table"),
             ),
         };
         let header = index.map_or(FptrIndex::NONE, |i| i.header);
-        // SAFETY: `global` is the address of the image's index header global, resolved
+        if let Err(e) = self.write_index_header(device, d, global, &header) {
+            if let Some(index) = index {
+                // SAFETY: the allocation is fresh and the header does not point into it.
+                let _ = unsafe { self.backend.free(d, index.allocation) };
+            }
+            return Err(e);
+        }
+        Ok((index, note))
+    }
+
+    /// Allocate device memory for an index's buckets (32-byte aligned inside it) and copy
+    /// them there; nothing stays allocated on failure.
+    fn copy_index(
+        &self,
+        d: usize,
+        built: &fptr_index::HostIndex,
+    ) -> Result<InstalledIndex, crate::BackendError> {
+        let bytes = built.as_bytes();
+        // Room to start the buckets on a 32-byte boundary.
+        let allocation = self.backend.alloc(d, bytes.len() + BUCKET_BYTES - 1)?;
+        let buckets = fptr_index::aligned_buckets(allocation);
+        // SAFETY: `buckets .. buckets + bytes.len()` lies inside the fresh allocation of
+        // bytes.len() + 31 bytes at `allocation` (aligned_buckets moves the start by at
+        // most 31).
+        if let Err(e) = unsafe { self.backend.write(d, buckets, bytes) } {
+            // SAFETY: nothing points at the fresh allocation.
+            let _ = unsafe { self.backend.free(d, allocation) };
+            return Err(e);
+        }
+        Ok(InstalledIndex {
+            header: built.header(buckets),
+            allocation,
+        })
+    }
+
+    /// Write an index header into an image's index global.
+    fn write_index_header(
+        &self,
+        device: i32,
+        d: usize,
+        global: DeviceAddr,
+        header: &FptrIndex,
+    ) -> Result<(), PluginError> {
+        // SAFETY: `global` is the address of an image's index header global, resolved
         // through the backend and size-checked (fptr_index::HEADER_BYTES) against its
         // symbol.
-        unsafe { self.backend.write(d, global, bytemuck::bytes_of(&header)) }
-            .map_err(Self::backend_err(device, "writing the index global"))?;
-        Ok((index, note))
+        unsafe { self.backend.write(d, global, bytemuck::bytes_of(header)) }
+            .map_err(Self::backend_err(device, "writing the index global"))
     }
 
     fn check_launch(&self, device: i32, kernel: DeviceAddr) -> Result<usize, PluginError> {
@@ -1029,9 +1065,22 @@ impl LoadContext<'_> {
             .upload(self.device, self.d, &table, map_p, map_size)?;
         let index_global = self.index_global()?;
         let (index, index_note) = match index_global {
-            Some(global) => self
-                .plugin
-                .upload_index(self.device, self.d, &table, global)?,
+            Some(global) => {
+                match self
+                    .plugin
+                    .upload_index(self.device, self.d, &table, global)
+                {
+                    Ok(done) => done,
+                    Err(e) => {
+                        if let Some(a) = allocation {
+                            // SAFETY: the table was allocated just above for this image,
+                            // which fails to load and is never used.
+                            let _ = unsafe { self.plugin.backend.free(self.d, a) };
+                        }
+                        return Err(e);
+                    }
+                }
+            }
             None => (
                 None,
                 format!("no index: no {}", INDEX_GLOBAL.to_string_lossy()),
