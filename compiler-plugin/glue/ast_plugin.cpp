@@ -18,7 +18,9 @@
 #include "clang/Frontend/FrontendPluginRegistry.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
+#include <cstdio>
 #include <memory>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -157,10 +159,20 @@ protected:
 
 } // namespace
 
-static FrontendPluginRegistry::Add<IndirectAction>
-    Registration("omp-declare-target-indirect",
-                 "carry OpenMP 'declare target indirect' functions into IR");
+// Defined in Rust (src/lib.rs): null when the process runs LLVM 16, else the message.
+extern "C" const char *omp_indirect_host_llvm_error();
 
-// Referenced from Rust so the linker keeps this object (and its registration) in the
-// shared library.
-extern "C" const char *omp_indirect_ast_plugin_name() { return "omp-declare-target-indirect"; }
+// Runs when the library is loaded, before clang uses anything in it. Loaded by another
+// clang, this library's libclang-cpp 16 and the compiler's own libclang-cpp share
+// unversioned C++ symbol names, so registering (or even returning normally to that
+// compiler, whose exit then runs mixed-up destructors) is unsafe: say why and stop.
+__attribute__((constructor)) static void registerIfClang16() {
+  if (const char *Error = omp_indirect_host_llvm_error()) {
+    fprintf(stderr, "error: %s\n", Error);
+    fflush(stderr);
+    _exit(1);
+  }
+  static FrontendPluginRegistry::Add<IndirectAction> Registration(
+      "omp-declare-target-indirect",
+      "carry OpenMP 'declare target indirect' functions into IR");
+}

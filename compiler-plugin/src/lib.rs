@@ -32,11 +32,6 @@ const DEVICE_FLAG: &str = "openmp-device";
 /// and every OpenMP module with this one.
 const OPENMP_FLAG: &str = "openmp";
 
-extern "C" {
-    /// Defined by the AST glue; referencing it keeps the glue in the library.
-    fn omp_indirect_ast_plugin_name() -> *const std::ffi::c_char;
-}
-
 /// Entries (host) or holders (device) for the unit's indirect functions.
 struct EmitIndirectEntries;
 
@@ -100,8 +95,6 @@ extern "C" fn register_raw(builder: *mut std::ffi::c_void) {
 /// instead of calling into a pass builder of another version.
 #[no_mangle]
 pub extern "C" fn llvmGetPassPluginInfo() -> PassPluginLibraryInfo {
-    // SAFETY: the glue function returns a static string; calling it has no effect.
-    let _ = unsafe { omp_indirect_ast_plugin_name() };
     let api_version = match host_llvm::check(host_llvm::process_llvm_version()) {
         Ok(()) => llvm_plugin::get_llvm_plugin_api_version__(),
         Err(message) => {
@@ -114,5 +107,17 @@ pub extern "C" fn llvmGetPassPluginInfo() -> PassPluginLibraryInfo {
         plugin_name: c"omptarget-indirect".as_ptr().cast(),
         plugin_version: concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr(),
         plugin_registrar: register_raw,
+    }
+}
+
+/// For the AST glue's load-time check: null when the process runs LLVM 16, else the
+/// message (leaked: the glue prints it and ends the process).
+#[no_mangle]
+pub extern "C" fn omp_indirect_host_llvm_error() -> *const std::ffi::c_char {
+    match host_llvm::check(host_llvm::process_llvm_version()) {
+        Ok(()) => std::ptr::null(),
+        Err(message) => std::ffi::CString::new(message)
+            .map(|m| m.into_raw().cast_const())
+            .unwrap_or(c"the omptarget-indirect compiler plugin needs clang 16".as_ptr()),
     }
 }
