@@ -184,7 +184,7 @@ fn openmp_vv_test_target_declare_indirect_passes_with_its_functions_registered()
         let built = build(
             &x86_config(),
             opt,
-            &[source.clone()],
+            std::slice::from_ref(&source),
             &[&include],
             "openmp-vv",
         );
