@@ -176,6 +176,40 @@ fn static_functions_of_two_units_do_not_collide_and_a_declaring_unit_is_warned()
 }
 
 #[test]
+fn an_inline_function_two_units_register_gets_one_table_entry() {
+    let sources = [
+        fixture("compiler/inline_unit_a.cpp"),
+        fixture("compiler/inline_unit_b.cpp"),
+    ];
+    let built = build(&x86_config(), "-O2", &sources, &[], "inline-two-units");
+    assert_all_cases_pass(&built.exe, 2);
+    // Both units' entries are in the program (weak symbols, but section contents are
+    // not merged), naming the same holder...
+    let entries = run_ok(
+        Command::new(prefix().join("bin/offload-inspect"))
+            .arg("entries")
+            .arg(&built.exe),
+    );
+    let listing = String::from_utf8_lossy(&entries.stdout);
+    let twice = listing
+        .lines()
+        .filter(|l| l.ends_with("_Z5twicei -> device __omp_offloading_indirect__Z5twicei"))
+        .count();
+    assert_eq!(twice, 2, "{listing}");
+    // ...and the plugin's table holds the identical pair once.
+    let out = Command::new(&built.exe)
+        .env("LD_LIBRARY_PATH", prefix().join("lib"))
+        .env("LIBOMPTARGET_INFO", "16")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("indirect function table, 1 entries"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn openmp_vv_test_target_declare_indirect_passes_with_its_functions_registered() {
     let dir = fixture("third_party/openmp_vv");
     let source = dir.join("test_target_declare_indirect.c");
