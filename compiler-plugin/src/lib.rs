@@ -60,14 +60,16 @@ impl LlvmModulePass for TranslateIndirectCalls {
         if !ir.has_module_flag(DEVICE_FLAG) || !ir.has_module_flag(OPENMP_FLAG) {
             return PreservedAnalyses::All;
         }
+        let translated = translate::translate_indirect_calls(&ir);
+        // OMPTARGET_INDIRECT_DEBUG=1: one line per device module, to see what was done.
         if std::env::var_os("OMPTARGET_INDIRECT_DEBUG").is_some() {
             eprintln!(
-                "omptarget-indirect: translating indirect calls of {} ({})",
+                "omptarget-indirect: {} ({}): {translated} indirect call(s) translated",
                 ir.source_file_name(),
                 ir.triple()
             );
         }
-        match translate::translate_indirect_calls(&ir) {
+        match translated {
             0 => PreservedAnalyses::All,
             _ => PreservedAnalyses::None,
         }
