@@ -248,13 +248,18 @@ fn openmp_vv_test_target_declare_indirect_passes_with_its_functions_registered()
 }
 
 /// The device module (x86_64 offload, device side only) as LLVM IR text.
-fn device_ir(source: &str, opt: &str, name: &str) -> String {
+fn device_ir(source: &str, file_name: &str, opt: &str, name: &str) -> String {
     let dir = scratch("compiler-plugin", name);
-    let src = dir.join("prog.c");
+    let src = dir.join(file_name);
     fs::write(&src, source).unwrap();
     let ll = dir.join("prog.ll");
+    let driver = if file_name.ends_with(".cpp") {
+        clang16().with_file_name("clang++-16")
+    } else {
+        clang16()
+    };
     run_ok(
-        Command::new(clang16())
+        Command::new(driver)
             .arg(format!("--config={}", x86_config().display()))
             .args([opt, "--offload-device-only", "-S", "-emit-llvm"])
             .arg(&src)
@@ -281,13 +286,13 @@ int main(void) {
 
 #[test]
 fn a_call_that_optimization_makes_direct_gets_no_lookup() {
-    let o2 = device_ir(CONSTANT_POINTER, "-O2", "direct-o2");
+    let o2 = device_ir(CONSTANT_POINTER, "prog.c", "-O2", "direct-o2");
     assert!(
         !o2.contains("call ptr @__kmpc_target_translate_fptr"),
         "-O2 made the call direct, yet it was translated:\n{o2}"
     );
     // The control: at -O0 the same call stays indirect and gets the lookup.
-    let o0 = device_ir(CONSTANT_POINTER, "-O0", "direct-o0");
+    let o0 = device_ir(CONSTANT_POINTER, "prog.c", "-O0", "direct-o0");
     assert!(
         o0.contains("call ptr @__kmpc_target_translate_fptr"),
         "{o0}"
@@ -299,6 +304,37 @@ fn a_call_that_optimization_makes_direct_gets_no_lookup() {
             "{ir}"
         );
     }
+}
+
+const INVOKE: &str = r#"
+#pragma omp declare target
+int guarded(int (*fp)(int), int x) {
+  __asm__ volatile("" ::: "memory"); // inline asm: a call LLVM makes, never translated
+  try { return fp(x); } catch (...) { return -1; }
+}
+#pragma omp end declare target
+"#;
+
+#[test]
+fn an_invoke_through_a_pointer_is_translated_too_and_inline_asm_is_not() {
+    let ir = device_ir(INVOKE, "prog.cpp", "-O0", "invoke");
+    assert!(ir.contains("call void asm sideeffect"), "{ir}");
+    assert_eq!(
+        ir.matches("call ptr @__kmpc_target_translate_fptr(")
+            .count(),
+        1,
+        "{ir}"
+    );
+    let lookup = ir
+        .lines()
+        .find(|l| l.contains("= call ptr @__kmpc_target_translate_fptr("))
+        .unwrap_or_else(|| panic!("no lookup:\n{ir}"));
+    let translated = lookup.trim().split(' ').next().unwrap();
+    assert!(
+        ir.lines()
+            .any(|l| l.contains("invoke") && l.contains(&format!(" {translated}("))),
+        "the invoke does not call the lookup's result {translated}:\n{ir}"
+    );
 }
 
 #[test]
