@@ -10,6 +10,7 @@ use crate::backend::{
 use crate::entries::{EntryKind, OffloadEntry};
 use crate::error::PluginError;
 use crate::fptr::{self, FptrMapEntry, IndirectPair, Origin};
+use crate::symbols::{Symbol, Wanted};
 use crate::{diag, image};
 use std::collections::{HashMap, HashSet};
 use std::ffi::CStr;
@@ -240,6 +241,7 @@ impl Plugin {
             image: &name,
             module: module.as_ref(),
             symbols: symbols.as_ref(),
+            bias: module.load_bias(),
         };
         let (device_entries, pairs) = ctx.resolve_entries(entries)?;
         // Entry names by host address, for the table dump: only built when the dump will
@@ -698,9 +700,62 @@ struct LoadContext<'a> {
     module: &'a dyn LoadedModule,
     /// The image's symbol sizes from its ELF file; None: ask the loaded module.
     symbols: Option<&'a image::ImageSymbols<'a>>,
+    /// Where the backend's loader put the image (see [`LoadedModule::load_bias`]).
+    bias: Option<u64>,
 }
 
-impl LoadContext<'_> {
+impl<'a> LoadContext<'a> {
+    /// The image's own symbol tables and its load bias, where both are known (the
+    /// host): entries then resolve from the tables parsed once, not name by name
+    /// through the loader.
+    fn own_tables(&self) -> Option<(&'a image::ImageSymbols<'a>, u64)> {
+        Some((self.symbols?, self.bias?))
+    }
+
+    /// A kernel's or a global's device address: an exported symbol of the image.
+    fn exported(&self, entry: &OffloadEntry, kind: EntryKind) -> Result<DeviceAddr, PluginError> {
+        if let Some((symbols, bias)) = self.own_tables() {
+            if let Some(sym) = symbols
+                .dynamic(entry.name.to_bytes())
+                .filter(Symbol::is_plain)
+            {
+                return Ok(bias.wrapping_add(sym.value));
+            }
+        }
+        // No tables, or not an ordinary symbol the image defines and exports (TLS, an
+        // ifunc, one from a library it depends on): the loader answers, as for LLVM's
+        // plugin.
+        let found = match kind {
+            EntryKind::Kernel => self.module.function(&entry.name),
+            _ => self.module.global(&entry.name),
+        };
+        found.map_err(|e| self.entry_err(entry, e.to_string()))
+    }
+
+    /// The device symbol an indirect entry names, by the rule of
+    /// [`image::ImageSymbols::indirect_target`] where the image's tables are known;
+    /// else (GPU drivers) through the loaded module. Returns the address and, where the
+    /// tables are known, the symbol.
+    fn indirect_target(
+        &self,
+        entry: &OffloadEntry,
+        wanted: Wanted,
+    ) -> Result<(DeviceAddr, Option<Symbol>), PluginError> {
+        let Some((symbols, bias)) = self.own_tables() else {
+            let found = match wanted {
+                Wanted::Function => self.module.indirect_function(&entry.name),
+                Wanted::Data => self.module.global(&entry.name),
+            };
+            return found
+                .map(|addr| (addr, None))
+                .map_err(|e| self.entry_err(entry, e.to_string()));
+        };
+        let sym = symbols
+            .indirect_target(entry.name.to_bytes(), wanted)
+            .map_err(|e| self.entry_err(entry, e.to_string()))?;
+        Ok((bias.wrapping_add(sym.value), Some(sym)))
+    }
+
     fn symbol_size(&self, name: &CStr) -> Option<u64> {
         match self.symbols {
             Some(symbols) => symbols.size_of(name.to_bytes()),
@@ -743,10 +798,14 @@ impl LoadContext<'_> {
         let Some(symbols) = self.symbols else {
             return Ok(());
         };
-        // The image's load bias, from where its own global landed.
-        let inside = symbols
-            .address_of(entry.name.to_bytes())
-            .map(|image_addr| global.wrapping_sub(image_addr))
+        // The image's load bias: known, or from where its own global landed.
+        let inside = self
+            .bias
+            .or_else(|| {
+                symbols
+                    .address_of(entry.name.to_bytes())
+                    .map(|image_addr| global.wrapping_sub(image_addr))
+            })
             .is_some_and(|bias| {
                 symbols.within_one_symbol(device_vtable.wrapping_sub(bias), len as u64)
             });
@@ -765,6 +824,19 @@ impl LoadContext<'_> {
 
     /// An 8-byte global of the image, address and size checked.
     fn pointer_global(&self, entry: &OffloadEntry) -> Result<DeviceAddr, PluginError> {
+        if self.own_tables().is_some() {
+            let (addr, sym) = self.indirect_target(entry, Wanted::Data)?;
+            return match sym.map(|s| s.size) {
+                Some(8) => Ok(addr),
+                n => Err(self.entry_err(
+                    entry,
+                    format!(
+                        "its device global is {} bytes, an indirect entry needs 8 (a pointer)",
+                        n.unwrap_or(0)
+                    ),
+                )),
+            };
+        }
         match self.symbol_size(&entry.name) {
             Some(8) => {}
             Some(n) => {
@@ -801,15 +873,10 @@ impl LoadContext<'_> {
                     ),
                 )
             })?;
-            let missing = |e: crate::BackendError| self.entry_err(entry, e.to_string());
             let addr = match kind {
-                EntryKind::Kernel => self.module.function(&entry.name).map_err(missing)?,
-                EntryKind::Global => self.module.global(&entry.name).map_err(missing)?,
+                EntryKind::Kernel | EntryKind::Global => self.exported(entry, kind)?,
                 EntryKind::IndirectFunction => {
-                    let f = self
-                        .module
-                        .indirect_function(&entry.name)
-                        .map_err(missing)?;
+                    let (f, _) = self.indirect_target(entry, Wanted::Function)?;
                     pairs.push(IndirectPair {
                         host_ptr: entry.host_addr,
                         tgt_ptr: f,
@@ -878,8 +945,12 @@ impl LoadContext<'_> {
             match self.symbol_size(name) {
                 None => Ok(None),
                 Some(8) => self
-                    .module
-                    .global(name)
+                    .own_tables()
+                    .and_then(|(symbols, bias)| {
+                        let sym = symbols.dynamic(name.to_bytes()).filter(Symbol::is_plain)?;
+                        Some(Ok(bias.wrapping_add(sym.value)))
+                    })
+                    .unwrap_or_else(|| self.module.global(name))
                     .map(Some)
                     .map_err(|source| PluginError::Load {
                         image: self.image.to_string(),

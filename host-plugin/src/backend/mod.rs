@@ -80,6 +80,14 @@ pub trait LoadedModule: Send + Sync {
     fn indirect_function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
         self.function(name)
     }
+    /// What the loader added to every ELF address of the image (its load bias), where
+    /// the image was mapped as one block and the backend knows the offset. With it the
+    /// core resolves entries from the image's own symbol tables, parsed once, instead
+    /// of asking the loader name by name, and finds functions the dynamic symbol table
+    /// lacks (hidden ones). None: resolve by name through this module.
+    fn load_bias(&self) -> Option<u64> {
+        None
+    }
     /// Size of a global, for backends whose images are not inspected as ELF shared
     /// objects (see [`Backend::inspect_image`]); None if there is no such global.
     fn global_size(&self, _name: &CStr) -> Option<u64> {
