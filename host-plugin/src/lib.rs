@@ -18,6 +18,7 @@ pub mod error;
 pub mod fptr;
 pub mod image;
 pub mod plugin;
+pub mod radix;
 pub mod symbols;
 
 pub use backend::{Backend, BackendError, DeviceAddr};
