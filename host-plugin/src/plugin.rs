@@ -7,7 +7,7 @@ use crate::backend::{
     cuda::CudaBackend, hip::HipBackend, host::HostBackend, AllocKind, Backend, DeviceAddr,
     EventHandle, LaunchRequest, LoadedModule, QueueHandle,
 };
-use crate::entries::{EntryKind, OffloadEntry};
+use crate::entries::{EntryKind, HostEntry, OffloadEntry};
 use crate::error::PluginError;
 use crate::fptr::{self, FptrMapEntry, IndirectPair, Origin};
 use crate::symbols::{Symbol, Wanted};
@@ -216,6 +216,27 @@ impl Plugin {
         image_bytes: &[u8],
         entries: &[OffloadEntry],
     ) -> Result<Vec<DeviceEntry>, PluginError> {
+        let addrs = self.load_entries(device, key, image_bytes, entries)?;
+        Ok(addrs
+            .into_iter()
+            .zip(entries)
+            .map(|(addr, e)| DeviceEntry {
+                addr,
+                size: e.size,
+                flags: e.flags,
+            })
+            .collect())
+    }
+
+    /// [`Plugin::load_binary`] for any kind of host entry (the C ABI reads
+    /// libomptarget's in place): each entry's device address, in order.
+    pub fn load_entries<E: HostEntry>(
+        &self,
+        device: i32,
+        key: usize,
+        image_bytes: &[u8],
+        entries: &[E],
+    ) -> Result<Vec<DeviceAddr>, PluginError> {
         let (d, state) = self.device(device)?;
         let name = image_name(key, image_bytes.len());
         let symbols =
@@ -264,14 +285,14 @@ impl Plugin {
         })?;
         let has_indirect = entries
             .iter()
-            .any(|e| e.flags & crate::entries::FLAG_INDIRECT != 0);
+            .any(|e| e.flags() & crate::entries::FLAG_INDIRECT != 0);
         let fptr = ctx.install_table(table, &origins, has_indirect)?;
 
         let kernels: Vec<DeviceAddr> = entries
             .iter()
             .zip(&device_entries)
             .filter(|(e, _)| e.kind() == Some(EntryKind::Kernel))
-            .map(|(_, de)| de.addr)
+            .map(|(_, &addr)| addr)
             .collect();
         let loaded = LoadedImage {
             key,
@@ -713,12 +734,16 @@ impl<'a> LoadContext<'a> {
     }
 
     /// A kernel's or a global's device address: an exported symbol of the image.
-    fn exported(&self, entry: &OffloadEntry, kind: EntryKind) -> Result<DeviceAddr, PluginError> {
-        if let Some((symbols, bias)) = self.own_tables() {
-            if let Some(sym) = symbols
-                .dynamic(entry.name.to_bytes())
-                .filter(Symbol::is_plain)
-            {
+    /// `dynamic`: the entry's name looked up in the image's dynamic symbol table, where
+    /// the tables are known.
+    fn exported(
+        &self,
+        entry: &impl HostEntry,
+        kind: EntryKind,
+        dynamic: Option<Symbol>,
+    ) -> Result<DeviceAddr, PluginError> {
+        if let Some((_, bias)) = self.own_tables() {
+            if let Some(sym) = dynamic.filter(Symbol::is_plain) {
                 return Ok(bias.wrapping_add(sym.value));
             }
         }
@@ -726,8 +751,8 @@ impl<'a> LoadContext<'a> {
         // ifunc, one from a library it depends on): the loader answers, as for LLVM's
         // plugin.
         let found = match kind {
-            EntryKind::Kernel => self.module.function(&entry.name),
-            _ => self.module.global(&entry.name),
+            EntryKind::Kernel => self.module.function(entry.name()),
+            _ => self.module.global(entry.name()),
         };
         found.map_err(|e| self.entry_err(entry, e.to_string()))
     }
@@ -738,20 +763,21 @@ impl<'a> LoadContext<'a> {
     /// tables are known, the symbol.
     fn indirect_target(
         &self,
-        entry: &OffloadEntry,
+        entry: &impl HostEntry,
         wanted: Wanted,
+        dynamic: Option<Symbol>,
     ) -> Result<(DeviceAddr, Option<Symbol>), PluginError> {
         let Some((symbols, bias)) = self.own_tables() else {
             let found = match wanted {
-                Wanted::Function => self.module.indirect_function(&entry.name),
-                Wanted::Data => self.module.global(&entry.name),
+                Wanted::Function => self.module.indirect_function(entry.name()),
+                Wanted::Data => self.module.global(entry.name()),
             };
             return found
                 .map(|addr| (addr, None))
                 .map_err(|e| self.entry_err(entry, e.to_string()));
         };
         let sym = symbols
-            .indirect_target(entry.name.to_bytes(), wanted)
+            .indirect_target_given(entry.name().to_bytes(), wanted, dynamic)
             .map_err(|e| self.entry_err(entry, e.to_string()))?;
         Ok((bias.wrapping_add(sym.value), Some(sym)))
     }
@@ -763,7 +789,7 @@ impl<'a> LoadContext<'a> {
         }
     }
 
-    fn entry_err(&self, entry: &OffloadEntry, reason: impl Into<String>) -> PluginError {
+    fn entry_err(&self, entry: &impl HostEntry, reason: impl Into<String>) -> PluginError {
         PluginError::Entry {
             image: self.image.to_string(),
             device: self.device,
@@ -772,7 +798,7 @@ impl<'a> LoadContext<'a> {
         }
     }
 
-    fn read_word(&self, entry: &OffloadEntry, addr: DeviceAddr) -> Result<u64, PluginError> {
+    fn read_word(&self, entry: &impl HostEntry, addr: DeviceAddr) -> Result<u64, PluginError> {
         let mut word = [0u8; 8];
         // SAFETY: callers pass the address of an image global whose ELF symbol size was
         // checked to be 8 bytes.
@@ -787,7 +813,7 @@ impl<'a> LoadContext<'a> {
     /// device addresses and fail the copy instead.
     fn check_device_vtable(
         &self,
-        entry: &OffloadEntry,
+        entry: &impl HostEntry,
         global: DeviceAddr,
         device_vtable: DeviceAddr,
         len: usize,
@@ -803,7 +829,7 @@ impl<'a> LoadContext<'a> {
             .bias
             .or_else(|| {
                 symbols
-                    .address_of(entry.name.to_bytes())
+                    .address_of(entry.name().to_bytes())
                     .map(|image_addr| global.wrapping_sub(image_addr))
             })
             .is_some_and(|bias| {
@@ -823,9 +849,13 @@ impl<'a> LoadContext<'a> {
     }
 
     /// An 8-byte global of the image, address and size checked.
-    fn pointer_global(&self, entry: &OffloadEntry) -> Result<DeviceAddr, PluginError> {
+    fn pointer_global(
+        &self,
+        entry: &impl HostEntry,
+        dynamic: Option<Symbol>,
+    ) -> Result<DeviceAddr, PluginError> {
         if self.own_tables().is_some() {
-            let (addr, sym) = self.indirect_target(entry, Wanted::Data)?;
+            let (addr, sym) = self.indirect_target(entry, Wanted::Data, dynamic)?;
             return match sym.map(|s| s.size) {
                 Some(8) => Ok(addr),
                 n => Err(self.entry_err(
@@ -837,7 +867,7 @@ impl<'a> LoadContext<'a> {
                 )),
             };
         }
-        match self.symbol_size(&entry.name) {
+        match self.symbol_size(entry.name()) {
             Some(8) => {}
             Some(n) => {
                 return Err(self.entry_err(
@@ -852,86 +882,101 @@ impl<'a> LoadContext<'a> {
             }
         }
         self.module
-            .global(&entry.name)
+            .global(entry.name())
             .map_err(|e| self.entry_err(entry, e.to_string()))
     }
 
     /// One device entry per host entry, in order, plus the (host, device) function pairs.
-    fn resolve_entries<'e>(
+    fn resolve_entries<'e, E: HostEntry>(
         &self,
-        entries: &'e [OffloadEntry],
-    ) -> Result<(Vec<DeviceEntry>, Vec<IndirectPair<'e>>), PluginError> {
+        entries: &'e [E],
+    ) -> Result<(Vec<DeviceAddr>, Vec<IndirectPair<'e>>), PluginError> {
         let mut out = Vec::with_capacity(entries.len());
-        let mut pairs = Vec::new();
+        // Sized once: growing by doubling copied and page-faulted it several times over.
+        let indirect = entries
+            .iter()
+            .filter(|e| e.flags() & crate::entries::FLAG_INDIRECT != 0)
+            .count();
+        let mut pairs = Vec::with_capacity(indirect);
         for entry in entries {
-            let kind = entry.kind().ok_or_else(|| {
-                self.entry_err(
-                    entry,
-                    format!(
-                        "flags {:#x} with size {} is not a known kind of offload entry",
-                        entry.flags, entry.size
-                    ),
-                )
-            })?;
-            let addr = match kind {
-                EntryKind::Kernel | EntryKind::Global => self.exported(entry, kind)?,
-                EntryKind::IndirectFunction => {
-                    let (f, _) = self.indirect_target(entry, Wanted::Function)?;
-                    pairs.push(IndirectPair {
-                        host_ptr: entry.host_addr,
-                        tgt_ptr: f,
-                        origin: Origin::Entry(entry.name.to_bytes()),
-                    });
-                    f
-                }
-                EntryKind::IndirectThroughGlobal => {
-                    let global = self.pointer_global(entry)?;
-                    let f = self.read_word(entry, global)?;
-                    if f == 0 {
-                        return Err(self.entry_err(
-                            entry,
-                            "its device global holds a null pointer: there is no device \
-                             function to call",
-                        ));
-                    }
-                    pairs.push(IndirectPair {
-                        host_ptr: entry.host_addr,
-                        tgt_ptr: f,
-                        origin: Origin::Entry(entry.name.to_bytes()),
-                    });
-                    // libomptarget 16 maps a size-8 entry's host address to what we
-                    // return here, and translates pointers through that map (a function
-                    // pointer captured by a target region): so return the device
-                    // function, not the global that holds it.
-                    f
-                }
-                EntryKind::IndirectVtable => {
-                    let global = self.pointer_global(entry)?;
-                    let device_vtable = self.read_word(entry, global)?;
-                    let host = entry.host_vtable.as_deref().ok_or_else(|| {
-                        self.entry_err(entry, "the host vtable's contents were not provided")
-                    })?;
-                    self.check_device_vtable(entry, global, device_vtable, host.len())?;
-                    let mut dev = vec![0u8; host.len()];
-                    // SAFETY: the device global holds the device vtable's address, which
-                    // is not null and, where the image's symbols are known, lies inside
-                    // one of its symbols with room for the whole vtable
-                    // (check_device_vtable); the device vtable has the host one's layout.
-                    unsafe { self.plugin.backend.read(self.d, device_vtable, &mut dev) }.map_err(
-                        |e| self.entry_err(entry, format!("reading the device vtable: {e}")),
-                    )?;
-                    pairs.extend(fptr::vtable_pairs(entry.name.to_bytes(), host, &dev));
-                    // The device counterpart of the host vtable object.
-                    device_vtable
-                }
-            };
-            out.push(DeviceEntry {
-                addr,
-                size: entry.size,
-                flags: entry.flags,
-            });
+            let dynamic = self
+                .own_tables()
+                .and_then(|(symbols, _)| symbols.dynamic(entry.name().to_bytes()));
+            out.push(self.resolve(entry, dynamic, &mut pairs)?);
         }
         Ok((out, pairs))
+    }
+
+    /// One entry's device address; its (host, device) function pairs go to `pairs`.
+    fn resolve<'e, E: HostEntry>(
+        &self,
+        entry: &'e E,
+        dynamic: Option<Symbol>,
+        pairs: &mut Vec<IndirectPair<'e>>,
+    ) -> Result<DeviceAddr, PluginError> {
+        let kind = entry.kind().ok_or_else(|| {
+            self.entry_err(
+                entry,
+                format!(
+                    "flags {:#x} with size {} is not a known kind of offload entry",
+                    entry.flags(),
+                    entry.size()
+                ),
+            )
+        })?;
+        let addr = match kind {
+            EntryKind::Kernel | EntryKind::Global => self.exported(entry, kind, dynamic)?,
+            EntryKind::IndirectFunction => {
+                let (f, _) = self.indirect_target(entry, Wanted::Function, dynamic)?;
+                pairs.push(IndirectPair {
+                    host_ptr: entry.host_addr(),
+                    tgt_ptr: f,
+                    origin: Origin::Entry(entry.name().to_bytes()),
+                });
+                f
+            }
+            EntryKind::IndirectThroughGlobal => {
+                let global = self.pointer_global(entry, dynamic)?;
+                let f = self.read_word(entry, global)?;
+                if f == 0 {
+                    return Err(self.entry_err(
+                        entry,
+                        "its device global holds a null pointer: there is no device \
+                             function to call",
+                    ));
+                }
+                pairs.push(IndirectPair {
+                    host_ptr: entry.host_addr(),
+                    tgt_ptr: f,
+                    origin: Origin::Entry(entry.name().to_bytes()),
+                });
+                // libomptarget 16 maps a size-8 entry's host address to what we
+                // return here, and translates pointers through that map (a function
+                // pointer captured by a target region): so return the device
+                // function, not the global that holds it.
+                f
+            }
+            EntryKind::IndirectVtable => {
+                let global = self.pointer_global(entry, dynamic)?;
+                let device_vtable = self.read_word(entry, global)?;
+                let host = entry.host_vtable().ok_or_else(|| {
+                    self.entry_err(entry, "the host vtable's contents were not provided")
+                })?;
+                self.check_device_vtable(entry, global, device_vtable, host.len())?;
+                let mut dev = vec![0u8; host.len()];
+                // SAFETY: the device global holds the device vtable's address, which
+                // is not null and, where the image's symbols are known, lies inside
+                // one of its symbols with room for the whole vtable
+                // (check_device_vtable); the device vtable has the host one's layout.
+                unsafe { self.plugin.backend.read(self.d, device_vtable, &mut dev) }.map_err(
+                    |e| self.entry_err(entry, format!("reading the device vtable: {e}")),
+                )?;
+                pairs.extend(fptr::vtable_pairs(entry.name().to_bytes(), host, &dev));
+                // The device counterpart of the host vtable object.
+                device_vtable
+            }
+        };
+        Ok(addr)
     }
 
     /// Upload the table and patch the device runtime's globals, if the image has them.

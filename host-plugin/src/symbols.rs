@@ -305,8 +305,19 @@ impl<'a> ImageSymbols<'a> {
     /// of that name (static functions of two translation units may share it). Either
     /// way it must be what `wanted` says and lie inside the image's segments.
     pub fn indirect_target(&self, name: &[u8], wanted: Wanted) -> Result<Symbol, SymbolError> {
+        self.indirect_target_given(name, wanted, self.dynamic(name))
+    }
+
+    /// [`Self::indirect_target`] where `dynamic` is `name`'s dynamic lookup, done
+    /// already.
+    pub fn indirect_target_given(
+        &self,
+        name: &[u8],
+        wanted: Wanted,
+        dynamic: Option<Symbol>,
+    ) -> Result<Symbol, SymbolError> {
         let named = || String::from_utf8_lossy(name).into_owned();
-        let sym = match self.dynamic(name) {
+        let sym = match dynamic {
             Some(sym) => sym,
             None => self.static_definition(name, wanted)?,
         };
