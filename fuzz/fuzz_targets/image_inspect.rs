@@ -35,6 +35,12 @@ fuzz_target!(|data: &[u8]| {
         Ok(symbols) => {
             // Accepted: an x86-64 ELF64 (so the cheap check said yes too).
             assert!(valid);
+            // Batched lookups give the one-by-one answers.
+            let mut batched = Vec::new();
+            symbols.dynamic_batch(NAMES, &mut batched);
+            for (name, found) in NAMES.iter().zip(&batched) {
+                assert_eq!(*found, symbols.dynamic(name));
+            }
             for name in NAMES {
                 let _ = symbols.size_of(name);
                 // The seed convention's rule: the GNU hash table, then the static

@@ -18,6 +18,7 @@ pub mod error;
 pub mod fptr;
 pub mod image;
 pub mod plugin;
+mod prefetch;
 pub mod radix;
 pub mod symbols;
 

@@ -712,6 +712,11 @@ impl Plugin {
     }
 }
 
+/// Entries resolved together: their symbol lookups and pointer reads are requested for
+/// the whole batch first (see [`LoadContext::look_up`]). Enough lookups in flight to
+/// cover the memory latency, few enough that their lines stay in the L1 cache.
+const RESOLVE_BATCH: usize = 32;
+
 /// What resolving one image's entries needs to know.
 struct LoadContext<'a> {
     plugin: &'a Plugin,
@@ -735,7 +740,7 @@ impl<'a> LoadContext<'a> {
 
     /// A kernel's or a global's device address: an exported symbol of the image.
     /// `dynamic`: the entry's name looked up in the image's dynamic symbol table, where
-    /// the tables are known.
+    /// the tables are known ([`Self::look_up`]).
     fn exported(
         &self,
         entry: &impl HostEntry,
@@ -898,13 +903,44 @@ impl<'a> LoadContext<'a> {
             .filter(|e| e.flags() & crate::entries::FLAG_INDIRECT != 0)
             .count();
         let mut pairs = Vec::with_capacity(indirect);
-        for entry in entries {
-            let dynamic = self
-                .own_tables()
-                .and_then(|(symbols, _)| symbols.dynamic(entry.name().to_bytes()));
-            out.push(self.resolve(entry, dynamic, &mut pairs)?);
+        let (mut names, mut found) = (Vec::new(), Vec::new());
+        for batch in entries.chunks(RESOLVE_BATCH) {
+            self.look_up(batch, &mut names, &mut found);
+            for (entry, &dynamic) in batch.iter().zip(&found) {
+                out.push(self.resolve(entry, dynamic, &mut pairs)?);
+            }
         }
         Ok((out, pairs))
+    }
+
+    /// The batch's names looked up in the image's dynamic symbol table (where its
+    /// tables are known; else `None` each), and the pointer globals among them announced
+    /// to the backend as about to be read: the batch's cache misses then overlap.
+    fn look_up<'e, E: HostEntry>(
+        &self,
+        batch: &'e [E],
+        names: &mut Vec<&'e [u8]>,
+        found: &mut Vec<Option<Symbol>>,
+    ) {
+        found.clear();
+        let Some((symbols, bias)) = self.own_tables() else {
+            found.resize(batch.len(), None);
+            return;
+        };
+        names.clear();
+        names.extend(batch.iter().map(|e| e.name().to_bytes()));
+        symbols.dynamic_batch(names, found);
+        for (entry, sym) in batch.iter().zip(found.iter()) {
+            let holds_pointer = matches!(
+                entry.kind(),
+                Some(EntryKind::IndirectThroughGlobal | EntryKind::IndirectVtable)
+            );
+            if let (Some(sym), true) = (sym, holds_pointer) {
+                self.plugin
+                    .backend
+                    .prefetch(self.d, bias.wrapping_add(sym.value));
+            }
+        }
     }
 
     /// One entry's device address; its (host, device) function pairs go to `pairs`.

@@ -7,8 +7,10 @@
 //! the static linker turns it into a LOCAL symbol of `.symtab`) through an index of the
 //! static symbol table, built the first time one is asked for.
 
-use object::elf::{self, FileHeader64, Sym64};
-use object::read::elf::{ElfFile64, GnuHashTable, ProgramHeader, Sym, SymbolTable, VersionTable};
+use object::elf::{self, FileHeader64, SectionHeader64, Sym64};
+use object::read::elf::{
+    ElfFile64, GnuHashTable, ProgramHeader, SectionHeader, Sym, SymbolTable, VersionTable,
+};
 use object::{LittleEndian as LE, SymbolIndex};
 use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
@@ -165,13 +167,17 @@ struct Segment {
 /// The dynamic symbol table and the means to look names up in it.
 enum Dynamic<'a> {
     /// The image's GNU hash table over its `.dynsym`.
-    Hashed {
-        table: SymbolTable<'a, Elf>,
-        hash: GnuHashTable<'a, Elf>,
-        versions: VersionTable<'a, Elf>,
-    },
+    Hashed(Box<Hashed<'a>>),
     /// No usable GNU hash table: every defined dynamic symbol, by name.
     Map(FxHashMap<&'a [u8], Symbol>),
+}
+
+/// `.dynsym` and the GNU hash table over it.
+struct Hashed<'a> {
+    table: SymbolTable<'a, Elf>,
+    hash: GnuHashTable<'a, Elf>,
+    versions: VersionTable<'a, Elf>,
+    hints: HashLayout<'a>,
 }
 
 /// Defined symbols of `.symtab` by name: most names have one definition, a few
@@ -212,17 +218,18 @@ impl<'a> ImageSymbols<'a> {
         let sections = file.elf_section_table();
         let table = sections.symbols(LE, bytes, elf::SHT_DYNSYM)?;
         let hash = match sections.gnu_hash(LE, bytes)? {
-            Some((hash, link)) if link == table.section() && usable_gnu_hash(file, bytes)? => {
-                Some(hash)
+            Some((hash, link)) if link == table.section() => {
+                HashLayout::parse(file, bytes, &table)?.map(|hints| (hash, hints))
             }
             _ => None,
         };
         let dynamic = match hash {
-            Some(hash) => Dynamic::Hashed {
+            Some((hash, hints)) => Dynamic::Hashed(Box::new(Hashed {
                 table,
                 hash,
                 versions: sections.versions(LE, bytes)?.unwrap_or_default(),
-            },
+                hints,
+            })),
             None => {
                 let mut map = FxHashMap::default();
                 for sym in table.symbols().iter().filter(|s| is_definition(s)) {
@@ -268,13 +275,43 @@ impl<'a> ImageSymbols<'a> {
 
     /// The exported definition of `name`, as the dynamic loader finds it by name.
     pub fn dynamic(&self, name: &[u8]) -> Option<Symbol> {
+        self.dynamic_hashed(name, elf::gnu_hash(name))
+    }
+
+    /// [`Self::dynamic`] for many names, same answers (`found` gets one per name, in
+    /// order). In a table of millions of symbols every lookup misses the cache four
+    /// times (bloom word, bucket, chain, symbol) and once more for the name; one after
+    /// another they cost more than dlsym's. Here the memory each lookup will read is
+    /// requested for the whole batch first, stage by stage, so the misses overlap.
+    pub fn dynamic_batch(&self, names: &[&[u8]], found: &mut Vec<Option<Symbol>>) {
+        found.clear();
+        let Dynamic::Hashed(hashed) = &self.dynamic else {
+            found.extend(names.iter().map(|n| self.dynamic(n)));
+            return;
+        };
+        let hashes: Vec<u32> = names.iter().map(|n| elf::gnu_hash(n)).collect();
+        let hints = &hashed.hints;
+        for &h in &hashes {
+            hints.request_bucket(h);
+        }
+        let chains: Vec<u32> = hashes.iter().map(|&h| hints.request_chain(h)).collect();
+        for &at in &chains {
+            hints.request_name(at);
+        }
+        found.extend(
+            names
+                .iter()
+                .zip(&hashes)
+                .map(|(n, &h)| self.dynamic_hashed(n, h)),
+        );
+    }
+
+    fn dynamic_hashed(&self, name: &[u8], name_hash: u32) -> Option<Symbol> {
         match &self.dynamic {
-            Dynamic::Hashed {
-                table,
-                hash,
-                versions,
-            } => {
-                let (_, sym) = hash.find(LE, name, elf::gnu_hash(name), None, table, versions)?;
+            Dynamic::Hashed(h) => {
+                let (_, sym) = h
+                    .hash
+                    .find(LE, name, name_hash, None, &h.table, &h.versions)?;
                 // The loader skips undefined and local symbols in a chain; a well-formed
                 // image has none there.
                 (is_definition(sym) && sym.st_bind() != elf::STB_LOCAL)
@@ -309,7 +346,7 @@ impl<'a> ImageSymbols<'a> {
     }
 
     /// [`Self::indirect_target`] where `dynamic` is `name`'s dynamic lookup, done
-    /// already.
+    /// already ([`Self::dynamic_batch`]).
     pub fn indirect_target_given(
         &self,
         name: &[u8],
@@ -433,7 +470,8 @@ impl<'a> ImageSymbols<'a> {
         self.extents.get_or_init(|| {
             let sized = |sym: &Symbol| (sym.size > 0).then_some((sym.value, sym.size));
             let mut extents: Vec<(u64, u64)> = match &self.dynamic {
-                Dynamic::Hashed { table, .. } => table
+                Dynamic::Hashed(h) => h
+                    .table
                     .symbols()
                     .iter()
                     .filter(|s| is_definition(s))
@@ -474,13 +512,104 @@ impl<'a> ImageSymbols<'a> {
     }
 }
 
-/// The GNU hash table's header holds what object's lookup divides by and masks with:
-/// at least one bucket, a power-of-two count of bloom words. An image without them is
-/// looked up through a map instead (the x86_64 checks refuse it before that).
-fn usable_gnu_hash(file: &ElfFile64<'_, LE>, bytes: &[u8]) -> Result<bool, object::Error> {
-    let header = file.elf_section_table().gnu_hash_header(LE, bytes)?;
-    Ok(header
-        .is_some_and(|h| h.bucket_count.get(LE) > 0 && h.bloom_count.get(LE).is_power_of_two()))
+/// Where a GNU hash lookup reads, for [`ImageSymbols::dynamic_batch`] to ask for it
+/// early. Only hints: the lookup itself is object's; a wrong hint costs time, nothing
+/// else (every read here is bounds-checked and prefetches never fault).
+struct HashLayout<'a> {
+    /// `{nbuckets, symoffset, bloom_size, bloom_shift}`, bloom words, buckets, chains.
+    bytes: &'a [u8],
+    bloom_words: u32,
+    buckets: u32,
+    symoffset: u32,
+    symbols: &'a [Sym64<LE>],
+    strings: &'a [u8],
+}
+
+impl<'a> HashLayout<'a> {
+    /// None where object's lookup could not use the table: it divides by the bucket
+    /// count and masks with the bloom word count, so at least one bucket and a power of
+    /// two of bloom words (an image without them is looked up through a map; the x86_64
+    /// checks refuse it first).
+    fn parse(
+        file: &ElfFile64<'a, LE>,
+        bytes: &'a [u8],
+        table: &SymbolTable<'a, Elf>,
+    ) -> Result<Option<Self>, object::Error> {
+        let sections = file.elf_section_table();
+        let Some(section) = sections.iter().find(|s| s.sh_type(LE) == elf::SHT_GNU_HASH) else {
+            return Ok(None);
+        };
+        let Some(header) = sections.gnu_hash_header(LE, bytes)? else {
+            return Ok(None);
+        };
+        let (buckets, bloom_words) = (header.bucket_count.get(LE), header.bloom_count.get(LE));
+        if buckets == 0 || !bloom_words.is_power_of_two() {
+            return Ok(None);
+        }
+        let data = |s: &SectionHeader64<LE>| s.data(LE, bytes).ok();
+        let strings = sections
+            .section(table.string_section())
+            .ok()
+            .and_then(data)
+            .unwrap_or_default();
+        Ok(Some(HashLayout {
+            bytes: data(section).unwrap_or_default(),
+            bloom_words,
+            buckets,
+            symoffset: header.symbol_base.get(LE),
+            symbols: table.symbols(),
+            strings,
+        }))
+    }
+
+    fn word(&self, at: usize) -> Option<u32> {
+        let b = self.bytes.get(at..at.checked_add(4)?)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn buckets_at(&self) -> usize {
+        16 + 8 * self.bloom_words as usize
+    }
+
+    fn bucket_of(&self, hash: u32) -> usize {
+        self.buckets_at() + 4 * (hash % self.buckets) as usize
+    }
+
+    /// Ask for the bloom word and the bucket of `hash`.
+    fn request_bucket(&self, hash: u32) {
+        let bloom = 16 + 8 * ((hash / 64) & (self.bloom_words - 1)) as usize;
+        prefetch(self.bytes, bloom);
+        prefetch(self.bytes, self.bucket_of(hash));
+    }
+
+    /// Read the bucket (requested before), ask for its chain word and first symbol;
+    /// returns that symbol's index (0: none).
+    fn request_chain(&self, hash: u32) -> u32 {
+        let Some(index) = self
+            .word(self.bucket_of(hash))
+            .filter(|&i| i >= self.symoffset && i > 0)
+        else {
+            return 0;
+        };
+        let chains = self.buckets_at() + 4 * self.buckets as usize;
+        prefetch(self.bytes, chains + 4 * (index - self.symoffset) as usize);
+        prefetch(self.symbols, index as usize);
+        index
+    }
+
+    /// Read the symbol (requested before), ask for its name.
+    fn request_name(&self, index: u32) {
+        if let Some(sym) = self.symbols.get(index as usize).filter(|_| index > 0) {
+            prefetch(self.strings, sym.st_name(LE) as usize);
+        }
+    }
+}
+
+/// Ask the CPU to bring `items[at]` into the cache, if `at` is inside `items`.
+fn prefetch<T>(items: &[T], at: usize) {
+    if let Some(item) = items.get(at) {
+        crate::prefetch::read(item);
+    }
 }
 
 /// The name of the nearest `STT_FILE` symbol before symbol `index`: linkers keep each

@@ -287,3 +287,37 @@ fn gpu_kinds_have_no_devices_yet() {
     }
     assert_eq!(Plugin::new(PluginKind::X86_64).device_count(), 4);
 }
+
+/// The image's own GNU hash table finds every exported definition at the address its
+/// .dynsym gives (read independently with the object crate), one name at a time and
+/// batched, and nothing for names the image does not export.
+#[test]
+fn symbol_lookups_through_the_gnu_hash_table_match_the_dynamic_symbol_table() {
+    use object::{Object, ObjectSymbol};
+    let image = host_image("device_image", true);
+    let symbols = host_plugin::image::inspect_shared_object(&image, object::elf::EM_X86_64)
+        .expect("a valid image");
+    let file = object::File::parse(&*image).unwrap();
+    let exported: Vec<(Vec<u8>, u64)> = file
+        .dynamic_symbols()
+        .filter(|s| s.is_definition() && s.is_global())
+        .map(|s| (s.name_bytes().unwrap().to_vec(), s.address()))
+        .collect();
+    assert!(exported.len() > 10, "{}", exported.len());
+    let mut names: Vec<&[u8]> = exported.iter().map(|(n, _)| n.as_slice()).collect();
+    names.extend([&b"no_such_symbol"[..], b"", b"add_onex"]);
+    let mut batched = Vec::new();
+    symbols.dynamic_batch(&names, &mut batched);
+    assert_eq!(batched.len(), names.len());
+    for (i, name) in names.iter().enumerate() {
+        let one = symbols.dynamic(name);
+        assert_eq!(batched[i], one, "{}", String::from_utf8_lossy(name));
+        let expected = exported.get(i).map(|&(_, addr)| addr);
+        assert_eq!(
+            one.map(|s| s.value),
+            expected,
+            "{}",
+            String::from_utf8_lossy(name)
+        );
+    }
+}

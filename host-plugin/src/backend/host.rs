@@ -311,6 +311,10 @@ impl Backend for HostBackend {
         // Every operation on the host device completes before it returns.
         Ok(())
     }
+
+    fn prefetch(&self, _device: usize, addr: DeviceAddr) {
+        crate::prefetch::read_address(addr);
+    }
 }
 
 #[cfg(test)]

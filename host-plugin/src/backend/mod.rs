@@ -155,6 +155,11 @@ pub trait Backend: Send + Sync {
         crate::image::inspect_shared_object(image, self.elf_machine()).map(Some)
     }
 
+    /// A hint that the device memory at `addr` will be read soon (on the host, a CPU
+    /// prefetch: resolving a million pointer globals scattered over an image otherwise
+    /// waits for each cache miss in turn). No effect by default.
+    fn prefetch(&self, _device: usize, _addr: DeviceAddr) {}
+
     /// Can some device of this backend run the image (e.g. a cubin's SM)? Asked after
     /// the ELF machine matched, so libomptarget can pick another image of a fat binary.
     fn is_compatible(&self, _image: &[u8]) -> bool {
