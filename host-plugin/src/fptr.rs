@@ -71,73 +71,79 @@ pub fn build(pairs: Vec<IndirectPair>) -> Result<Vec<FptrMapEntry>, FptrError> {
             tgt_ptr: p.tgt_ptr,
         })
         .collect();
-    sorted_table(rows, |host| {
-        let same_host: Vec<&IndirectPair> = pairs.iter().filter(|p| p.host_ptr == host).collect();
-        conflict(host, &same_host, |p| p.tgt_ptr, |p| p.origin)
+    build_rows(rows, |host, rank| {
+        let mut same_host = pairs.iter().filter(|p| p.host_ptr == host);
+        same_host.nth(rank).map(|p| p.origin)
+    })
+}
+
+/// [`build`] for rows gathered without their origins (a million-entry load would keep
+/// 48 bytes per pair for names only an error reads): `origin(host, rank)` names the
+/// `rank`-th input row with host address `host`, counted in input order from 0; it is
+/// asked only to describe a conflict.
+pub fn build_rows<'a>(
+    rows: Vec<FptrMapEntry>,
+    origin: impl Fn(u64, usize) -> Option<Origin<'a>>,
+) -> Result<Vec<FptrMapEntry>, FptrError> {
+    sorted_table(rows, |c| {
+        let name = |rank| origin(c.host, rank).map_or_else(String::new, |o| o.to_string());
+        FptrError::Conflict {
+            host: c.host,
+            first: name(0),
+            first_tgt: c.first_tgt,
+            second: name(c.second_rank),
+            second_tgt: c.second_tgt,
+        }
     })
 }
 
 /// Validate a table handed to us whole (`__tgt_rtl_set_function_ptr_map`): same rules.
 pub fn from_rows(rows: &[FptrMapEntry]) -> Result<Vec<FptrMapEntry>, FptrError> {
-    sorted_table(rows.to_vec(), |host| {
-        let same_host: Vec<(usize, &FptrMapEntry)> = rows
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.host_ptr == host)
-            .collect();
-        conflict(
-            host,
-            &same_host,
-            |(_, r)| r.tgt_ptr,
-            |&(i, _)| Origin::Row(i),
-        )
+    build_rows(rows.to_vec(), |host, rank| {
+        let mut same_host = rows.iter().enumerate().filter(|(_, r)| r.host_ptr == host);
+        same_host.nth(rank).map(|(i, _)| Origin::Row(i))
     })
+}
+
+/// Two input rows of one host address with different targets: the first row of that
+/// address in input order, and the first after it with another target (rank: its place
+/// among the rows of that address).
+struct Collision {
+    host: u64,
+    first_tgt: u64,
+    second_tgt: u64,
+    second_rank: usize,
 }
 
 /// Sort rows by host address (stable: rows of one address keep their input order, so
 /// an error names entries in image order), drop exact duplicates; a host address with
-/// two targets becomes `conflict(host)`.
+/// two targets becomes `conflict(..)`.
 fn sorted_table(
     mut rows: Vec<FptrMapEntry>,
-    conflict: impl FnOnce(u64) -> FptrError,
+    conflict: impl FnOnce(Collision) -> FptrError,
 ) -> Result<Vec<FptrMapEntry>, FptrError> {
     crate::radix::sort_by_u64_key(&mut rows, |r| r.host_ptr);
     let mut kept = 0;
+    let mut group_start = 0;
     for i in 0..rows.len() {
         let row = rows[i];
         if kept > 0 && rows[kept - 1].host_ptr == row.host_ptr {
             if rows[kept - 1].tgt_ptr != row.tgt_ptr {
-                return Err(conflict(row.host_ptr));
+                return Err(conflict(Collision {
+                    host: row.host_ptr,
+                    first_tgt: rows[kept - 1].tgt_ptr,
+                    second_tgt: row.tgt_ptr,
+                    second_rank: i - group_start,
+                }));
             }
             continue;
         }
+        group_start = i;
         rows[kept] = row;
         kept += 1;
     }
     rows.truncate(kept);
     Ok(rows)
-}
-
-/// The conflict at `host`: its first input (in input order) and the first after it with
-/// another target, as a stable sort puts them side by side.
-fn conflict<P>(
-    host: u64,
-    same_host: &[P],
-    target: impl Fn(&P) -> u64,
-    origin: impl Fn(&P) -> Origin,
-) -> FptrError {
-    let first = same_host.first();
-    let second = first.and_then(|f| same_host.iter().find(|p| target(p) != target(f)));
-    let describe =
-        |p: Option<&P>| p.map_or((String::new(), 0), |p| (origin(p).to_string(), target(p)));
-    let ((first, first_tgt), (second, second_tgt)) = (describe(first), describe(second));
-    FptrError::Conflict {
-        host,
-        first,
-        first_tgt,
-        second,
-        second_tgt,
-    }
 }
 
 /// Pairs for an indirect vtable: host slot i -> device slot i, both read as 8-byte words.

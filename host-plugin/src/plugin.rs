@@ -9,7 +9,7 @@ use crate::backend::{
 };
 use crate::entries::{EntryKind, HostEntry, OffloadEntry};
 use crate::error::PluginError;
-use crate::fptr::{self, FptrMapEntry, IndirectPair, Origin};
+use crate::fptr::{self, FptrMapEntry, Origin};
 use crate::symbols::{Symbol, Wanted};
 use crate::{diag, image};
 use std::collections::{HashMap, HashSet};
@@ -264,21 +264,26 @@ impl Plugin {
             symbols: symbols.as_ref(),
             bias: module.load_bias(),
         };
-        let (device_entries, pairs) = ctx.resolve_entries(entries)?;
+        let (device_entries, rows) = ctx.resolve_entries(entries)?;
         // Entry names by host address, for the table dump: only built when the dump will
         // be printed (a name copy and a hash insert per entry; with the entry copy the
         // image no longer keeps, 18 % of a 1M-entry load, see docs/BENCHMARKS.md 1d).
         let dump =
             diag::info_enabled(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE) || diag::debug_enabled();
         let origins: HashMap<u64, String> = if dump {
-            pairs
-                .iter()
-                .map(|p| (p.host_ptr, p.origin.to_string()))
+            row_origins(entries)
+                .map(|(host, origin)| (host, origin.to_string()))
                 .collect()
         } else {
             HashMap::new()
         };
-        let table = fptr::build(pairs).map_err(|source| PluginError::Fptr {
+        let nth_origin = |host, rank| {
+            row_origins(entries)
+                .filter(|&(h, _)| h == host)
+                .nth(rank)
+                .map(|(_, origin)| origin)
+        };
+        let table = fptr::build_rows(rows, nth_origin).map_err(|source| PluginError::Fptr {
             image: name.clone(),
             device,
             source,
@@ -712,6 +717,31 @@ impl Plugin {
     }
 }
 
+/// The (host address, origin) of every table row the entries give, in the order
+/// [`LoadContext::resolve_entries`] gathers them: the rows carry no names, so a conflict
+/// or the table dump finds them again from the host side alone.
+fn row_origins<'e, E: HostEntry>(entries: &'e [E]) -> impl Iterator<Item = (u64, Origin<'e>)> {
+    entries.iter().flat_map(|e| {
+        let name = e.name().to_bytes();
+        let kind = e.kind();
+        let function = matches!(
+            kind,
+            Some(EntryKind::IndirectFunction | EntryKind::IndirectThroughGlobal)
+        )
+        .then(|| (e.host_addr(), Origin::Entry(name)));
+        // The slots vtable_pairs pairs up (the host vtable stands in for the device one:
+        // only the host side is named).
+        let slots = e
+            .host_vtable()
+            .filter(|_| kind == Some(EntryKind::IndirectVtable))
+            .map(|host| fptr::vtable_pairs(name, host, host))
+            .unwrap_or_default();
+        function
+            .into_iter()
+            .chain(slots.into_iter().map(|p| (p.host_ptr, p.origin)))
+    })
+}
+
 /// Entries resolved together: their symbol lookups and pointer reads are requested for
 /// the whole batch first (see [`LoadContext::look_up`]). Enough lookups in flight to
 /// cover the memory latency, few enough that their lines stay in the L1 cache.
@@ -769,6 +799,7 @@ impl<'a> LoadContext<'a> {
     fn indirect_target(
         &self,
         entry: &impl HostEntry,
+        name: &[u8],
         wanted: Wanted,
         dynamic: Option<Symbol>,
     ) -> Result<(DeviceAddr, Option<Symbol>), PluginError> {
@@ -782,7 +813,7 @@ impl<'a> LoadContext<'a> {
                 .map_err(|e| self.entry_err(entry, e.to_string()));
         };
         let sym = symbols
-            .indirect_target_given(entry.name().to_bytes(), wanted, dynamic)
+            .indirect_target_given(name, wanted, dynamic)
             .map_err(|e| self.entry_err(entry, e.to_string()))?;
         Ok((bias.wrapping_add(sym.value), Some(sym)))
     }
@@ -857,10 +888,11 @@ impl<'a> LoadContext<'a> {
     fn pointer_global(
         &self,
         entry: &impl HostEntry,
+        name: &[u8],
         dynamic: Option<Symbol>,
     ) -> Result<DeviceAddr, PluginError> {
         if self.own_tables().is_some() {
-            let (addr, sym) = self.indirect_target(entry, Wanted::Data, dynamic)?;
+            let (addr, sym) = self.indirect_target(entry, name, Wanted::Data, dynamic)?;
             return match sym.map(|s| s.size) {
                 Some(8) => Ok(addr),
                 n => Err(self.entry_err(
@@ -891,44 +923,46 @@ impl<'a> LoadContext<'a> {
             .map_err(|e| self.entry_err(entry, e.to_string()))
     }
 
-    /// One device entry per host entry, in order, plus the (host, device) function pairs.
-    fn resolve_entries<'e, E: HostEntry>(
+    /// One device address per host entry, in order, plus the table's (host, device)
+    /// rows, in the order [`row_origins`] names them.
+    fn resolve_entries<E: HostEntry>(
         &self,
-        entries: &'e [E],
-    ) -> Result<(Vec<DeviceAddr>, Vec<IndirectPair<'e>>), PluginError> {
+        entries: &[E],
+    ) -> Result<(Vec<DeviceAddr>, Vec<FptrMapEntry>), PluginError> {
         let mut out = Vec::with_capacity(entries.len());
         // Sized once: growing by doubling copied and page-faulted it several times over.
         let indirect = entries
             .iter()
             .filter(|e| e.flags() & crate::entries::FLAG_INDIRECT != 0)
             .count();
-        let mut pairs = Vec::with_capacity(indirect);
+        let mut rows = Vec::with_capacity(indirect);
         let (mut names, mut found) = (Vec::new(), Vec::new());
         for batch in entries.chunks(RESOLVE_BATCH) {
             self.look_up(batch, &mut names, &mut found);
-            for (entry, &dynamic) in batch.iter().zip(&found) {
-                out.push(self.resolve(entry, dynamic, &mut pairs)?);
+            for ((entry, name), &dynamic) in batch.iter().zip(&names).zip(&found) {
+                out.push(self.resolve(entry, name, dynamic, &mut rows)?);
             }
         }
-        Ok((out, pairs))
+        Ok((out, rows))
     }
 
-    /// The batch's names looked up in the image's dynamic symbol table (where its
-    /// tables are known; else `None` each), and the pointer globals among them announced
-    /// to the backend as about to be read: the batch's cache misses then overlap.
+    /// The batch's names (each read once: through the C ABI every read is a strlen),
+    /// looked up in the image's dynamic symbol table where its tables are known (else
+    /// `None` each), and the pointer globals among them announced to the backend as
+    /// about to be read: the batch's cache misses then overlap.
     fn look_up<'e, E: HostEntry>(
         &self,
         batch: &'e [E],
         names: &mut Vec<&'e [u8]>,
         found: &mut Vec<Option<Symbol>>,
     ) {
+        names.clear();
+        names.extend(batch.iter().map(|e| e.name().to_bytes()));
         found.clear();
         let Some((symbols, bias)) = self.own_tables() else {
             found.resize(batch.len(), None);
             return;
         };
-        names.clear();
-        names.extend(batch.iter().map(|e| e.name().to_bytes()));
         symbols.dynamic_batch(names, found);
         for (entry, sym) in batch.iter().zip(found.iter()) {
             let holds_pointer = matches!(
@@ -943,12 +977,14 @@ impl<'a> LoadContext<'a> {
         }
     }
 
-    /// One entry's device address; its (host, device) function pairs go to `pairs`.
-    fn resolve<'e, E: HostEntry>(
+    /// One entry's device address (`name` is its name); its (host, device) function
+    /// pairs go to `rows`.
+    fn resolve<E: HostEntry>(
         &self,
-        entry: &'e E,
+        entry: &E,
+        name: &[u8],
         dynamic: Option<Symbol>,
-        pairs: &mut Vec<IndirectPair<'e>>,
+        rows: &mut Vec<FptrMapEntry>,
     ) -> Result<DeviceAddr, PluginError> {
         let kind = entry.kind().ok_or_else(|| {
             self.entry_err(
@@ -960,58 +996,62 @@ impl<'a> LoadContext<'a> {
                 ),
             )
         })?;
-        let addr = match kind {
-            EntryKind::Kernel | EntryKind::Global => self.exported(entry, kind, dynamic)?,
-            EntryKind::IndirectFunction => {
-                let (f, _) = self.indirect_target(entry, Wanted::Function, dynamic)?;
-                pairs.push(IndirectPair {
-                    host_ptr: entry.host_addr(),
-                    tgt_ptr: f,
-                    origin: Origin::Entry(entry.name().to_bytes()),
-                });
-                f
-            }
-            EntryKind::IndirectThroughGlobal => {
-                let global = self.pointer_global(entry, dynamic)?;
-                let f = self.read_word(entry, global)?;
-                if f == 0 {
-                    return Err(self.entry_err(
-                        entry,
-                        "its device global holds a null pointer: there is no device \
-                             function to call",
-                    ));
+        let addr =
+            match kind {
+                EntryKind::Kernel | EntryKind::Global => self.exported(entry, kind, dynamic)?,
+                EntryKind::IndirectFunction => {
+                    let (f, _) = self.indirect_target(entry, name, Wanted::Function, dynamic)?;
+                    rows.push(FptrMapEntry {
+                        host_ptr: entry.host_addr(),
+                        tgt_ptr: f,
+                    });
+                    f
                 }
-                pairs.push(IndirectPair {
-                    host_ptr: entry.host_addr(),
-                    tgt_ptr: f,
-                    origin: Origin::Entry(entry.name().to_bytes()),
-                });
-                // libomptarget 16 maps a size-8 entry's host address to what we
-                // return here, and translates pointers through that map (a function
-                // pointer captured by a target region): so return the device
-                // function, not the global that holds it.
-                f
-            }
-            EntryKind::IndirectVtable => {
-                let global = self.pointer_global(entry, dynamic)?;
-                let device_vtable = self.read_word(entry, global)?;
-                let host = entry.host_vtable().ok_or_else(|| {
-                    self.entry_err(entry, "the host vtable's contents were not provided")
-                })?;
-                self.check_device_vtable(entry, global, device_vtable, host.len())?;
-                let mut dev = vec![0u8; host.len()];
-                // SAFETY: the device global holds the device vtable's address, which
-                // is not null and, where the image's symbols are known, lies inside
-                // one of its symbols with room for the whole vtable
-                // (check_device_vtable); the device vtable has the host one's layout.
-                unsafe { self.plugin.backend.read(self.d, device_vtable, &mut dev) }.map_err(
-                    |e| self.entry_err(entry, format!("reading the device vtable: {e}")),
-                )?;
-                pairs.extend(fptr::vtable_pairs(entry.name().to_bytes(), host, &dev));
-                // The device counterpart of the host vtable object.
-                device_vtable
-            }
-        };
+                EntryKind::IndirectThroughGlobal => {
+                    let global = self.pointer_global(entry, name, dynamic)?;
+                    let f = self.read_word(entry, global)?;
+                    if f == 0 {
+                        return Err(self.entry_err(
+                            entry,
+                            "its device global holds a null pointer: there is no device \
+                             function to call",
+                        ));
+                    }
+                    rows.push(FptrMapEntry {
+                        host_ptr: entry.host_addr(),
+                        tgt_ptr: f,
+                    });
+                    // libomptarget 16 maps a size-8 entry's host address to what we
+                    // return here, and translates pointers through that map (a function
+                    // pointer captured by a target region): so return the device
+                    // function, not the global that holds it.
+                    f
+                }
+                EntryKind::IndirectVtable => {
+                    let global = self.pointer_global(entry, name, dynamic)?;
+                    let device_vtable = self.read_word(entry, global)?;
+                    let host = entry.host_vtable().ok_or_else(|| {
+                        self.entry_err(entry, "the host vtable's contents were not provided")
+                    })?;
+                    self.check_device_vtable(entry, global, device_vtable, host.len())?;
+                    let mut dev = vec![0u8; host.len()];
+                    // SAFETY: the device global holds the device vtable's address, which
+                    // is not null and, where the image's symbols are known, lies inside
+                    // one of its symbols with room for the whole vtable
+                    // (check_device_vtable); the device vtable has the host one's layout.
+                    unsafe { self.plugin.backend.read(self.d, device_vtable, &mut dev) }.map_err(
+                        |e| self.entry_err(entry, format!("reading the device vtable: {e}")),
+                    )?;
+                    rows.extend(fptr::vtable_pairs(name, host, &dev).iter().map(|p| {
+                        FptrMapEntry {
+                            host_ptr: p.host_ptr,
+                            tgt_ptr: p.tgt_ptr,
+                        }
+                    }));
+                    // The device counterpart of the host vtable object.
+                    device_vtable
+                }
+            };
         Ok(addr)
     }
 

@@ -231,6 +231,40 @@ fn bad_images_and_entries_fail_with_clear_errors() {
         &["`add_one`", "`twice`", "0x5000"],
     );
 
+    // A vtable slot and a function entry: the table's rows carry no names, the error
+    // finds them again (the slot by its place in the vtable).
+    let mut vt = entry(
+        "vtable_ptr",
+        HOST_VTABLE,
+        24,
+        FLAG_INDIRECT | FLAG_INDIRECT_VTABLE,
+    );
+    vt.host_vtable = Some(words(&[0, HOST_ADD_ONE, HOST_ADD_ONE + 8]));
+    let slot_conflict = [
+        entry("twice", HOST_ADD_ONE + 8, 0, FLAG_INDIRECT),
+        vt,
+        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+    ];
+    // Slot 1 holds add_one on the device too: the same pair twice, no conflict; slot 2
+    // holds `twice`, as the entry before it says.
+    assert!(plugin.load_binary(0, 5, &image, &slot_conflict).is_ok());
+    plugin.unload(0, 5).unwrap();
+    // Host 0x5000: add_one twice (one row), then slot 2 mapping it to `twice`: the
+    // conflict is the third row of that address, named by its slot.
+    let mut vt_wrong = slot_conflict[1].clone();
+    vt_wrong.host_vtable = Some(words(&[0, HOST_ADD_ONE + 8, HOST_ADD_ONE]));
+    let crossed = [slot_conflict[2].clone(), slot_conflict[2].clone(), vt_wrong];
+    assert_load_fails(
+        &plugin,
+        &image,
+        &crossed,
+        &[
+            "host address 0x5000",
+            "by entry `add_one` and",
+            "by entry `vtable_ptr[2]`",
+        ],
+    );
+
     let not_pointer = [entry("not_a_pointer", 0x3000, 8, FLAG_INDIRECT)];
     assert_load_fails(&plugin, &image, &not_pointer, &["not_a_pointer", "4 bytes"]);
 
