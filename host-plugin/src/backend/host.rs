@@ -187,68 +187,15 @@ impl LoadedModule for HostModule {
     }
 }
 
-/// A unique name for an image file: dlopen needs a file, and the same image may be
+/// A unique path for the image file: dlopen needs a file, and the same image may be
 /// loaded on several devices at once.
-fn image_file_name() -> String {
+fn temp_image_path() -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("omptarget-rs-image-{}-{n}.so", std::process::id())
-}
-
-/// The directories image files are written to, in the order tried: `$TMPDIR` when it is
-/// set (the user's choice), else `/dev/shm` where it is a writable tmpfs that allows
-/// code (writing a 108 MB image there took half the time of an ext4 /tmp on the
-/// benchmark machine, docs/BENCHMARKS.md 1d), then the system's temporary directory.
-/// Only a failed write moves on to the next one (a full /dev/shm in a container).
-fn image_dirs() -> &'static [PathBuf] {
-    static DIRS: OnceLock<Vec<PathBuf>> = OnceLock::new();
-    DIRS.get_or_init(|| {
-        let mut dirs = Vec::new();
-        if std::env::var_os("TMPDIR").is_none() && memory_fs_for_code(c"/dev/shm") {
-            dirs.push(PathBuf::from("/dev/shm"));
-        }
-        dirs.push(std::env::temp_dir());
-        dirs
-    })
-}
-
-/// Whether `dir` is a tmpfs this process may write to and map code from.
-fn memory_fs_for_code(dir: &CStr) -> bool {
-    // SAFETY: statfs/statvfs/access read the NUL-terminated path and fill the buffers
-    // given, which are theirs to fill.
-    unsafe {
-        let mut fs: libc::statfs = std::mem::zeroed();
-        let mut vfs: libc::statvfs = std::mem::zeroed();
-        libc::statfs(dir.as_ptr(), &mut fs) == 0
-            && fs.f_type == libc::TMPFS_MAGIC
-            && libc::statvfs(dir.as_ptr(), &mut vfs) == 0
-            && vfs.f_flag & (libc::ST_NOEXEC | libc::ST_RDONLY) == 0
-            && libc::access(dir.as_ptr(), libc::W_OK | libc::X_OK) == 0
-    }
-}
-
-/// Write the image to a new file in the first directory that takes it.
-fn write_image_file(image: &[u8]) -> Result<PathBuf, BackendError> {
-    let name = image_file_name();
-    let mut last = None;
-    for dir in image_dirs() {
-        let path = dir.join(&name);
-        let written = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(image));
-        match written {
-            Ok(()) => return Ok(path),
-            Err(e) => {
-                let _ = std::fs::remove_file(&path);
-                last = Some(e);
-            }
-        }
-    }
-    Err(last.map_or_else(
-        || BackendError::Load("no directory to write the image to".into()),
-        BackendError::Io,
+    std::env::temp_dir().join(format!(
+        "omptarget-rs-image-{}-{}.so",
+        std::process::id(),
+        n
     ))
 }
 
@@ -270,13 +217,22 @@ impl Backend for HostBackend {
         _device: usize,
         image: &[u8],
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
-        let path = write_image_file(image)?;
+        let path = temp_image_path();
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(image));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&path);
+            return Err(e.into());
+        }
         // Local binding, like separate GPU modules: two images never interpose each
         // other's globals (each has its own `__omp_offloading_fptr_map_p`).
         // SAFETY: loading runs the image's ELF constructors; the image is a device image
         // libomptarget handed us to run, exactly what this device exists to execute.
         let opened = unsafe { Library::open(Some(&path), RTLD_LAZY | RTLD_LOCAL) };
-        // The mapping stays valid after the name is gone; no file is left behind.
+        // The mapping stays valid after the name is gone; nothing is left in /tmp.
         let _ = std::fs::remove_file(&path);
         let library = opened.map_err(|e| BackendError::Load(e.to_string()))?;
         let (library, load_bias) = load_bias_of(library)?;
@@ -409,19 +365,6 @@ mod tests {
     /// A function's address as the backend takes kernels.
     fn addr(f: *const ()) -> DeviceAddr {
         f as usize as DeviceAddr
-    }
-
-    #[test]
-    fn image_files_go_only_to_a_writable_tmpfs_or_the_temp_dir() {
-        assert!(!memory_fs_for_code(c"/no/such/directory"));
-        assert!(!memory_fs_for_code(c"/proc"), "procfs is no tmpfs");
-        let dirs = image_dirs();
-        assert_eq!(dirs.last(), Some(&std::env::temp_dir()));
-        assert!(dirs.len() <= 2);
-        let written = write_image_file(b"not an image").unwrap();
-        assert!(dirs.iter().any(|d| written.parent() == Some(d.as_path())));
-        assert_eq!(std::fs::read(&written).unwrap(), b"not an image");
-        std::fs::remove_file(written).unwrap();
     }
 
     #[test]
