@@ -742,11 +742,6 @@ fn row_origins<'e, E: HostEntry>(entries: &'e [E]) -> impl Iterator<Item = (u64,
     })
 }
 
-/// Entries resolved together: their symbol lookups and pointer reads are requested for
-/// the whole batch first (see [`LoadContext::look_up`]). Enough lookups in flight to
-/// cover the memory latency, few enough that their lines stay in the L1 cache.
-const RESOLVE_BATCH: usize = 32;
-
 /// What resolving one image's entries needs to know.
 struct LoadContext<'a> {
     plugin: &'a Plugin,
@@ -937,7 +932,9 @@ impl<'a> LoadContext<'a> {
             .count();
         let mut rows = Vec::with_capacity(indirect);
         let (mut names, mut found) = (Vec::new(), Vec::new());
-        for batch in entries.chunks(RESOLVE_BATCH) {
+        // In the batches the symbol tables look names up in: their pointer globals are
+        // then requested together too.
+        for batch in entries.chunks(crate::symbols::LOOKUP_BATCH) {
             self.look_up(batch, &mut names, &mut found);
             for ((entry, name), &dynamic) in batch.iter().zip(&names).zip(&found) {
                 out.push(self.resolve(entry, name, dynamic, &mut rows)?);
