@@ -216,27 +216,32 @@ impl Plugin {
         image_bytes: &[u8],
         entries: &[OffloadEntry],
     ) -> Result<Vec<DeviceEntry>, PluginError> {
-        let addrs = self.load_entries(device, key, image_bytes, entries)?;
-        Ok(addrs
-            .into_iter()
-            .zip(entries)
-            .map(|(addr, e)| DeviceEntry {
-                addr,
+        let mut out: Vec<DeviceEntry> = entries
+            .iter()
+            .map(|e| DeviceEntry {
+                addr: 0,
                 size: e.size,
                 flags: e.flags,
             })
-            .collect())
+            .collect();
+        self.load_entries(device, key, image_bytes, entries, |i, addr| {
+            out[i].addr = addr
+        })?;
+        Ok(out)
     }
 
     /// [`Plugin::load_binary`] for any kind of host entry (the C ABI reads
-    /// libomptarget's in place): each entry's device address, in order.
+    /// libomptarget's in place): `record(i, address)` gets entry `i`'s device address
+    /// as it is resolved, straight into the caller's table (no list of a million
+    /// addresses in between). If the load fails, what was recorded means nothing.
     pub fn load_entries<E: HostEntry>(
         &self,
         device: i32,
         key: usize,
         image_bytes: &[u8],
         entries: &[E],
-    ) -> Result<Vec<DeviceAddr>, PluginError> {
+        record: impl FnMut(usize, DeviceAddr),
+    ) -> Result<(), PluginError> {
         let (d, state) = self.device(device)?;
         let name = image_name(key, image_bytes.len());
         let symbols =
@@ -264,7 +269,7 @@ impl Plugin {
             symbols: symbols.as_ref(),
             bias: module.load_bias(),
         };
-        let (device_entries, rows) = ctx.resolve_entries(entries)?;
+        let (kernels, rows) = ctx.resolve_entries(entries, record)?;
         // Entry names by host address, for the table dump: only built when the dump will
         // be printed (a name copy and a hash insert per entry; with the entry copy the
         // image no longer keeps, 18 % of a 1M-entry load, see docs/BENCHMARKS.md 1d).
@@ -293,12 +298,6 @@ impl Plugin {
             .any(|e| e.flags() & crate::entries::FLAG_INDIRECT != 0);
         let fptr = ctx.install_table(table, &origins, has_indirect)?;
 
-        let kernels: Vec<DeviceAddr> = entries
-            .iter()
-            .zip(&device_entries)
-            .filter(|(e, _)| e.kind() == Some(EntryKind::Kernel))
-            .map(|(_, &addr)| addr)
-            .collect();
         let loaded = LoadedImage {
             key,
             name,
@@ -313,7 +312,7 @@ impl Plugin {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .extend(kernels);
-        Ok(device_entries)
+        Ok(())
     }
 
     /// Unload one image (if loaded): free its table, close it.
@@ -918,13 +917,14 @@ impl<'a> LoadContext<'a> {
             .map_err(|e| self.entry_err(entry, e.to_string()))
     }
 
-    /// One device address per host entry, in order, plus the table's (host, device)
-    /// rows, in the order [`row_origins`] names them.
+    /// Each entry's device address, to `record`; returns the kernels' addresses and the
+    /// table's (host, device) rows, in the order [`row_origins`] names them.
     fn resolve_entries<E: HostEntry>(
         &self,
         entries: &[E],
+        mut record: impl FnMut(usize, DeviceAddr),
     ) -> Result<(Vec<DeviceAddr>, Vec<FptrMapEntry>), PluginError> {
-        let mut out = Vec::with_capacity(entries.len());
+        let mut kernels = Vec::new();
         // Sized once: growing by doubling copied and page-faulted it several times over.
         let indirect = entries
             .iter()
@@ -934,13 +934,18 @@ impl<'a> LoadContext<'a> {
         let (mut names, mut found) = (Vec::new(), Vec::new());
         // In the batches the symbol tables look names up in: their pointer globals are
         // then requested together too.
-        for batch in entries.chunks(crate::symbols::LOOKUP_BATCH) {
+        let batches = entries.chunks(crate::symbols::LOOKUP_BATCH);
+        for (b, batch) in batches.enumerate() {
             self.look_up(batch, &mut names, &mut found);
-            for ((entry, name), &dynamic) in batch.iter().zip(&names).zip(&found) {
-                out.push(self.resolve(entry, name, dynamic, &mut rows)?);
+            for (j, ((entry, name), &dynamic)) in batch.iter().zip(&names).zip(&found).enumerate() {
+                let addr = self.resolve(entry, name, dynamic, &mut rows)?;
+                if entry.kind() == Some(EntryKind::Kernel) {
+                    kernels.push(addr);
+                }
+                record(b * crate::symbols::LOOKUP_BATCH + j, addr);
             }
         }
-        Ok((out, rows))
+        Ok((kernels, rows))
     }
 
     /// The batch's names (each read once: through the C ABI every read is a strlen),

@@ -393,15 +393,12 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(
         // SAFETY: image_bytes checked `image` is non-null; the entries are libomptarget's,
         // alive while the image is registered, longer than this call.
         let entries = unsafe { host_entries(device, &*image) }?;
-        let addrs = plugin().load_entries(device, key, bytes, entries)?;
-        let mut raw: Box<[TgtOffloadEntry]> = addrs
-            .iter()
-            .zip(entries)
-            .map(|(&addr, h)| TgtOffloadEntry {
-                addr: addr as *mut c_void,
-                ..h.0
-            })
-            .collect();
+        // The returned table: the host entries (their names are what LLVM's plugins
+        // return too), each address replaced by the device one as it resolves.
+        let mut raw: Box<[TgtOffloadEntry]> = entries.iter().map(|h| h.0).collect();
+        plugin().load_entries(device, key, bytes, entries, |i, addr| {
+            raw[i].addr = addr as *mut c_void
+        })?;
         let range = raw.as_mut_ptr_range();
         let mut table = Box::new(TgtTargetTable {
             entries_begin: range.start,
