@@ -75,8 +75,9 @@ pub trait LoadedModule: Send + Sync {
     fn global(&self, name: &CStr) -> Result<DeviceAddr, BackendError>;
     /// Device address of a function defined by the image.
     fn function(&self, name: &CStr) -> Result<DeviceAddr, BackendError>;
-    /// Device address of a non-kernel function named by a size-0 indirect entry. Where
-    /// functions are ordinary symbols (the host) this is `function`.
+    /// Device address of a non-kernel function named by a size-0 indirect entry, asked
+    /// only where the core cannot resolve it from the image's own symbol tables (no
+    /// [`LoadedModule::load_bias`]: the GPU backends).
     fn indirect_function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
         self.function(name)
     }
