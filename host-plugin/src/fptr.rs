@@ -229,10 +229,11 @@ mod tests {
     #[test]
     fn a_conflict_among_many_names_the_first_two_entries_in_input_order() {
         // Enough rows for the radix sort; the conflict is at host 0x5000 + 16 * 40.
-        let names: Vec<String> = (0..200).map(|i| format!("e{i}")).collect();
-        let mut pairs: Vec<IndirectPair> = (0..200u64)
+        let n = 5000u64;
+        let names: Vec<String> = (0..n).map(|i| format!("e{i}")).collect();
+        let mut pairs: Vec<IndirectPair> = (0..n)
             .map(|i| IndirectPair {
-                host_ptr: 0x5000 + 16 * ((i * 37) % 200),
+                host_ptr: 0x5000 + 16 * ((i * 37) % n),
                 tgt_ptr: 0x9000 + i,
                 origin: Origin::Entry(names[i as usize].as_bytes()),
             })
@@ -264,14 +265,17 @@ mod tests {
                 second_tgt: 0x1,
             }
         );
-        let rows: Vec<FptrMapEntry> = (0..100u64)
+        let rows: Vec<FptrMapEntry> = (0..5000u64)
             .map(|i| FptrMapEntry {
-                host_ptr: 0x7000 + 8 * (i % 90),
+                host_ptr: 0x7000 + 8 * (i % 4990),
                 tgt_ptr: i,
             })
             .collect();
         let err = from_rows(&rows).unwrap_err().to_string();
-        assert!(err.contains("`row 0`") && err.contains("`row 90`"), "{err}");
+        assert!(
+            err.contains("`row 0`") && err.contains("`row 4990`"),
+            "{err}"
+        );
     }
 
     #[test]
