@@ -436,6 +436,12 @@ impl<'a> ImageSymbols<'a> {
         // A function's aliases share its address: one definition.
         found.sort_by_key(|&(i, s)| (s.value, i));
         found.dedup_by_key(|(_, s)| s.value);
+        // Only definitions of the wanted kind compete (a static variable of the same
+        // name in another file is no rival for a function); with none of that kind, the
+        // one there is gets its precise refusal from the caller.
+        if found.iter().any(|&(_, s)| Self::kind_qualifies(s, wanted)) {
+            found.retain(|&(_, s)| Self::kind_qualifies(s, wanted));
+        }
         match found.as_slice() {
             [] => Err(SymbolError::NotFound {
                 name: named(),

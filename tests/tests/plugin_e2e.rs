@@ -297,6 +297,22 @@ fn static_functions_of_one_name_in_two_files_fail_naming_both() {
 }
 
 #[test]
+fn a_static_variable_of_the_same_name_is_no_rival_for_a_function() {
+    let dir = scratch("e2e-seed-function-and-variable");
+    let exe = dir.join("seed_static_var");
+    let (a, var) = (
+        fixture("plugin/seed_static_a.c"),
+        fixture("plugin/seed_static_var.c"),
+    );
+    compile_offload_sources(&[&a, &var], &exe, true, &[]);
+    let seen = name_in_image(&device_image_of(&exe), "helper");
+    assert_eq!(seen.in_symtab.len(), 2, "{:?}", seen.in_symtab);
+    // helper(1) on the device is 1 + 1; helper_b(1) adds the static variable: 1 + 5.
+    let (stdout, _) = run_successfully(&dir, &exe, "0");
+    assert_eq!(stdout, "2 6\n");
+}
+
+#[test]
 fn stripped_device_image_fails_and_says_it_was_stripped() {
     let dir = scratch("e2e-seed-stripped");
     let exe = dir.join("seed_stripped");
