@@ -2,6 +2,7 @@
 //! mutated ELF shared objects (seeded with real clang-16 and clang-22 outputs).
 #![no_main]
 use host_plugin::image::{elf_machine, inspect_shared_object, ImageError};
+use host_plugin::symbols::Wanted;
 use host_plugin::{Plugin, PluginKind};
 use libfuzzer_sys::fuzz_target;
 /// `EM_X86_64`, the host backend's machine.
@@ -14,6 +15,7 @@ const NAMES: &[&[u8]] = &[
     b"__omp_offloading_fptr_map_size",
     b"__kmpc_target_translate_fptr",
     b"kernel_call",
+    b"add_one",
     b"vtable_ptr",
     b"",
     b"no_such_symbol",
@@ -33,8 +35,21 @@ fuzz_target!(|data: &[u8]| {
         Ok(symbols) => {
             // Accepted: an x86-64 ELF64 (so the cheap check said yes too).
             assert!(valid);
+            // Batched lookups give the one-by-one answers.
+            let mut batched = Vec::new();
+            symbols.dynamic_batch(NAMES, &mut batched);
+            for (name, found) in NAMES.iter().zip(&batched) {
+                assert_eq!(*found, symbols.dynamic(name));
+            }
             for name in NAMES {
                 let _ = symbols.size_of(name);
+                // The seed convention's rule: the GNU hash table, then the static
+                // symbol table's index, on whatever the mutation left of them.
+                for wanted in [Wanted::Function, Wanted::Data] {
+                    if let Ok(sym) = symbols.indirect_target(name, wanted) {
+                        let _ = symbols.within_one_symbol(sym.value, sym.size);
+                    }
+                }
             }
         }
         Err(ImageError::WrongMachine { found, expected }) => {

@@ -10,11 +10,12 @@
 //! It times, through the crate's Rust API with the host backend (no libomptarget):
 //! - `total`: `Plugin::load_binary` with ENTRIES host entries, the whole real path;
 //! - the phases of that path, each called on its own through the same public pieces:
-//!   `inspect` (ELF checks and the dynamic symbol table), `dlopen` (temp file + dlopen,
-//!   which runs the image's relocations), `resolve` (per entry: symbol size check,
-//!   dlsym, read the pointer global), `build` (`fptr::build`: sort, dedupe, validate),
-//!   `upload` (allocate and copy the table, write the two globals), `index` (the table's
-//!   index: `fptr_index::build`, its buckets copied, its header written);
+//!   `inspect` (ELF checks, the symbol tables located), `dlopen` (temp file + dlopen,
+//!   which runs the image's relocations), `resolve` (per batch of names: lookups in the
+//!   image's GNU hash table; per entry: the symbol checked, its pointer global read),
+//!   `build` (`fptr::build_rows`: radix sort, dedupe, validate), `upload` (allocate and
+//!   copy the table, write the two globals), `index` (the table's index:
+//!   `fptr_index::build`, its buckets copied, its header written);
 //! - `set_map`: `Plugin::set_function_ptr_map` with the same ENTRIES rows, shuffled
 //!   (validate + sort + upload into the loaded image).
 //!
@@ -32,9 +33,10 @@ use host_plugin::abi::{TgtDeviceImage, TgtOffloadEntry, TgtTargetTable};
 use host_plugin::backend::host::HostBackend;
 use host_plugin::backend::Backend;
 use host_plugin::entries::FLAG_INDIRECT;
-use host_plugin::fptr::{self, IndirectPair, Origin};
+use host_plugin::fptr;
 use host_plugin::fptr_index;
 use host_plugin::plugin::{FPTR_MAP_P, FPTR_MAP_SIZE};
+use host_plugin::symbols::{Wanted, LOOKUP_BATCH};
 use host_plugin::{FptrMapEntry, OffloadEntry, Plugin, PluginKind};
 use std::ffi::CString;
 use std::process::ExitCode;
@@ -107,25 +109,38 @@ fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 6], 
         .ok_or("the host backend inspects every image")?;
     let (module, dlopen) = timed(|| backend.load_image(0, bytes));
     let module = module.map_err(|e| e.to_string())?;
-    let (pairs, resolve) = timed(|| -> Result<Vec<IndirectPair>, String> {
-        let mut pairs = Vec::with_capacity(entries.len());
-        for e in entries {
-            if symbols.size_of(e.name.to_bytes()) != Some(8) {
-                return Err(format!("{} is not an 8-byte global", e.name_lossy()));
+    let bias = module
+        .load_bias()
+        .ok_or("the host backend knows its load bias")?;
+    let (rows, resolve) = timed(|| -> Result<Vec<FptrMapEntry>, String> {
+        let mut rows = Vec::with_capacity(entries.len());
+        let mut found = Vec::with_capacity(LOOKUP_BATCH);
+        for batch in entries.chunks(LOOKUP_BATCH) {
+            let names: Vec<&[u8]> = batch.iter().map(|e| e.name.to_bytes()).collect();
+            symbols.dynamic_batch(&names, &mut found);
+            for sym in found.iter().flatten() {
+                backend.prefetch(0, bias.wrapping_add(sym.value));
             }
-            let global = module.global(&e.name).map_err(|e| e.to_string())?;
-            let mut word = [0u8; 8];
-            // SAFETY: `global` is the address of an 8-byte global of the loaded image.
-            unsafe { backend.read(0, global, &mut word) }.map_err(|e| e.to_string())?;
-            pairs.push(IndirectPair {
-                host_ptr: e.host_addr,
-                tgt_ptr: u64::from_ne_bytes(word),
-                origin: Origin::Entry(e.name.to_bytes()),
-            });
+            for ((e, name), &dynamic) in batch.iter().zip(&names).zip(&found) {
+                let sym = symbols
+                    .indirect_target_given(name, Wanted::Data, dynamic)
+                    .map_err(|err| err.to_string())?;
+                if sym.size != 8 {
+                    return Err(format!("{} is not an 8-byte global", e.name_lossy()));
+                }
+                let mut word = [0u8; 8];
+                // SAFETY: the address of an 8-byte global inside the loaded image.
+                unsafe { backend.read(0, bias.wrapping_add(sym.value), &mut word) }
+                    .map_err(|e| e.to_string())?;
+                rows.push(FptrMapEntry {
+                    host_ptr: e.host_addr,
+                    tgt_ptr: u64::from_ne_bytes(word),
+                });
+            }
         }
-        Ok(pairs)
+        Ok(rows)
     });
-    let (table, build) = timed(|| fptr::build(pairs?).map_err(|e| e.to_string()));
+    let (table, build) = timed(|| fptr::build_rows(rows?, |_, _| None).map_err(|e| e.to_string()));
     let table = table?;
     let (allocation, upload) = timed(|| -> Result<u64, String> {
         let err = |e: host_plugin::BackendError| e.to_string();

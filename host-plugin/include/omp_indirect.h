@@ -15,10 +15,12 @@
  * collects entries from (`omp_offloading_entries`, clang 16's default new offload
  * driver), naming a declare-target pointer that holds the device function's address.
  * That is clang 18's own convention for `declare target indirect`. The design's other
- * convention (size 0, name = the function's own symbol) cannot work with clang 16: it
- * gives every declare-target function hidden visibility in the device image, even with
- * an explicit visibility attribute, so no loader can find the function by its name;
- * the plugin still accepts such entries from compilers that export the function.
+ * convention (size 0, name = the function's own symbol) needs the device image's static
+ * symbol table: clang 16 gives every declare-target function hidden visibility, even
+ * with an explicit visibility attribute, so no loader finds the function by its name
+ * (dlsym cannot); the plugin looks it up in `.symtab`, which a stripped image lacks and
+ * where two static functions of one name in different files are ambiguous. The size-8
+ * entry works in every case.
  *
  * The plugin finds the pointer, builds the sorted host -> device table and installs it
  * in the device runtime (`__omp_offloading_fptr_map_p` / `_size`), whose

@@ -41,29 +41,72 @@ pub enum EntryKind {
     IndirectVtable,
 }
 
+/// Classify an entry by flags and size; `None` for combinations no compiler emits.
+pub fn classify(flags: i32, size: u64) -> Option<EntryKind> {
+    if flags & FLAG_INDIRECT == 0 {
+        return Some(if size == 0 {
+            EntryKind::Kernel
+        } else {
+            EntryKind::Global
+        });
+    }
+    if flags & FLAG_INDIRECT_VTABLE != 0 {
+        return (size != 0 && size.is_multiple_of(8)).then_some(EntryKind::IndirectVtable);
+    }
+    match size {
+        0 => Some(EntryKind::IndirectFunction),
+        8 => Some(EntryKind::IndirectThroughGlobal),
+        _ => None,
+    }
+}
+
+/// A host offload entry as the plugin core reads it: [`OffloadEntry`] through the Rust
+/// API; libomptarget's own entry array, read in place, through the C ABI (a load of a
+/// million entries then copies none of them).
+pub trait HostEntry {
+    /// The host address (function, global or vtable).
+    fn host_addr(&self) -> u64;
+    fn name(&self) -> &CStr;
+    fn size(&self) -> u64;
+    fn flags(&self) -> i32;
+    /// For indirect vtable entries: the host vtable's bytes (`size` of them).
+    fn host_vtable(&self) -> Option<&[u8]>;
+
+    fn kind(&self) -> Option<EntryKind> {
+        classify(self.flags(), self.size())
+    }
+
+    fn name_lossy(&self) -> String {
+        self.name().to_string_lossy().into_owned()
+    }
+}
+
+impl HostEntry for OffloadEntry<'_> {
+    fn host_addr(&self) -> u64 {
+        self.host_addr
+    }
+    fn name(&self) -> &CStr {
+        &self.name
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn flags(&self) -> i32 {
+        self.flags
+    }
+    fn host_vtable(&self) -> Option<&[u8]> {
+        self.host_vtable.as_deref()
+    }
+}
+
 impl OffloadEntry<'_> {
     pub fn name_lossy(&self) -> String {
-        self.name.to_string_lossy().into_owned()
+        HostEntry::name_lossy(self)
     }
 
     /// Classify by flags and size; `None` for combinations no compiler emits.
     pub fn kind(&self) -> Option<EntryKind> {
-        if self.flags & FLAG_INDIRECT == 0 {
-            return Some(if self.size == 0 {
-                EntryKind::Kernel
-            } else {
-                EntryKind::Global
-            });
-        }
-        if self.flags & FLAG_INDIRECT_VTABLE != 0 {
-            return (self.size != 0 && self.size.is_multiple_of(8))
-                .then_some(EntryKind::IndirectVtable);
-        }
-        match self.size {
-            0 => Some(EntryKind::IndirectFunction),
-            8 => Some(EntryKind::IndirectThroughGlobal),
-            _ => None,
-        }
+        classify(self.flags, self.size)
     }
 }
 

@@ -63,45 +63,87 @@ pub enum FptrError {
 }
 
 /// Sort by host address, drop exact duplicates, reject a host address with two targets.
-pub fn build(mut pairs: Vec<IndirectPair>) -> Result<Vec<FptrMapEntry>, FptrError> {
-    // Stable sort keeps the first-seen entry first, so errors name entries in image order.
-    pairs.sort_by_key(|p| p.host_ptr);
-    let mut table: Vec<FptrMapEntry> = Vec::with_capacity(pairs.len());
-    let mut last_origin: Option<&IndirectPair> = None;
-    for pair in &pairs {
-        if let Some(prev) = last_origin.filter(|prev| prev.host_ptr == pair.host_ptr) {
-            if prev.tgt_ptr != pair.tgt_ptr {
-                return Err(FptrError::Conflict {
-                    host: pair.host_ptr,
-                    first: prev.origin.to_string(),
-                    first_tgt: prev.tgt_ptr,
-                    second: pair.origin.to_string(),
-                    second_tgt: pair.tgt_ptr,
-                });
-            }
-            continue;
+pub fn build(pairs: Vec<IndirectPair>) -> Result<Vec<FptrMapEntry>, FptrError> {
+    let rows = pairs
+        .iter()
+        .map(|p| FptrMapEntry {
+            host_ptr: p.host_ptr,
+            tgt_ptr: p.tgt_ptr,
+        })
+        .collect();
+    build_rows(rows, |host, rank| {
+        let mut same_host = pairs.iter().filter(|p| p.host_ptr == host);
+        same_host.nth(rank).map(|p| p.origin)
+    })
+}
+
+/// [`build`] for rows gathered without their origins (a million-entry load would keep
+/// 48 bytes per pair for names only an error reads): `origin(host, rank)` names the
+/// `rank`-th input row with host address `host`, counted in input order from 0; it is
+/// asked only to describe a conflict.
+pub fn build_rows<'a>(
+    rows: Vec<FptrMapEntry>,
+    origin: impl Fn(u64, usize) -> Option<Origin<'a>>,
+) -> Result<Vec<FptrMapEntry>, FptrError> {
+    sorted_table(rows, |c| {
+        let name = |rank| origin(c.host, rank).map_or_else(String::new, |o| o.to_string());
+        FptrError::Conflict {
+            host: c.host,
+            first: name(0),
+            first_tgt: c.first_tgt,
+            second: name(c.second_rank),
+            second_tgt: c.second_tgt,
         }
-        table.push(FptrMapEntry {
-            host_ptr: pair.host_ptr,
-            tgt_ptr: pair.tgt_ptr,
-        });
-        last_origin = Some(pair);
-    }
-    Ok(table)
+    })
 }
 
 /// Validate a table handed to us whole (`__tgt_rtl_set_function_ptr_map`): same rules.
 pub fn from_rows(rows: &[FptrMapEntry]) -> Result<Vec<FptrMapEntry>, FptrError> {
-    build(
-        rows.iter()
-            .enumerate()
-            .map(|(i, r)| IndirectPair {
-                host_ptr: r.host_ptr,
-                tgt_ptr: r.tgt_ptr,
-                origin: Origin::Row(i),
-            })
-            .collect(),
-    )
+    build_rows(rows.to_vec(), |host, rank| {
+        let mut same_host = rows.iter().enumerate().filter(|(_, r)| r.host_ptr == host);
+        same_host.nth(rank).map(|(i, _)| Origin::Row(i))
+    })
+}
+
+/// Two input rows of one host address with different targets: the first row of that
+/// address in input order, and the first after it with another target (rank: its place
+/// among the rows of that address).
+struct Collision {
+    host: u64,
+    first_tgt: u64,
+    second_tgt: u64,
+    second_rank: usize,
+}
+
+/// Sort rows by host address (stable: rows of one address keep their input order, so
+/// an error names entries in image order), drop exact duplicates; a host address with
+/// two targets becomes `conflict(..)`.
+fn sorted_table(
+    mut rows: Vec<FptrMapEntry>,
+    conflict: impl FnOnce(Collision) -> FptrError,
+) -> Result<Vec<FptrMapEntry>, FptrError> {
+    crate::radix::sort_by_u64_key(&mut rows, |r| r.host_ptr);
+    let mut kept = 0;
+    let mut group_start = 0;
+    for i in 0..rows.len() {
+        let row = rows[i];
+        if kept > 0 && rows[kept - 1].host_ptr == row.host_ptr {
+            if rows[kept - 1].tgt_ptr != row.tgt_ptr {
+                return Err(conflict(Collision {
+                    host: row.host_ptr,
+                    first_tgt: rows[kept - 1].tgt_ptr,
+                    second_tgt: row.tgt_ptr,
+                    second_rank: i - group_start,
+                }));
+            }
+            continue;
+        }
+        group_start = i;
+        rows[kept] = row;
+        kept += 1;
+    }
+    rows.truncate(kept);
+    Ok(rows)
 }
 
 /// Pairs for an indirect vtable: host slot i -> device slot i, both read as 8-byte words.
@@ -182,6 +224,58 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.contains("`first`") && msg.contains("`second`"), "{msg}");
         assert!(msg.contains("0x32") && msg.contains("0x33"), "{msg}");
+    }
+
+    #[test]
+    fn a_conflict_among_many_names_the_first_two_entries_in_input_order() {
+        // Enough rows for the radix sort; the conflict is at host 0x5000 + 16 * 40.
+        let n = 5000u64;
+        let names: Vec<String> = (0..n).map(|i| format!("e{i}")).collect();
+        let mut pairs: Vec<IndirectPair> = (0..n)
+            .map(|i| IndirectPair {
+                host_ptr: 0x5000 + 16 * ((i * 37) % n),
+                tgt_ptr: 0x9000 + i,
+                origin: Origin::Entry(names[i as usize].as_bytes()),
+            })
+            .collect();
+        let victim = pairs
+            .iter()
+            .position(|p| p.host_ptr == 0x5000 + 16 * 40)
+            .unwrap();
+        let same = pairs[victim];
+        pairs.push(same); // an exact duplicate: fine
+        pairs.push(IndirectPair {
+            tgt_ptr: 0x1,
+            origin: Origin::Entry(b"late"),
+            ..same
+        });
+        pairs.push(IndirectPair {
+            tgt_ptr: 0x2,
+            origin: Origin::Entry(b"later"),
+            ..same
+        });
+        let err = build(pairs).unwrap_err();
+        assert_eq!(
+            err,
+            FptrError::Conflict {
+                host: same.host_ptr,
+                first: format!("e{victim}"),
+                first_tgt: same.tgt_ptr,
+                second: "late".into(),
+                second_tgt: 0x1,
+            }
+        );
+        let rows: Vec<FptrMapEntry> = (0..5000u64)
+            .map(|i| FptrMapEntry {
+                host_ptr: 0x7000 + 8 * (i % 4990),
+                tgt_ptr: i,
+            })
+            .collect();
+        let err = from_rows(&rows).unwrap_err().to_string();
+        assert!(
+            err.contains("`row 0`") && err.contains("`row 4990`"),
+            "{err}"
+        );
     }
 
     #[test]

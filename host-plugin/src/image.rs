@@ -1,10 +1,9 @@
 //! What the plugin needs to know about an ELF device image before handing it to a backend:
-//! is it one of ours, is it well formed, and how big is each exported symbol.
+//! is it one of ours, is it well formed; then its symbol tables ([`crate::symbols`]).
 
+pub use crate::symbols::ImageSymbols;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
-use object::{LittleEndian, Object, ObjectSymbol};
-use rustc_hash::FxHashMap;
-use std::sync::OnceLock;
+use object::LittleEndian;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -29,78 +28,6 @@ pub enum ImageError {
 pub fn elf_machine(bytes: &[u8]) -> Option<u16> {
     let header = object::elf::FileHeader64::<LittleEndian>::parse(bytes).ok()?;
     Some(header.e_machine(LittleEndian))
-}
-
-/// Exported (dynamic) symbols of a checked image: their image addresses and sizes.
-///
-/// Built once per load for every exported symbol (two per indirect function in a
-/// clang-18+ image: 2M for a million entries), so it borrows the names from the image
-/// bytes and hashes them with FxHash (the image is the one being loaded; a colliding
-/// name set costs it time, not anyone else's correctness).
-#[derive(Debug, Default)]
-pub struct ImageSymbols<'a> {
-    /// Name -> (address in the image, size).
-    by_name: FxHashMap<&'a [u8], (u64, u64)>,
-    /// (address, size) of every defined symbol with a size, sorted by address: built on
-    /// the first [`ImageSymbols::within_one_symbol`] (only vtable entries need it).
-    extents: OnceLock<Vec<(u64, u64)>>,
-}
-
-/// How many symbols starting at or below an address `within_one_symbol` looks at: enough
-/// for symbols nested in or aliasing one another, and a bound on the work.
-const NESTED_SYMBOLS_SEARCHED: usize = 16;
-
-impl<'a> ImageSymbols<'a> {
-    fn new(symbols: impl IntoIterator<Item = (&'a [u8], u64, u64)>) -> Self {
-        let symbols = symbols.into_iter();
-        let mut by_name = FxHashMap::default();
-        by_name.reserve(symbols.size_hint().0);
-        for (name, addr, size) in symbols {
-            by_name.insert(name, (addr, size));
-        }
-        ImageSymbols {
-            by_name,
-            extents: OnceLock::new(),
-        }
-    }
-
-    fn extents(&self) -> &[(u64, u64)] {
-        self.extents.get_or_init(|| {
-            let mut extents: Vec<(u64, u64)> = self
-                .by_name
-                .values()
-                .copied()
-                .filter(|&(_, size)| size > 0)
-                .collect();
-            extents.sort_unstable();
-            extents
-        })
-    }
-
-    /// Size of a defined dynamic symbol, None if the image does not export it.
-    pub fn size_of(&self, name: &[u8]) -> Option<u64> {
-        self.by_name.get(name).map(|&(_, size)| size)
-    }
-
-    /// Image address (`st_value`) of a defined dynamic symbol.
-    pub fn address_of(&self, name: &[u8]) -> Option<u64> {
-        self.by_name.get(name).map(|&(addr, _)| addr)
-    }
-
-    /// Whether the image range `addr .. addr + len` lies inside one defined symbol: what
-    /// the plugin requires before it reads memory that an image's data points to.
-    pub fn within_one_symbol(&self, addr: u64, len: u64) -> bool {
-        let Some(end) = addr.checked_add(len) else {
-            return false;
-        };
-        let extents = self.extents();
-        let starts_at_or_below = extents.partition_point(|&(a, _)| a <= addr);
-        extents[..starts_at_or_below]
-            .iter()
-            .rev()
-            .take(NESTED_SYMBOLS_SEARCHED)
-            .any(|&(a, size)| a.checked_add(size).is_some_and(|e| e >= end))
-    }
 }
 
 /// Validate a shared-object image for `machine` and read its dynamic symbol table.
@@ -140,13 +67,7 @@ pub fn inspect_shared_object(bytes: &[u8], machine: u16) -> Result<ImageSymbols<
     if machine == object::elf::EM_X86_64 {
         loadable::check(&file, bytes).map_err(ImageError::NotLoadable)?;
     }
-    let mut symbols = Vec::new();
-    for sym in file.dynamic_symbols() {
-        if sym.is_definition() {
-            symbols.push((sym.name_bytes()?, sym.address(), sym.size()));
-        }
-    }
-    Ok(ImageSymbols::new(symbols))
+    Ok(ImageSymbols::parse(&file, bytes)?)
 }
 
 /// What the dynamic loader reads before any of the image's code runs, checked for
@@ -197,6 +118,13 @@ mod loadable {
             let start = usize::try_from(l.file_start + off).ok()?;
             self.bytes
                 .get(start..start.checked_add(usize::try_from(len).ok()?)?)
+        }
+
+        /// The loader maps file offset `offset` at image address `addr`.
+        fn maps_at_offset(&self, addr: u64, offset: u64) -> bool {
+            self.find(addr, 0).is_some_and(|l| {
+                addr - l.mem.start < l.file_len && l.file_start + (addr - l.mem.start) == offset
+            })
         }
 
         fn executable(&self, addr: u64) -> bool {
@@ -317,6 +245,25 @@ mod loadable {
         }
         if segs.file_bytes(dynsym.sh_addr(LE), nsyms * 24).is_none() {
             return Err("the dynamic symbol table is not loaded".into());
+        }
+        // The plugin reads these sections through the section headers, the loader at
+        // their addresses: both must see the same bytes, so a lookup of ours finds what
+        // dlsym would.
+        let hash_section = sections.iter().find(|s| s.sh_type(LE) == elf::SHT_GNU_HASH);
+        if hash_section.map(|s| s.sh_addr(LE)) != tag(elf::DT_GNU_HASH) {
+            return Err("DT_GNU_HASH is not the GNU hash section".into());
+        }
+        for (what, section) in [("dynamic symbol", Some(dynsym)), ("GNU hash", hash_section)] {
+            if let Some(section) = section {
+                if !segs.maps_at_offset(section.sh_addr(LE), section.sh_offset(LE)) {
+                    return Err(format!(
+                        "the {what} table's address and file offset disagree"
+                    ));
+                }
+            }
+        }
+        if !segs.maps_at_offset(strtab.sh_addr(LE), strtab.sh_offset(LE)) {
+            return Err("the dynamic string table's address and file offset disagree".into());
         }
         if tag(elf::DT_SYMENT).is_some_and(|e| e != 24)
             || tag(elf::DT_RELAENT).is_some_and(|e| e != 24)
@@ -660,13 +607,25 @@ mod loadable {
         Ok(())
     }
 
-    fn words(segs: &Segments<'_>, addr: u64, n: u64) -> Option<Vec<u32>> {
-        let raw = segs.file_bytes(addr, n.checked_mul(4)?)?;
-        Some(
-            raw.chunks_exact(4)
+    /// `n` little-endian 32-bit words of the image at `addr`, read in place (a hash
+    /// table's chains are a word per symbol: no copy of them per load).
+    fn words<'a>(segs: &Segments<'a>, addr: u64, n: u64) -> Option<Words<'a>> {
+        Some(Words(segs.file_bytes(addr, n.checked_mul(4)?)?))
+    }
+
+    struct Words<'a>(&'a [u8]);
+
+    impl Words<'_> {
+        fn get(&self, i: usize) -> Option<u32> {
+            let w = self.0.get(i.checked_mul(4)?..)?.get(..4)?;
+            Some(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        }
+
+        fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+            self.0
+                .chunks_exact(4)
                 .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-                .collect(),
-        )
+        }
     }
 
     /// DT_GNU_HASH: `{nbuckets, symoffset, bloom_size, bloom_shift}`, the bloom words,
@@ -675,8 +634,9 @@ mod loadable {
     fn gnu_hash(segs: &Segments<'_>, at: u64, nsyms: u64) -> Result<(), String> {
         let bad = |what: &str| format!("malformed DT_GNU_HASH ({what})");
         let h = words(segs, at, 4).ok_or_else(|| bad("header"))?;
-        let (nbuckets, symoffset, bloom) = (u64::from(h[0]), u64::from(h[1]), u64::from(h[2]));
-        if nbuckets == 0 || symoffset > nsyms || !bloom.is_power_of_two() || h[3] >= 64 {
+        let field = |i| h.get(i).map(u64::from).ok_or_else(|| bad("header"));
+        let (nbuckets, symoffset, bloom, shift) = (field(0)?, field(1)?, field(2)?, field(3)?);
+        if nbuckets == 0 || symoffset > nsyms || !bloom.is_power_of_two() || shift >= 64 {
             return Err(bad("header"));
         }
         let buckets_at = at + 16 + bloom * 8;
@@ -685,7 +645,7 @@ mod loadable {
         let buckets = words(segs, buckets_at, nbuckets).ok_or_else(|| bad("buckets"))?;
         let chains_at = buckets_at + nbuckets * 4;
         let chains = words(segs, chains_at, nsyms - symoffset).ok_or_else(|| bad("chains"))?;
-        for &b in &buckets {
+        for b in buckets.iter() {
             let b = u64::from(b);
             if b == 0 {
                 continue;
@@ -696,7 +656,7 @@ mod loadable {
             // Walk the chain: it must end (bit 0) before the symbol table does.
             let mut i = b - symoffset;
             loop {
-                let Some(&c) = chains.get(i as usize) else {
+                let Some(c) = chains.get(i as usize) else {
                     return Err(bad("unterminated chain"));
                 };
                 if c & 1 != 0 {
@@ -712,12 +672,15 @@ mod loadable {
     fn sysv_hash(segs: &Segments<'_>, at: u64, nsyms: u64) -> Result<(), String> {
         let bad = || "malformed DT_HASH".to_string();
         let h = words(segs, at, 2).ok_or_else(bad)?;
-        let (nbucket, nchain) = (u64::from(h[0]), u64::from(h[1]));
+        let (nbucket, nchain) = (
+            u64::from(h.get(0).ok_or_else(bad)?),
+            u64::from(h.get(1).ok_or_else(bad)?),
+        );
         if nbucket == 0 || nchain != nsyms {
             return Err(bad());
         }
         let all = words(segs, at + 8, nbucket + nchain).ok_or_else(bad)?;
-        if all.iter().any(|&i| u64::from(i) >= nchain) {
+        if all.iter().any(|i| u64::from(i) >= nchain) {
             return Err(bad());
         }
         Ok(())
@@ -782,48 +745,5 @@ mod tests {
             Err(ImageError::NotElf(_))
         ));
         assert_eq!(elf_machine(&[]), None);
-    }
-}
-
-#[cfg(test)]
-mod symbol_extent_tests {
-    use super::ImageSymbols;
-
-    fn symbols() -> ImageSymbols<'static> {
-        ImageSymbols::new([
-            (&b"vtable"[..], 0x1000, 24),
-            (&b"inner"[..], 0x1008, 8),
-            (&b"func"[..], 0x2000, 5),
-            (&b"marker"[..], 0x3000, 0),
-        ])
-    }
-
-    #[test]
-    fn ranges_must_lie_inside_one_symbol() {
-        let s = symbols();
-        assert!(s.within_one_symbol(0x1000, 24));
-        assert!(
-            s.within_one_symbol(0x1008, 16),
-            "inside vtable, past the nested symbol"
-        );
-        assert!(!s.within_one_symbol(0x1000, 25), "one byte past the end");
-        assert!(
-            !s.within_one_symbol(0x2000, 24),
-            "a function smaller than the range"
-        );
-        assert!(!s.within_one_symbol(0x0fff, 8), "below every symbol");
-        assert!(
-            !s.within_one_symbol(0x3000, 1),
-            "a zero-sized symbol holds nothing"
-        );
-        assert!(!s.within_one_symbol(u64::MAX - 4, 8), "wrapping range");
-    }
-
-    #[test]
-    fn names_give_address_and_size() {
-        let s = symbols();
-        assert_eq!(s.address_of(b"func"), Some(0x2000));
-        assert_eq!(s.size_of(b"vtable"), Some(24));
-        assert_eq!(s.size_of(b"missing"), None);
     }
 }

@@ -19,6 +19,9 @@ pub mod fptr;
 pub mod fptr_index;
 pub mod image;
 pub mod plugin;
+mod prefetch;
+pub mod radix;
+pub mod symbols;
 
 pub use backend::{Backend, BackendError, DeviceAddr};
 pub use entries::{EntryKind, OffloadEntry};

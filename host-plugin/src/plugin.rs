@@ -7,10 +7,11 @@ use crate::backend::{
     cuda::CudaBackend, hip::HipBackend, host::HostBackend, AllocKind, Backend, DeviceAddr,
     EventHandle, LaunchRequest, LoadedModule, QueueHandle,
 };
-use crate::entries::{EntryKind, OffloadEntry};
+use crate::entries::{EntryKind, HostEntry, OffloadEntry};
 use crate::error::PluginError;
-use crate::fptr::{self, FptrMapEntry, IndirectPair, Origin};
+use crate::fptr::{self, FptrMapEntry, Origin};
 use crate::fptr_index::{self, FptrIndex, BUCKET_BYTES, INDEX_GLOBAL};
+use crate::symbols::{Symbol, Wanted};
 use crate::{diag, image};
 use std::collections::{HashMap, HashSet};
 use std::ffi::CStr;
@@ -238,6 +239,32 @@ impl Plugin {
         image_bytes: &[u8],
         entries: &[OffloadEntry],
     ) -> Result<Vec<DeviceEntry>, PluginError> {
+        let mut out: Vec<DeviceEntry> = entries
+            .iter()
+            .map(|e| DeviceEntry {
+                addr: 0,
+                size: e.size,
+                flags: e.flags,
+            })
+            .collect();
+        self.load_entries(device, key, image_bytes, entries, |i, addr| {
+            out[i].addr = addr
+        })?;
+        Ok(out)
+    }
+
+    /// [`Plugin::load_binary`] for any kind of host entry (the C ABI reads
+    /// libomptarget's in place): `record(i, address)` gets entry `i`'s device address
+    /// as it is resolved, straight into the caller's table (no list of a million
+    /// addresses in between). If the load fails, what was recorded means nothing.
+    pub fn load_entries<E: HostEntry>(
+        &self,
+        device: i32,
+        key: usize,
+        image_bytes: &[u8],
+        entries: &[E],
+        record: impl FnMut(usize, DeviceAddr),
+    ) -> Result<(), PluginError> {
         let (d, state) = self.device(device)?;
         let name = image_name(key, image_bytes.len());
         let symbols =
@@ -263,37 +290,37 @@ impl Plugin {
             image: &name,
             module: module.as_ref(),
             symbols: symbols.as_ref(),
+            bias: module.load_bias(),
         };
-        let (device_entries, pairs) = ctx.resolve_entries(entries)?;
+        let (kernels, rows) = ctx.resolve_entries(entries, record)?;
         // Entry names by host address, for the table dump: only built when the dump will
         // be printed (a name copy and a hash insert per entry; with the entry copy the
         // image no longer keeps, 18 % of a 1M-entry load, see docs/BENCHMARKS.md 1d).
         let dump =
             diag::info_enabled(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE) || diag::debug_enabled();
         let origins: HashMap<u64, String> = if dump {
-            pairs
-                .iter()
-                .map(|p| (p.host_ptr, p.origin.to_string()))
+            row_origins(entries)
+                .map(|(host, origin)| (host, origin.to_string()))
                 .collect()
         } else {
             HashMap::new()
         };
-        let table = fptr::build(pairs).map_err(|source| PluginError::Fptr {
+        let nth_origin = |host, rank| {
+            row_origins(entries)
+                .filter(|&(h, _)| h == host)
+                .nth(rank)
+                .map(|(_, origin)| origin)
+        };
+        let table = fptr::build_rows(rows, nth_origin).map_err(|source| PluginError::Fptr {
             image: name.clone(),
             device,
             source,
         })?;
         let has_indirect = entries
             .iter()
-            .any(|e| e.flags & crate::entries::FLAG_INDIRECT != 0);
+            .any(|e| e.flags() & crate::entries::FLAG_INDIRECT != 0);
         let fptr = ctx.install_table(table, &origins, has_indirect)?;
 
-        let kernels: Vec<DeviceAddr> = entries
-            .iter()
-            .zip(&device_entries)
-            .filter(|(e, _)| e.kind() == Some(EntryKind::Kernel))
-            .map(|(_, de)| de.addr)
-            .collect();
         let loaded = LoadedImage {
             key,
             name,
@@ -308,7 +335,7 @@ impl Plugin {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .extend(kernels);
-        Ok(device_entries)
+        Ok(())
     }
 
     /// Unload one image (if loaded): free its table, close it.
@@ -840,6 +867,31 @@ impl Plugin {
     }
 }
 
+/// The (host address, origin) of every table row the entries give, in the order
+/// [`LoadContext::resolve_entries`] gathers them: the rows carry no names, so a conflict
+/// or the table dump finds them again from the host side alone.
+fn row_origins<'e, E: HostEntry>(entries: &'e [E]) -> impl Iterator<Item = (u64, Origin<'e>)> {
+    entries.iter().flat_map(|e| {
+        let name = e.name().to_bytes();
+        let kind = e.kind();
+        let function = matches!(
+            kind,
+            Some(EntryKind::IndirectFunction | EntryKind::IndirectThroughGlobal)
+        )
+        .then(|| (e.host_addr(), Origin::Entry(name)));
+        // The slots vtable_pairs pairs up (the host vtable stands in for the device one:
+        // only the host side is named).
+        let slots = e
+            .host_vtable()
+            .filter(|_| kind == Some(EntryKind::IndirectVtable))
+            .map(|host| fptr::vtable_pairs(name, host, host))
+            .unwrap_or_default();
+        function
+            .into_iter()
+            .chain(slots.into_iter().map(|p| (p.host_ptr, p.origin)))
+    })
+}
+
 /// What resolving one image's entries needs to know.
 struct LoadContext<'a> {
     plugin: &'a Plugin,
@@ -849,9 +901,68 @@ struct LoadContext<'a> {
     module: &'a dyn LoadedModule,
     /// The image's symbol sizes from its ELF file; None: ask the loaded module.
     symbols: Option<&'a image::ImageSymbols<'a>>,
+    /// Where the backend's loader put the image (see [`LoadedModule::load_bias`]).
+    bias: Option<u64>,
 }
 
-impl LoadContext<'_> {
+impl<'a> LoadContext<'a> {
+    /// The image's own symbol tables and its load bias, where both are known (the
+    /// host): entries then resolve from the tables parsed once, not name by name
+    /// through the loader.
+    fn own_tables(&self) -> Option<(&'a image::ImageSymbols<'a>, u64)> {
+        Some((self.symbols?, self.bias?))
+    }
+
+    /// A kernel's or a global's device address: an exported symbol of the image.
+    /// `dynamic`: the entry's name looked up in the image's dynamic symbol table, where
+    /// the tables are known ([`Self::look_up`]).
+    fn exported(
+        &self,
+        entry: &impl HostEntry,
+        kind: EntryKind,
+        dynamic: Option<Symbol>,
+    ) -> Result<DeviceAddr, PluginError> {
+        if let Some((_, bias)) = self.own_tables() {
+            if let Some(sym) = dynamic.filter(Symbol::is_plain) {
+                return Ok(bias.wrapping_add(sym.value));
+            }
+        }
+        // No tables, or not an ordinary symbol the image defines and exports (TLS, an
+        // ifunc, one from a library it depends on): the loader answers, as for LLVM's
+        // plugin.
+        let found = match kind {
+            EntryKind::Kernel => self.module.function(entry.name()),
+            _ => self.module.global(entry.name()),
+        };
+        found.map_err(|e| self.entry_err(entry, e.to_string()))
+    }
+
+    /// The device symbol an indirect entry names, by the rule of
+    /// [`image::ImageSymbols::indirect_target`] where the image's tables are known;
+    /// else (GPU drivers) through the loaded module. Returns the address and, where the
+    /// tables are known, the symbol.
+    fn indirect_target(
+        &self,
+        entry: &impl HostEntry,
+        name: &[u8],
+        wanted: Wanted,
+        dynamic: Option<Symbol>,
+    ) -> Result<(DeviceAddr, Option<Symbol>), PluginError> {
+        let Some((symbols, bias)) = self.own_tables() else {
+            let found = match wanted {
+                Wanted::Function => self.module.indirect_function(entry.name()),
+                Wanted::Data => self.module.global(entry.name()),
+            };
+            return found
+                .map(|addr| (addr, None))
+                .map_err(|e| self.entry_err(entry, e.to_string()));
+        };
+        let sym = symbols
+            .indirect_target_given(name, wanted, dynamic)
+            .map_err(|e| self.entry_err(entry, e.to_string()))?;
+        Ok((bias.wrapping_add(sym.value), Some(sym)))
+    }
+
     fn symbol_size(&self, name: &CStr) -> Option<u64> {
         match self.symbols {
             Some(symbols) => symbols.size_of(name.to_bytes()),
@@ -859,7 +970,7 @@ impl LoadContext<'_> {
         }
     }
 
-    fn entry_err(&self, entry: &OffloadEntry, reason: impl Into<String>) -> PluginError {
+    fn entry_err(&self, entry: &impl HostEntry, reason: impl Into<String>) -> PluginError {
         PluginError::Entry {
             image: self.image.to_string(),
             device: self.device,
@@ -868,7 +979,7 @@ impl LoadContext<'_> {
         }
     }
 
-    fn read_word(&self, entry: &OffloadEntry, addr: DeviceAddr) -> Result<u64, PluginError> {
+    fn read_word(&self, entry: &impl HostEntry, addr: DeviceAddr) -> Result<u64, PluginError> {
         let mut word = [0u8; 8];
         // SAFETY: callers pass the address of an image global whose ELF symbol size was
         // checked to be 8 bytes.
@@ -883,7 +994,7 @@ impl LoadContext<'_> {
     /// device addresses and fail the copy instead.
     fn check_device_vtable(
         &self,
-        entry: &OffloadEntry,
+        entry: &impl HostEntry,
         global: DeviceAddr,
         device_vtable: DeviceAddr,
         len: usize,
@@ -894,10 +1005,14 @@ impl LoadContext<'_> {
         let Some(symbols) = self.symbols else {
             return Ok(());
         };
-        // The image's load bias, from where its own global landed.
-        let inside = symbols
-            .address_of(entry.name.to_bytes())
-            .map(|image_addr| global.wrapping_sub(image_addr))
+        // The image's load bias: known, or from where its own global landed.
+        let inside = self
+            .bias
+            .or_else(|| {
+                symbols
+                    .address_of(entry.name().to_bytes())
+                    .map(|image_addr| global.wrapping_sub(image_addr))
+            })
             .is_some_and(|bias| {
                 symbols.within_one_symbol(device_vtable.wrapping_sub(bias), len as u64)
             });
@@ -915,8 +1030,26 @@ impl LoadContext<'_> {
     }
 
     /// An 8-byte global of the image, address and size checked.
-    fn pointer_global(&self, entry: &OffloadEntry) -> Result<DeviceAddr, PluginError> {
-        match self.symbol_size(&entry.name) {
+    fn pointer_global(
+        &self,
+        entry: &impl HostEntry,
+        name: &[u8],
+        dynamic: Option<Symbol>,
+    ) -> Result<DeviceAddr, PluginError> {
+        if self.own_tables().is_some() {
+            let (addr, sym) = self.indirect_target(entry, name, Wanted::Data, dynamic)?;
+            return match sym.map(|s| s.size) {
+                Some(8) => Ok(addr),
+                n => Err(self.entry_err(
+                    entry,
+                    format!(
+                        "its device global is {} bytes, an indirect entry needs 8 (a pointer)",
+                        n.unwrap_or(0)
+                    ),
+                )),
+            };
+        }
+        match self.symbol_size(entry.name()) {
             Some(8) => {}
             Some(n) => {
                 return Err(self.entry_err(
@@ -931,45 +1064,104 @@ impl LoadContext<'_> {
             }
         }
         self.module
-            .global(&entry.name)
+            .global(entry.name())
             .map_err(|e| self.entry_err(entry, e.to_string()))
     }
 
-    /// One device entry per host entry, in order, plus the (host, device) function pairs.
-    fn resolve_entries<'e>(
+    /// Each entry's device address, to `record`; returns the kernels' addresses and the
+    /// table's (host, device) rows, in the order [`row_origins`] names them.
+    fn resolve_entries<E: HostEntry>(
         &self,
-        entries: &'e [OffloadEntry],
-    ) -> Result<(Vec<DeviceEntry>, Vec<IndirectPair<'e>>), PluginError> {
-        let mut out = Vec::with_capacity(entries.len());
-        let mut pairs = Vec::new();
-        for entry in entries {
-            let kind = entry.kind().ok_or_else(|| {
-                self.entry_err(
-                    entry,
-                    format!(
-                        "flags {:#x} with size {} is not a known kind of offload entry",
-                        entry.flags, entry.size
-                    ),
-                )
-            })?;
-            let missing = |e: crate::BackendError| self.entry_err(entry, e.to_string());
-            let addr = match kind {
-                EntryKind::Kernel => self.module.function(&entry.name).map_err(missing)?,
-                EntryKind::Global => self.module.global(&entry.name).map_err(missing)?,
+        entries: &[E],
+        mut record: impl FnMut(usize, DeviceAddr),
+    ) -> Result<(Vec<DeviceAddr>, Vec<FptrMapEntry>), PluginError> {
+        let mut kernels = Vec::new();
+        // Sized once: growing by doubling copied and page-faulted it several times over.
+        let indirect = entries
+            .iter()
+            .filter(|e| e.flags() & crate::entries::FLAG_INDIRECT != 0)
+            .count();
+        let mut rows = Vec::with_capacity(indirect);
+        let (mut names, mut found) = (Vec::new(), Vec::new());
+        // In the batches the symbol tables look names up in: their pointer globals are
+        // then requested together too.
+        let batches = entries.chunks(crate::symbols::LOOKUP_BATCH);
+        for (b, batch) in batches.enumerate() {
+            self.look_up(batch, &mut names, &mut found);
+            for (j, ((entry, name), &dynamic)) in batch.iter().zip(&names).zip(&found).enumerate() {
+                let addr = self.resolve(entry, name, dynamic, &mut rows)?;
+                if entry.kind() == Some(EntryKind::Kernel) {
+                    kernels.push(addr);
+                }
+                record(b * crate::symbols::LOOKUP_BATCH + j, addr);
+            }
+        }
+        Ok((kernels, rows))
+    }
+
+    /// The batch's names (each read once: through the C ABI every read is a strlen),
+    /// looked up in the image's dynamic symbol table where its tables are known (else
+    /// `None` each), and the pointer globals among them announced to the backend as
+    /// about to be read: the batch's cache misses then overlap.
+    fn look_up<'e, E: HostEntry>(
+        &self,
+        batch: &'e [E],
+        names: &mut Vec<&'e [u8]>,
+        found: &mut Vec<Option<Symbol>>,
+    ) {
+        names.clear();
+        names.extend(batch.iter().map(|e| e.name().to_bytes()));
+        found.clear();
+        let Some((symbols, bias)) = self.own_tables() else {
+            found.resize(batch.len(), None);
+            return;
+        };
+        symbols.dynamic_batch(names, found);
+        for (entry, sym) in batch.iter().zip(found.iter()) {
+            let holds_pointer = matches!(
+                entry.kind(),
+                Some(EntryKind::IndirectThroughGlobal | EntryKind::IndirectVtable)
+            );
+            if let (Some(sym), true) = (sym, holds_pointer) {
+                self.plugin
+                    .backend
+                    .prefetch(self.d, bias.wrapping_add(sym.value));
+            }
+        }
+    }
+
+    /// One entry's device address (`name` is its name); its (host, device) function
+    /// pairs go to `rows`.
+    fn resolve<E: HostEntry>(
+        &self,
+        entry: &E,
+        name: &[u8],
+        dynamic: Option<Symbol>,
+        rows: &mut Vec<FptrMapEntry>,
+    ) -> Result<DeviceAddr, PluginError> {
+        let kind = entry.kind().ok_or_else(|| {
+            self.entry_err(
+                entry,
+                format!(
+                    "flags {:#x} with size {} is not a known kind of offload entry",
+                    entry.flags(),
+                    entry.size()
+                ),
+            )
+        })?;
+        let addr =
+            match kind {
+                EntryKind::Kernel | EntryKind::Global => self.exported(entry, kind, dynamic)?,
                 EntryKind::IndirectFunction => {
-                    let f = self
-                        .module
-                        .indirect_function(&entry.name)
-                        .map_err(missing)?;
-                    pairs.push(IndirectPair {
-                        host_ptr: entry.host_addr,
+                    let (f, _) = self.indirect_target(entry, name, Wanted::Function, dynamic)?;
+                    rows.push(FptrMapEntry {
+                        host_ptr: entry.host_addr(),
                         tgt_ptr: f,
-                        origin: Origin::Entry(entry.name.to_bytes()),
                     });
                     f
                 }
                 EntryKind::IndirectThroughGlobal => {
-                    let global = self.pointer_global(entry)?;
+                    let global = self.pointer_global(entry, name, dynamic)?;
                     let f = self.read_word(entry, global)?;
                     if f == 0 {
                         return Err(self.entry_err(
@@ -978,10 +1170,9 @@ impl LoadContext<'_> {
                              function to call",
                         ));
                     }
-                    pairs.push(IndirectPair {
-                        host_ptr: entry.host_addr,
+                    rows.push(FptrMapEntry {
+                        host_ptr: entry.host_addr(),
                         tgt_ptr: f,
-                        origin: Origin::Entry(entry.name.to_bytes()),
                     });
                     // libomptarget 16 maps a size-8 entry's host address to what we
                     // return here, and translates pointers through that map (a function
@@ -990,9 +1181,9 @@ impl LoadContext<'_> {
                     f
                 }
                 EntryKind::IndirectVtable => {
-                    let global = self.pointer_global(entry)?;
+                    let global = self.pointer_global(entry, name, dynamic)?;
                     let device_vtable = self.read_word(entry, global)?;
-                    let host = entry.host_vtable.as_deref().ok_or_else(|| {
+                    let host = entry.host_vtable().ok_or_else(|| {
                         self.entry_err(entry, "the host vtable's contents were not provided")
                     })?;
                     self.check_device_vtable(entry, global, device_vtable, host.len())?;
@@ -1004,18 +1195,17 @@ impl LoadContext<'_> {
                     unsafe { self.plugin.backend.read(self.d, device_vtable, &mut dev) }.map_err(
                         |e| self.entry_err(entry, format!("reading the device vtable: {e}")),
                     )?;
-                    pairs.extend(fptr::vtable_pairs(entry.name.to_bytes(), host, &dev));
+                    rows.extend(fptr::vtable_pairs(name, host, &dev).iter().map(|p| {
+                        FptrMapEntry {
+                            host_ptr: p.host_ptr,
+                            tgt_ptr: p.tgt_ptr,
+                        }
+                    }));
                     // The device counterpart of the host vtable object.
                     device_vtable
                 }
             };
-            out.push(DeviceEntry {
-                addr,
-                size: entry.size,
-                flags: entry.flags,
-            });
-        }
-        Ok((out, pairs))
+        Ok(addr)
     }
 
     /// Upload the table and patch the device runtime's globals, if the image has them.
@@ -1029,8 +1219,12 @@ impl LoadContext<'_> {
             match self.symbol_size(name) {
                 None => Ok(None),
                 Some(8) => self
-                    .module
-                    .global(name)
+                    .own_tables()
+                    .and_then(|(symbols, bias)| {
+                        let sym = symbols.dynamic(name.to_bytes()).filter(Symbol::is_plain)?;
+                        Some(Ok(bias.wrapping_add(sym.value)))
+                    })
+                    .unwrap_or_else(|| self.module.global(name))
                     .map(Some)
                     .map_err(|source| PluginError::Load {
                         image: self.image.to_string(),

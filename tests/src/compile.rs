@@ -10,19 +10,35 @@ use std::process::Command;
 /// `cargo xtask demo` does). With `device_rtl` (device-rtl's x86_64 static library) the
 /// device image links it through the offload linker.
 pub fn compile_offload_program(source: &Path, output: &Path, device_rtl: Option<&Path>) {
+    compile_offload_sources(&[source], output, device_rtl, &[]);
+}
+
+/// [`compile_offload_program`] for a program of several translation units, with extra
+/// arguments for clang (e.g. `-Xoffload-linker-x86_64-pc-linux-gnu -s`).
+pub fn compile_offload_sources(
+    sources: &[&Path],
+    output: &Path,
+    device_rtl: Option<&Path>,
+    extra_args: &[&str],
+) {
     // C++ programs link libstdc++ (host and device image) through the C++ driver.
-    let driver = match source.extension().and_then(|e| e.to_str()) {
-        Some("cpp") => clang16().with_file_name("clang++-16"),
-        _ => clang16(),
+    let is_cxx = sources
+        .iter()
+        .any(|s| s.extension().and_then(|e| e.to_str()) == Some("cpp"));
+    let driver = if is_cxx {
+        clang16().with_file_name("clang++-16")
+    } else {
+        clang16()
     };
     let mut cmd = Command::new(driver);
     cmd.args(["-O1", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"])
         .arg("-I")
-        .arg(root().join("host-plugin/include"));
+        .arg(root().join("host-plugin/include"))
+        .args(extra_args);
     if let Some(library) = device_rtl {
         let x = "-Xoffload-linker-x86_64-pc-linux-gnu";
         cmd.args([x, "--undefined=__kmpc_target_translate_fptr", x])
             .arg(library);
     }
-    run_ok(cmd.arg(source).arg("-o").arg(output));
+    run_ok(cmd.args(sources).arg("-o").arg(output));
 }

@@ -7,7 +7,7 @@ use e2e_tests::plugin::{device_image, DataAlloc, DataDelete, DataMove, Launch, L
 use host_plugin::abi::{
     KernelArgs, TgtBinDesc, TgtDeviceImage, TgtOffloadEntry, OFFLOAD_FAIL, OFFLOAD_SUCCESS,
 };
-use host_plugin::entries::FLAG_INDIRECT;
+use host_plugin::entries::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use host_plugin::FptrMapEntry;
 use plugin_support::{host_image, plugin_dir};
 use std::ffi::{c_void, CString};
@@ -177,6 +177,50 @@ fn libomptarget_call_sequence_through_the_c_abi() {
         let rc = (abi.launch)(0, kernel, null_mut(), null_mut(), &ka, null_mut());
         assert_eq!(rc, OFFLOAD_FAIL);
     }
+}
+
+/// An indirect vtable entry as libomptarget hands it over: the host vtable is read in
+/// place from host memory, slot by slot paired with the device vtable's.
+#[test]
+fn indirect_vtable_entry_through_the_c_abi() {
+    let abi = open_plugin();
+    let mut image = host_image("device_image", true);
+    // Slot 0 (an offset-to-top of zero) carries no function; slots 1 and 2 are the host
+    // "functions" 0xA000 and 0xA008 (device_image.c: add_one and twice).
+    let host_vtable: [u64; 3] = [0, 0xA000, 0xA008];
+    let names = [c"kernel_call", c"vtable_ptr"];
+    let vtable_entry = |size: usize| TgtOffloadEntry {
+        addr: host_vtable.as_ptr() as *mut c_void,
+        name: names[1].as_ptr() as *mut _,
+        size,
+        flags: FLAG_INDIRECT | FLAG_INDIRECT_VTABLE,
+        reserved: 0,
+    };
+    let kernel_entry = TgtOffloadEntry {
+        addr: 0x100 as *mut c_void,
+        name: names[0].as_ptr() as *mut _,
+        size: 0,
+        flags: 0,
+        reserved: 0,
+    };
+    let mut entries = [kernel_entry, vtable_entry(24)];
+    let mut desc = device_image(&mut image, &mut entries);
+    // SAFETY: the descriptor points at live image bytes, entries with C names and a
+    // 24-byte host vtable.
+    let table = unsafe { (abi.load_binary)(0, &mut desc) };
+    assert!(!table.is_null(), "load_binary failed");
+    // SAFETY: a non-null table from load_binary stays valid until the image is unloaded.
+    let kernel = unsafe { (*(*table).entries_begin).addr };
+    assert_eq!(call_through(&abi, kernel, 0xA000, 10).0, 11);
+    assert_eq!(call_through(&abi, kernel, 0xA008, 10).0, 20);
+    assert_eq!(call_through(&abi, kernel, 0, 10), (10, 0));
+
+    // A vtable size no class has is refused before anything is read.
+    let mut image2 = host_image("device_image", true);
+    let mut huge = [kernel_entry, vtable_entry(2 << 20)];
+    let mut desc = device_image(&mut image2, &mut huge);
+    // SAFETY: the plugin must refuse the size without reading the (24-byte) vtable.
+    assert!(unsafe { (abi.load_binary)(0, &mut desc) }.is_null());
 }
 
 #[test]

@@ -361,6 +361,40 @@ fn bad_images_and_entries_fail_with_clear_errors() {
         &["`add_one`", "`twice`", "0x5000"],
     );
 
+    // A vtable slot and a function entry: the table's rows carry no names, the error
+    // finds them again (the slot by its place in the vtable).
+    let mut vt = entry(
+        "vtable_ptr",
+        HOST_VTABLE,
+        24,
+        FLAG_INDIRECT | FLAG_INDIRECT_VTABLE,
+    );
+    vt.host_vtable = Some(words(&[0, HOST_ADD_ONE, HOST_ADD_ONE + 8]));
+    let slot_conflict = [
+        entry("twice", HOST_ADD_ONE + 8, 0, FLAG_INDIRECT),
+        vt,
+        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+    ];
+    // Slot 1 holds add_one on the device too: the same pair twice, no conflict; slot 2
+    // holds `twice`, as the entry before it says.
+    assert!(plugin.load_binary(0, 5, &image, &slot_conflict).is_ok());
+    plugin.unload(0, 5).unwrap();
+    // Host 0x5000: add_one twice (one row), then slot 2 mapping it to `twice`: the
+    // conflict is the third row of that address, named by its slot.
+    let mut vt_wrong = slot_conflict[1].clone();
+    vt_wrong.host_vtable = Some(words(&[0, HOST_ADD_ONE + 8, HOST_ADD_ONE]));
+    let crossed = [slot_conflict[2].clone(), slot_conflict[2].clone(), vt_wrong];
+    assert_load_fails(
+        &plugin,
+        &image,
+        &crossed,
+        &[
+            "host address 0x5000",
+            "by entry `add_one` and",
+            "by entry `vtable_ptr[2]`",
+        ],
+    );
+
     let not_pointer = [entry("not_a_pointer", 0x3000, 8, FLAG_INDIRECT)];
     assert_load_fails(&plugin, &image, &not_pointer, &["not_a_pointer", "4 bytes"]);
 
@@ -416,4 +450,38 @@ fn gpu_kinds_have_no_devices_yet() {
         assert!(plugin.alloc(0, 8).is_err());
     }
     assert_eq!(Plugin::new(PluginKind::X86_64).device_count(), 4);
+}
+
+/// The image's own GNU hash table finds every exported definition at the address its
+/// .dynsym gives (read independently with the object crate), one name at a time and
+/// batched, and nothing for names the image does not export.
+#[test]
+fn symbol_lookups_through_the_gnu_hash_table_match_the_dynamic_symbol_table() {
+    use object::{Object, ObjectSymbol};
+    let image = host_image("device_image", true);
+    let symbols = host_plugin::image::inspect_shared_object(&image, object::elf::EM_X86_64)
+        .expect("a valid image");
+    let file = object::File::parse(&*image).unwrap();
+    let exported: Vec<(Vec<u8>, u64)> = file
+        .dynamic_symbols()
+        .filter(|s| s.is_definition() && s.is_global())
+        .map(|s| (s.name_bytes().unwrap().to_vec(), s.address()))
+        .collect();
+    assert!(exported.len() > 10, "{}", exported.len());
+    let mut names: Vec<&[u8]> = exported.iter().map(|(n, _)| n.as_slice()).collect();
+    names.extend([&b"no_such_symbol"[..], b"", b"add_onex"]);
+    let mut batched = Vec::new();
+    symbols.dynamic_batch(&names, &mut batched);
+    assert_eq!(batched.len(), names.len());
+    for (i, name) in names.iter().enumerate() {
+        let one = symbols.dynamic(name);
+        assert_eq!(batched[i], one, "{}", String::from_utf8_lossy(name));
+        let expected = exported.get(i).map(|&(_, addr)| addr);
+        assert_eq!(
+            one.map(|s| s.value),
+            expected,
+            "{}",
+            String::from_utf8_lossy(name)
+        );
+    }
 }

@@ -4,7 +4,10 @@
 mod plugin_support;
 
 use e2e_tests::paths::{fixture, root};
-use plugin_support::{compile_offload_program, plugin_dir, scratch};
+use plugin_support::{
+    compile_offload_program, compile_offload_sources, device_image_of, name_in_image, plugin_dir,
+    scratch,
+};
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -246,4 +249,159 @@ fn header_works_from_cxx() {
     let (stdout, _) = run_successfully(&dir, &exe, "0");
     // 3 * 5 from the device version, plus the device copy's bias.
     assert!(stdout.contains("c++ result 1015"), "{stdout}");
+}
+
+/// The seed convention's functions of seed_convention.c, its size-8 ones, and what each
+/// returns on the host for the argument the program passes (its index + 2).
+const SEED_FUNCTIONS: [(&str, i32); 4] = [
+    ("seed_add", 2 + 7),
+    ("seed_mul", 3 * 5),
+    ("seed_neg", -4),
+    ("seed_static", 5 - 3),
+];
+const POINTER_FUNCTIONS: [(&str, i32); 2] = [("ptr_double", 2 * 6), ("ptr_square", 7 * 7)];
+
+/// Run a program that must fail to load its image: (stderr); our plugin must have run.
+fn run_failing(dir: &Path, exe: &Path) -> String {
+    let marker = dir.join("marker");
+    let (out, pid) = run_with_our_plugin(exe, &marker, "0");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "the program ran:\n{stderr}");
+    assert_our_plugin_ran(&marker, pid);
+    assert!(
+        stderr.contains("Libomptarget fatal error"),
+        "libomptarget did not stop the program:\n{stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn seed_convention_finds_hidden_functions_in_the_static_symbol_table() {
+    let (dir, exe) = build_program("e2e-seed", &fixture("plugin/seed_convention.c"), true);
+    // What makes this case: clang 16 made every function hidden, so the image's dynamic
+    // symbol table lacks them and .symtab has each once, LOCAL.
+    let image = device_image_of(&exe);
+    for (name, _) in SEED_FUNCTIONS.iter().chain(&POINTER_FUNCTIONS) {
+        let seen = name_in_image(&image, name);
+        assert!(
+            !seen.in_dynsym,
+            "{name} is exported: the test proves nothing"
+        );
+        assert_eq!(seen.in_symtab.len(), 1, "{name}: {:?}", seen.in_symtab);
+        assert_eq!(seen.in_symtab[0].1, object::elf::STB_LOCAL, "{name}");
+    }
+
+    let (stdout, stderr) = run_successfully(&dir, &exe, "16");
+    assert!(stdout.contains("ran on offload device 0"), "{stdout}");
+    // Every function: the device version ran (host result + 1000), through a pointer
+    // translated to the device function's own address (the program checks both, "OK").
+    for (name, host) in SEED_FUNCTIONS.iter().chain(&POINTER_FUNCTIONS) {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no line for {name}:\n{stdout}"));
+        let expected = format!("device result {}, host result {host}: OK", host + 1000);
+        assert!(line.ends_with(&expected), "{line}");
+    }
+    // A pointer strictly inside the table's range that is not in it comes back as it
+    // went in (LLVM 18's lookup never returns for one), and so does null.
+    assert!(
+        stdout.contains("(inside the table's range) -> "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(": unchanged\nnull -> 0: unchanged"),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("PASSED\n"), "{stdout}");
+    // The installed table: one row per registered function, named by its entry.
+    assert!(
+        stderr.contains("indirect function table, 6 entries"),
+        "{stderr}"
+    );
+    let rows: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(" -> device 0x"))
+        .collect();
+    assert_eq!(rows.len(), 6, "{stderr}");
+    for (name, _) in SEED_FUNCTIONS {
+        assert!(
+            rows.iter().any(|r| r.ends_with(&format!("  {name}"))),
+            "{name}: {rows:?}"
+        );
+    }
+    for (name, _) in POINTER_FUNCTIONS {
+        let entry = format!("  __omp_indirect_fn_{name}");
+        assert!(rows.iter().any(|r| r.ends_with(&entry)), "{name}: {rows:?}");
+    }
+}
+
+#[test]
+fn static_functions_of_one_name_in_two_files_fail_naming_both() {
+    let dir = scratch("e2e-seed-ambiguous");
+    let exe = dir.join("seed_static");
+    let (a, b) = (
+        fixture("plugin/seed_static_a.c"),
+        fixture("plugin/seed_static_b.c"),
+    );
+    compile_offload_sources(&[&a, &b], &exe, true, &[]);
+    let seen = name_in_image(&device_image_of(&exe), "helper");
+    assert!(!seen.in_dynsym);
+    let files: Vec<Option<&str>> = seen.in_symtab.iter().map(|d| d.2.as_deref()).collect();
+    assert_eq!(
+        files,
+        [Some("seed_static_a.c"), Some("seed_static_b.c")],
+        "{:?}",
+        seen.in_symtab
+    );
+
+    let stderr = run_failing(&dir, &exe);
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("omptarget-rs (x86_64) error: load_binary:"))
+        .unwrap_or_else(|| panic!("no load error:\n{stderr}"));
+    assert!(error.contains("entry `helper`"), "{error}");
+    assert!(error.contains("has 2 definitions"), "{error}");
+    for (addr, _, file) in &seen.in_symtab {
+        let named = format!(
+            "image address {addr:#x} (from {})",
+            file.as_deref().unwrap()
+        );
+        assert!(error.contains(&named), "{error} lacks {named}");
+    }
+}
+
+#[test]
+fn a_static_variable_of_the_same_name_is_no_rival_for_a_function() {
+    let dir = scratch("e2e-seed-function-and-variable");
+    let exe = dir.join("seed_static_var");
+    let (a, var) = (
+        fixture("plugin/seed_static_a.c"),
+        fixture("plugin/seed_static_var.c"),
+    );
+    compile_offload_sources(&[&a, &var], &exe, true, &[]);
+    let seen = name_in_image(&device_image_of(&exe), "helper");
+    assert_eq!(seen.in_symtab.len(), 2, "{:?}", seen.in_symtab);
+    // helper(1) on the device is 1 + 1; helper_b(1) adds the static variable: 1 + 5.
+    let (stdout, _) = run_successfully(&dir, &exe, "0");
+    assert_eq!(stdout, "2 6\n");
+}
+
+#[test]
+fn stripped_device_image_fails_and_says_it_was_stripped() {
+    let dir = scratch("e2e-seed-stripped");
+    let exe = dir.join("seed_stripped");
+    let strip = ["-Xoffload-linker-x86_64-pc-linux-gnu", "-s"];
+    compile_offload_sources(&[&fixture("plugin/seed_convention.c")], &exe, true, &strip);
+    let seen = name_in_image(&device_image_of(&exe), "seed_add");
+    assert!(!seen.in_dynsym && seen.in_symtab.is_empty(), "not stripped");
+
+    let stderr = run_failing(&dir, &exe);
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("omptarget-rs (x86_64) error: load_binary:"))
+        .unwrap_or_else(|| panic!("no load error:\n{stderr}"));
+    // The first seed entry is the first that cannot be resolved.
+    assert!(error.contains("entry `seed_add`"), "{error}");
+    assert!(error.contains(".symtab was stripped"), "{error}");
 }

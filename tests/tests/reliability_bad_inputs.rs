@@ -6,12 +6,13 @@
 
 mod plugin_support;
 
+use e2e_tests::paths::fixture;
 use e2e_tests::paths::target_dir;
 use e2e_tests::plugin::{entry, kernel_args, DataAlloc, DataDelete, DataMove, Launch, LoadBinary};
 use host_plugin::abi::{TgtDeviceImage, TgtOffloadEntry, OFFLOAD_FAIL};
 use host_plugin::entries::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use host_plugin::{FptrMapEntry, OffloadEntry, Plugin, PluginKind};
-use plugin_support::{host_image, plugin_dir};
+use plugin_support::{compile_offload_sources, device_image_of, host_image, plugin_dir, scratch};
 use std::ffi::c_void;
 use std::process::Command;
 use std::ptr::null_mut;
@@ -211,6 +212,68 @@ fn rust_api_rows(image: &[u8]) -> Vec<Row> {
         Plugin::new(PluginKind::Cuda).alloc(0, 8),
         &["device 0"],
     );
+    rows
+}
+
+/// The x86_64 device image of a clang-16 OpenMP program built from fixtures/plugin/.
+fn openmp_image(name: &str, sources: &[&str], extra_args: &[&str]) -> Vec<u8> {
+    let dir = scratch(&format!("bad-inputs-{name}"));
+    let exe = dir.join(name);
+    let sources: Vec<_> = sources
+        .iter()
+        .map(|s| fixture(&format!("plugin/{s}")))
+        .collect();
+    let sources: Vec<&std::path::Path> = sources.iter().map(|p| p.as_path()).collect();
+    compile_offload_sources(&sources, &exe, true, extra_args);
+    device_image_of(&exe)
+}
+
+/// Seed-convention entries (size 0, the function's own name) that name nothing usable in
+/// real clang-16 device images, whose functions are hidden (LOCAL in .symtab).
+fn seed_convention_rows() -> Vec<Row> {
+    let plugin = Plugin::new(PluginKind::X86_64);
+    let mut rows = Vec::new();
+    let seed = |name: &str| entry(name, 0x5000, 0, FLAG_INDIRECT);
+    let image = openmp_image("seed", &["seed_convention.c"], &[]);
+    api_row(
+        &mut rows,
+        "seed entry (size 0) naming a function neither symbol table defines",
+        plugin.load_binary(0, 42, &image, &[seed("no_such_function")]),
+        &[
+            "no_such_function",
+            "neither its dynamic symbol table nor its static one",
+        ],
+    );
+    api_row(
+        &mut rows,
+        "seed entry naming a data object (a declare-target int), not a function",
+        plugin.load_binary(0, 42, &image, &[seed("bias")]),
+        &["`bias`", "data object", "not a function"],
+    );
+    let two_files = openmp_image("seed-static", &["seed_static_a.c", "seed_static_b.c"], &[]);
+    api_row(
+        &mut rows,
+        "seed entry naming a static function that two translation units define",
+        plugin.load_binary(0, 42, &two_files, &[seed("helper")]),
+        &[
+            "`helper`",
+            "2 definitions",
+            "seed_static_a.c",
+            "seed_static_b.c",
+        ],
+    );
+    let stripped = openmp_image(
+        "seed-stripped",
+        &["seed_convention.c"],
+        &["-Xoffload-linker-x86_64-pc-linux-gnu", "-s"],
+    );
+    api_row(
+        &mut rows,
+        "seed entry naming a hidden function of a stripped device image (linked with -s)",
+        plugin.load_binary(0, 42, &stripped, &[seed("seed_add")]),
+        &["`seed_add`", ".symtab was stripped"],
+    );
+    assert_eq!(plugin.loaded_images(0), 0);
     rows
 }
 
@@ -446,6 +509,7 @@ fn markdown(rows: &[Row]) -> String {
 fn every_bad_input_gets_a_clear_message_and_nothing_crashes() {
     let image = host_image("device_image", true);
     let mut rows = rust_api_rows(&image);
+    rows.extend(seed_convention_rows());
     rows.extend(abi_rows());
     let table = markdown(&rows);
     let out = target_dir().join("reliability");

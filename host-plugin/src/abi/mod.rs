@@ -7,7 +7,7 @@ pub mod types;
 
 use crate::backend::{AllocKind, EventHandle, LaunchRequest, QueueHandle};
 use crate::diag;
-use crate::entries::{OffloadEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
+use crate::entries::{HostEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use crate::error::PluginError;
 use crate::fptr::FptrMapEntry;
 use crate::plugin::{Plugin, PluginKind};
@@ -140,20 +140,60 @@ unsafe fn image_bytes<'a>(image: *const TgtDeviceImage) -> Option<(usize, &'a [u
     }))
 }
 
-/// The image's host entries, their names borrowed from libomptarget's entry array (in
-/// the host binary, alive as long as its image is registered); vtable bytes are copied.
+/// One of libomptarget's host entries, read in place: its array lives in the host binary
+/// as long as the image is registered, so a load copies none of its entries.
+/// Only [`host_entries`] makes these, after checking what the accessors rely on.
+#[repr(transparent)]
+struct LibomptargetEntry(TgtOffloadEntry);
+
+impl LibomptargetEntry {
+    fn is_vtable(&self) -> bool {
+        let flags = self.0.flags;
+        flags & FLAG_INDIRECT != 0 && flags & FLAG_INDIRECT_VTABLE != 0 && !self.0.addr.is_null()
+    }
+}
+
+impl HostEntry for LibomptargetEntry {
+    fn host_addr(&self) -> u64 {
+        self.0.addr as u64
+    }
+
+    fn name(&self) -> &CStr {
+        // SAFETY: `host_entries` checked the name is not null; libomptarget's entry names
+        // are NUL-terminated strings of the host binary that outlive the entry array.
+        unsafe { CStr::from_ptr(self.0.name) }
+    }
+
+    fn size(&self) -> u64 {
+        self.0.size as u64
+    }
+
+    fn flags(&self) -> i32 {
+        self.0.flags
+    }
+
+    fn host_vtable(&self) -> Option<&[u8]> {
+        // SAFETY: an indirect vtable entry's address is the host vtable, `size` bytes long
+        // (the contract of `host_entries`), and `host_entries` bounded the size.
+        self.is_vtable()
+            .then(|| unsafe { std::slice::from_raw_parts(self.0.addr as *const u8, self.0.size) })
+    }
+}
+
+/// The image's host entries, read in place: each has a name and each vtable a plausible
+/// size, else the load fails here.
 ///
 /// # Safety
 /// `image`'s entry range is an array of valid entries with NUL-terminated names that
 /// outlive `'a`, and each indirect vtable entry's host address points at `size` readable
-/// bytes.
+/// bytes that stay unchanged during `'a`.
 unsafe fn host_entries<'a>(
     device: i32,
     image: &TgtDeviceImage,
-) -> Result<Vec<OffloadEntry<'a>>, PluginError> {
+) -> Result<&'a [LibomptargetEntry], PluginError> {
     let (begin, end) = (image.entries_begin, image.entries_end);
     if begin.is_null() || end.is_null() || begin == end {
-        return Ok(Vec::new());
+        return Ok(&[]);
     }
     let bytes = (end as usize)
         .checked_sub(begin as usize)
@@ -165,44 +205,25 @@ unsafe fn host_entries<'a>(
         ));
     }
     let count = bytes / std::mem::size_of::<TgtOffloadEntry>();
-    // SAFETY: caller contract: begin..end is an array of `count` entries.
-    let raw = unsafe { std::slice::from_raw_parts(begin, count) };
-    raw.iter()
-        .enumerate()
-        .map(|(i, e)| {
-            if e.name.is_null() {
-                return Err(invalid(device, format!("offload entry {i} has no name")));
-            }
-            // SAFETY: entry names are NUL-terminated strings in the host binary that
-            // outlive 'a (caller contract).
-            let name: &'a CStr = unsafe { CStr::from_ptr(e.name) };
-            let is_vtable = e.flags & FLAG_INDIRECT != 0 && e.flags & FLAG_INDIRECT_VTABLE != 0;
-            let host_vtable = if is_vtable && !e.addr.is_null() {
-                let size = e.size as u64;
-                if size > MAX_VTABLE_BYTES {
-                    return Err(invalid(
-                        device,
-                        format!(
-                            "entry `{}`: vtable size {size} is implausible",
-                            name.to_string_lossy()
-                        ),
-                    ));
-                }
-                // SAFETY: caller contract: an indirect vtable entry's address is the host
-                // vtable, `size` bytes long.
-                Some(unsafe { std::slice::from_raw_parts(e.addr as *const u8, e.size) }.to_vec())
-            } else {
-                None
-            };
-            Ok(OffloadEntry {
-                host_addr: e.addr as u64,
-                name: name.into(),
-                size: e.size as u64,
-                flags: e.flags,
-                host_vtable,
-            })
-        })
-        .collect()
+    // SAFETY: caller contract: begin..end is an array of `count` entries, alive for 'a;
+    // LibomptargetEntry is a transparent wrapper of TgtOffloadEntry.
+    let entries = unsafe { std::slice::from_raw_parts(begin.cast::<LibomptargetEntry>(), count) };
+    for (i, e) in entries.iter().enumerate() {
+        if e.0.name.is_null() {
+            return Err(invalid(device, format!("offload entry {i} has no name")));
+        }
+        if e.is_vtable() && e.0.size as u64 > MAX_VTABLE_BYTES {
+            return Err(invalid(
+                device,
+                format!(
+                    "entry `{}`: vtable size {} is implausible",
+                    e.name_lossy(),
+                    e.0.size
+                ),
+            ));
+        }
+    }
+    Ok(entries)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -372,18 +393,12 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(
         // SAFETY: image_bytes checked `image` is non-null; the entries are libomptarget's,
         // alive while the image is registered, longer than this call.
         let entries = unsafe { host_entries(device, &*image) }?;
-        let device_entries = plugin().load_binary(device, key, bytes, &entries)?;
-        let mut raw: Box<[TgtOffloadEntry]> = device_entries
-            .iter()
-            .zip(&entries)
-            .map(|(d, h)| TgtOffloadEntry {
-                addr: d.addr as *mut c_void,
-                name: h.name.as_ptr().cast_mut(),
-                size: d.size as usize,
-                flags: d.flags,
-                reserved: 0,
-            })
-            .collect();
+        // The returned table: the host entries (their names are what LLVM's plugins
+        // return too), each address replaced by the device one as it resolves.
+        let mut raw: Box<[TgtOffloadEntry]> = entries.iter().map(|h| h.0).collect();
+        plugin().load_entries(device, key, bytes, entries, |i, addr| {
+            raw[i].addr = addr as *mut c_void
+        })?;
         let range = raw.as_mut_ptr_range();
         let mut table = Box::new(TgtTargetTable {
             entries_begin: range.start,

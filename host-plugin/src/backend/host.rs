@@ -123,6 +123,41 @@ impl PointerCall {
 
 struct HostModule {
     library: Library,
+    /// `l_addr` of the image's link map: image address + this = process address.
+    load_bias: u64,
+}
+
+/// The public head of glibc's `struct link_map` (<link.h>); the loader's private fields
+/// follow it and are never touched.
+#[repr(C)]
+struct LinkMapHead {
+    l_addr: usize,
+}
+
+/// The load bias of a library dlopen'd by us.
+fn load_bias_of(library: Library) -> Result<(Library, u64), BackendError> {
+    let handle = library.into_raw();
+    let mut map: *const LinkMapHead = std::ptr::null();
+    // SAFETY: `handle` is a live dlopen handle (ours, reopened as a Library right after);
+    // RTLD_DI_LINKMAP stores a `struct link_map *` into `map`, which has that type.
+    let rc = unsafe {
+        libc::dlinfo(
+            handle,
+            libc::RTLD_DI_LINKMAP,
+            std::ptr::addr_of_mut!(map).cast(),
+        )
+    };
+    // SAFETY: `handle` came from `into_raw` above and is taken back exactly once.
+    let library = unsafe { Library::from_raw(handle) };
+    if rc != 0 || map.is_null() {
+        return Err(BackendError::Load(
+            "dlinfo(RTLD_DI_LINKMAP) failed for the loaded image".into(),
+        ));
+    }
+    // SAFETY: a link map the loader keeps while the library is open; `l_addr` is its
+    // first, public field.
+    let bias = unsafe { (*map).l_addr } as u64;
+    Ok((library, bias))
 }
 
 impl HostModule {
@@ -146,6 +181,9 @@ impl LoadedModule for HostModule {
     }
     fn function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
         self.symbol(name)
+    }
+    fn load_bias(&self) -> Option<u64> {
+        Some(self.load_bias)
     }
 }
 
@@ -197,7 +235,8 @@ impl Backend for HostBackend {
         // The mapping stays valid after the name is gone; nothing is left in /tmp.
         let _ = std::fs::remove_file(&path);
         let library = opened.map_err(|e| BackendError::Load(e.to_string()))?;
-        Ok(Box::new(HostModule { library }))
+        let (library, load_bias) = load_bias_of(library)?;
+        Ok(Box::new(HostModule { library, load_bias }))
     }
 
     fn alloc(&self, _device: usize, size: usize) -> Result<DeviceAddr, BackendError> {
@@ -271,6 +310,10 @@ impl Backend for HostBackend {
     fn synchronize(&self, _device: usize) -> Result<(), BackendError> {
         // Every operation on the host device completes before it returns.
         Ok(())
+    }
+
+    fn prefetch(&self, _device: usize, addr: DeviceAddr) {
+        crate::prefetch::read_address(addr);
     }
 }
 

@@ -75,10 +75,19 @@ pub trait LoadedModule: Send + Sync {
     fn global(&self, name: &CStr) -> Result<DeviceAddr, BackendError>;
     /// Device address of a function defined by the image.
     fn function(&self, name: &CStr) -> Result<DeviceAddr, BackendError>;
-    /// Device address of a non-kernel function named by a size-0 indirect entry. Where
-    /// functions are ordinary symbols (the host) this is `function`.
+    /// Device address of a non-kernel function named by a size-0 indirect entry, asked
+    /// only where the core cannot resolve it from the image's own symbol tables (no
+    /// [`LoadedModule::load_bias`]: the GPU backends).
     fn indirect_function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
         self.function(name)
+    }
+    /// What the loader added to every ELF address of the image (its load bias), where
+    /// the image was mapped as one block and the backend knows the offset. With it the
+    /// core resolves entries from the image's own symbol tables, parsed once, instead
+    /// of asking the loader name by name, and finds functions the dynamic symbol table
+    /// lacks (hidden ones). None: resolve by name through this module.
+    fn load_bias(&self) -> Option<u64> {
+        None
     }
     /// Size of a global, for backends whose images are not inspected as ELF shared
     /// objects (see [`Backend::inspect_image`]); None if there is no such global.
@@ -146,6 +155,11 @@ pub trait Backend: Send + Sync {
     ) -> Result<Option<crate::image::ImageSymbols<'a>>, crate::image::ImageError> {
         crate::image::inspect_shared_object(image, self.elf_machine()).map(Some)
     }
+
+    /// A hint that the device memory at `addr` will be read soon (on the host, a CPU
+    /// prefetch: resolving a million pointer globals scattered over an image otherwise
+    /// waits for each cache miss in turn). No effect by default.
+    fn prefetch(&self, _device: usize, _addr: DeviceAddr) {}
 
     /// Can some device of this backend run the image (e.g. a cubin's SM)? Asked after
     /// the ELF machine matched, so libomptarget can pick another image of a fat binary.
