@@ -6,6 +6,7 @@ mod device;
 mod fuzz;
 mod gpu_bundle;
 mod lit;
+mod nvptx_program;
 mod plugin;
 mod reliability;
 mod test;
