@@ -4,7 +4,7 @@ mod bench;
 mod demo;
 mod device;
 mod fuzz;
-mod gpu_bundle;
+mod gpu_kit;
 mod lit;
 mod nvptx_program;
 mod plugin;
@@ -42,7 +42,7 @@ enum Cmd {
     /// LLVM 16 plugin through libomptarget), `bench load` (load_binary, 10 to 1M entries).
     Bench(bench::Args),
     /// Build the CUDA GPU tests, fixtures and plugin into target/gpu-bundle/ with run.sh.
-    GpuBundle(gpu_bundle::Args),
+    GpuBundle(gpu_kit::Args),
     /// Endurance, stress and dlopen cycles through libomptarget 16; --valgrind; --asan.
     Reliability(reliability::Args),
     /// Everything CI runs: prerequisites, builds, unit, link, end-to-end and lit tests.
@@ -58,7 +58,7 @@ fn main() -> Result<()> {
         Cmd::Fuzz(a) => fuzz::main(a),
         Cmd::Test(a) => test::main(a),
         Cmd::Reliability(a) => reliability::main(a),
-        Cmd::GpuBundle(a) => gpu_bundle::main(a),
+        Cmd::GpuBundle(a) => gpu_kit::main(a),
         Cmd::Bench(a) => bench::main(a),
     }
 }
