@@ -15,9 +15,12 @@
 //! - [`script`]: run.sh and its Python runner (xtask/kit/), which unpacks the closure
 //!   into a temporary folder, runs every step, and writes each step's log and a summary
 //!   into the results folder;
+//! - [`bare_root`]: the proof, on this CPU-only machine, that the kit is
+//!   self-contained: run.sh in a bare Debian root (`cargo xtask test` runs it).
 //!
 //! `manifest.json` at the kit's top tells the runner what each part holds.
 
+pub mod bare_root;
 mod closure;
 mod cuda_tests;
 pub mod lit;
@@ -33,7 +36,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(clap::Args, Default)]
-pub struct Args {}
+pub struct Args {
+    /// Then run the kit in a bare Debian root (what `cargo xtask test` does; needs root).
+    #[arg(long)]
+    pub bare_root: bool,
+}
 
 /// The GPU machines lend at most this much to a run's carried files.
 pub const SIZE_LIMIT: u64 = 64 * 1024 * 1024;
@@ -51,7 +58,12 @@ fn build_dir() -> PathBuf {
     util::target_dir().join("gpu-kit-build")
 }
 
-pub fn main(_args: Args) -> Result<()> {
+pub fn main(args: Args) -> Result<()> {
+    if args.bare_root {
+        let proof = bare_root::prove()?;
+        println!("{}", proof.report());
+        return Ok(());
+    }
     let kit = build_kit()?;
     println!("GPU kit in {}", kit.display());
     println!("on a GPU machine: bash run.sh --results DIR   (then --part 2)");
