@@ -41,7 +41,8 @@ enum Cmd {
     /// Benchmarks (docs/BENCHMARKS.md): `bench cpu` (the lookup), `bench plugin` (ours vs
     /// LLVM 16 plugin through libomptarget), `bench load` (load_binary, 10 to 1M entries).
     Bench(bench::Args),
-    /// Build the CUDA GPU tests, fixtures and plugin into target/gpu-bundle/ with run.sh.
+    /// The GPU kit: everything a GPU machine without Rust or LLVM needs, in
+    /// target/gpu-bundle/ (run there: `bash run.sh --results DIR`).
     GpuBundle(gpu_kit::Args),
     /// Endurance, stress and dlopen cycles through libomptarget 16; --valgrind; --asan.
     Reliability(reliability::Args),
