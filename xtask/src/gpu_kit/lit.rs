@@ -214,6 +214,7 @@ impl BuildSite<'_> {
         let exec = PathBuf::from(EXEC_ROOT);
         let store = self.work.join("store");
         // One build at a time may use the shared exec root.
+        fs::create_dir_all(self.work)?;
         let lock = fs::File::create(self.work.join("exec-root.lock"))?;
         if lock.try_lock().is_err() {
             eprintln!("lit build: another build holds {EXEC_ROOT}; waiting");
