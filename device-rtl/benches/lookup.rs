@@ -1,4 +1,5 @@
-//! Criterion timings of one fptr lookup: ours (`table::translate`) against a plain
+//! Criterion timings of one fptr lookup: ours with the index (`device_rtl::index`) and
+//! without it (`table::translate`), against a plain
 //! lower-bound binary search, a libgomp-style hash table, (hits only) the shape of LLVM's
 //! `__llvm_omp_indirect_call_lookup` and an Eytzinger-layout experiment; table sizes 1 to
 //! 1M, hit / miss / mixed keys. See docs/BENCHMARKS.md.
@@ -10,7 +11,10 @@
 
 mod common;
 
-use common::{plain_lower_bound, upstream_style, Impl, Setup, Workload, SIZES};
+use common::{
+    exported, index_translate, plain_lower_bound, upstream_style, with_globals, Impl, Setup,
+    Workload, SIZES,
+};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use device_rtl::table;
 use std::hint::black_box;
@@ -32,7 +36,28 @@ fn lookups(c: &mut Criterion) {
             group.throughput(Throughput::Elements(keys.len() as u64));
             for imp in Impl::ALL.into_iter().filter(|i| i.runs(workload)) {
                 let t = &setup.table;
+                let header = &setup.index_header;
                 group.bench_function(imp.name(), |b| match imp {
+                    Impl::OursIndex => {
+                        b.iter(|| sum_lookups(keys, |k| index_translate(header, t, k)))
+                    }
+                    Impl::IndexOneSlot => {
+                        let view = setup.index_1slot.view();
+                        b.iter(|| sum_lookups(keys, |k| view.translate(k)))
+                    }
+                    Impl::IndexFourSlots => {
+                        let view = setup.index_4slots.view();
+                        b.iter(|| sum_lookups(keys, |k| view.translate(k)))
+                    }
+                    Impl::RangeBuckets => {
+                        b.iter(|| sum_lookups(keys, |k| setup.range.translate(t, k)))
+                    }
+                    Impl::ExportedIndex => {
+                        with_globals(&setup, true, || b.iter(|| sum_lookups(keys, exported)))
+                    }
+                    Impl::ExportedSearch => {
+                        with_globals(&setup, false, || b.iter(|| sum_lookups(keys, exported)))
+                    }
                     Impl::Ours => b.iter(|| sum_lookups(keys, |k| table::translate(t, k))),
                     Impl::PlainLowerBound => {
                         b.iter(|| sum_lookups(keys, |k| plain_lower_bound(t, k)))

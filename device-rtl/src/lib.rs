@@ -27,10 +27,12 @@
 )]
 
 pub mod cooperative;
+pub mod index;
 pub mod table;
 #[cfg(all(target_arch = "nvptx64", device_rtl_warp_cooperative))]
 mod warp;
 
+pub use index::FptrIndex;
 pub use table::FptrMapEntry;
 
 use core::ffi::c_void;
@@ -51,6 +53,35 @@ pub static mut __omp_offloading_fptr_map_p: *const FptrMapEntry = ptr::null();
 #[used]
 #[allow(non_upper_case_globals)]
 pub static mut __omp_offloading_fptr_map_size: u64 = 0;
+
+/// The header of the optional index of the table ([`index`]): where its buckets are, how
+/// many, and the hash seeds. All zero (no index) until a plugin that builds one writes it;
+/// then the lookup reads this header and two buckets instead of searching the table.
+/// Weak and `#[used]` like the table globals, for the same reasons. A plugin that does not
+/// know it never writes it, and the device keeps searching the sorted table.
+#[cfg_attr(device_rtl_artifact, no_mangle, linkage = "weak")]
+#[used]
+#[allow(non_upper_case_globals)]
+pub static mut __omptarget_rs_fptr_index: FptrIndex = FptrIndex::NONE;
+
+/// The index the plugin installed, or None (no index, or a header that cannot be valid:
+/// the device then searches the sorted table).
+///
+/// # Safety
+/// If the header passes [`index::IndexView::from_header`]'s checks, the buckets it names
+/// must be readable and unchanged for `'a`.
+#[inline(always)]
+unsafe fn installed_index<'a>() -> Option<index::IndexView<'a>> {
+    // SAFETY: an aligned read of an initialized global through a raw pointer, written by
+    // the plugin before any kernel runs and never during one (no data race). Not volatile,
+    // unlike the table globals: the global is weak (LLVM never assumes a weak definition's
+    // initializer) and `#[used]`, and should it ever be folded to its all-zero initializer
+    // the lookup falls back to the search, never to a wrong answer. A plain load may hit
+    // the GPU's L1 cache; a volatile one goes to L2 on every call.
+    let header = unsafe { ptr::read(ptr::addr_of!(__omptarget_rs_fptr_index)) };
+    // SAFETY: the buckets' validity is this function's own safety contract.
+    unsafe { index::IndexView::from_header(header) }
+}
 
 /// The table the plugin installed, or an empty one when there is none (null pointer,
 /// size 0) or the globals cannot describe a table (misaligned pointer, size too large
@@ -82,25 +113,42 @@ unsafe fn installed_table<'a>() -> &'a [FptrMapEntry] {
 /// Translate the host address of a `declare target indirect` function into the address
 /// of its device version; any other pointer is returned unchanged.
 ///
+/// With an index installed (`__omptarget_rs_fptr_index`), the answer comes from its two
+/// candidate buckets (two dependent loads: the header, then both buckets at once);
+/// without one, from the search of the sorted table.
+///
 /// # Safety
 /// When `__omp_offloading_fptr_map_p` is non-null it must point to
 /// `__omp_offloading_fptr_map_size` readable entries, sorted by `host_ptr` as unsigned
-/// addresses with unique keys (the plugin installs it so before any kernel runs).
+/// addresses with unique keys (the plugin installs it so before any kernel runs). When
+/// `__omptarget_rs_fptr_index` names buckets, they must be readable and hold an index of
+/// that table (built by [`index::build`]).
 #[cfg_attr(device_rtl_artifact, no_mangle)]
 pub unsafe extern "C" fn __kmpc_target_translate_fptr(fn_ptr: *mut c_void) -> *mut c_void {
-    // SAFETY: the installed table's validity is this function's own safety contract.
-    let table = unsafe { installed_table() };
     let key = fn_ptr as u64;
-    #[cfg(all(target_arch = "nvptx64", device_rtl_warp_cooperative))]
-    let translated = warp::translate(table, key);
-    #[cfg(not(all(target_arch = "nvptx64", device_rtl_warp_cooperative)))]
-    let translated = table::translate(table, key);
+    // SAFETY: the installed index's validity is this function's own safety contract.
+    let index = unsafe { installed_index() };
+    let translated = match index {
+        Some(index) => index.translate(key),
+        // SAFETY: the installed table's validity is this function's own safety contract.
+        None => search_installed_table(unsafe { installed_table() }, key),
+    };
     if translated == key {
         // Keep the argument itself (and its provenance) when nothing matched.
         fn_ptr
     } else {
         translated as *mut c_void
     }
+}
+
+/// The search of the sorted table, when there is no index.
+#[inline(always)]
+fn search_installed_table(table: &[FptrMapEntry], key: u64) -> u64 {
+    #[cfg(all(target_arch = "nvptx64", device_rtl_warp_cooperative))]
+    let translated = warp::translate(table, key);
+    #[cfg(not(all(target_arch = "nvptx64", device_rtl_warp_cooperative)))]
+    let translated = table::translate(table, key);
+    translated
 }
 
 /// The device artifacts are `no_std` outputs that need a panic handler. No panic is
@@ -114,6 +162,7 @@ fn on_panic(_: &core::panic::PanicInfo) -> ! {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
 
     /// The only test that touches the globals (tests run in parallel).
@@ -150,6 +199,55 @@ mod tests {
         for miss in [0, 0xfff, 0x1001, 0x2001, u64::MAX] {
             assert_eq!(call(miss), miss);
         }
+        // With an index of the same table, the same answers.
+        let built = index::build::<{ index::SLOTS }, _>(
+            &table,
+            &index::BuildPolicy::DEFAULT,
+            |n| std::vec![index::Bucket::default(); n],
+        )
+        .unwrap();
+        let mut buckets = built.buckets;
+        let header = FptrIndex {
+            buckets: buckets.as_ptr().expose_provenance() as u64,
+            bucket_count: buckets.len() as u64,
+            seeds: built.seeds,
+        };
+        // SAFETY: as above; `buckets` outlives every call below.
+        unsafe { __omptarget_rs_fptr_index = header };
+        assert_eq!(call(0x1000), 0xa000);
+        assert_eq!(call(-16i64 as u64), 0xc000);
+        for miss in [0, 0xfff, 0x1001, 0x2001, u64::MAX] {
+            assert_eq!(call(miss), miss);
+        }
+        // The index is what answers: emptied, it finds nothing, though the table is there.
+        let filler = FptrMapEntry::default(); // 0 is no key of `table`: the filler
+        for bucket in buckets.iter_mut() {
+            for slot in bucket.iter_mut() {
+                if slot.host_ptr != 0 {
+                    *slot = filler;
+                }
+            }
+        }
+        // SAFETY: as above (the same buckets, their address exposed again after the writes).
+        unsafe {
+            __omptarget_rs_fptr_index = FptrIndex {
+                buckets: buckets.as_ptr().expose_provenance() as u64,
+                ..header
+            }
+        };
+        assert_eq!(call(0x1000), 0x1000);
+        // A header that cannot be valid (misaligned buckets) is ignored: the search again.
+        // SAFETY: as above; the header is rejected before any bucket is read.
+        unsafe {
+            __omptarget_rs_fptr_index = FptrIndex {
+                buckets: header.buckets + 4,
+                ..header
+            }
+        };
+        assert_eq!(call(0x1000), 0xa000);
+        // SAFETY: as above.
+        unsafe { __omptarget_rs_fptr_index = FptrIndex::NONE };
+
         // A size with a null pointer, or a misaligned pointer, is treated as no table.
         // SAFETY: as above.
         unsafe {

@@ -13,7 +13,8 @@
 //!   `inspect` (ELF checks and the dynamic symbol table), `dlopen` (temp file + dlopen,
 //!   which runs the image's relocations), `resolve` (per entry: symbol size check,
 //!   dlsym, read the pointer global), `build` (`fptr::build`: sort, dedupe, validate),
-//!   `upload` (allocate and copy the table, write the two globals);
+//!   `upload` (allocate and copy the table, write the two globals), `index` (the table's
+//!   index: `fptr_index::build`, its buckets copied, its header written);
 //! - `set_map`: `Plugin::set_function_ptr_map` with the same ENTRIES rows, shuffled
 //!   (validate + sort + upload into the loaded image).
 //!
@@ -32,6 +33,7 @@ use host_plugin::backend::host::HostBackend;
 use host_plugin::backend::Backend;
 use host_plugin::entries::FLAG_INDIRECT;
 use host_plugin::fptr::{self, IndirectPair, Origin};
+use host_plugin::fptr_index;
 use host_plugin::plugin::{FPTR_MAP_P, FPTR_MAP_SIZE};
 use host_plugin::{FptrMapEntry, OffloadEntry, Plugin, PluginKind};
 use std::ffi::CString;
@@ -95,9 +97,9 @@ fn check_table(table: &[FptrMapEntry], n: usize) -> Result<(), String> {
 }
 
 /// The phases of one load, each timed on its own; in load_binary's order.
-const PHASES: [&str; 5] = ["inspect", "dlopen", "resolve", "build", "upload"];
+const PHASES: [&str; 6] = ["inspect", "dlopen", "resolve", "build", "upload", "index"];
 
-fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 5], String> {
+fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 6], String> {
     let backend = HostBackend;
     let (symbols, inspect) = timed(|| backend.inspect_image(bytes));
     let symbols = symbols
@@ -142,12 +144,37 @@ fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 5], 
         }
         Ok(a)
     });
-    // SAFETY: the allocation is the table uploaded above; the module (last user of its
-    // address) is dropped right after.
-    unsafe { backend.free(0, allocation?) }.map_err(|e| e.to_string())?;
+    let (index_allocation, index) = timed(|| -> Result<u64, String> {
+        let err = |e: host_plugin::BackendError| e.to_string();
+        let global = module.global(fptr_index::INDEX_GLOBAL).map_err(err)?;
+        let built = fptr_index::build(&table).map_err(fptr_index::describe)?;
+        let bytes = built.as_bytes();
+        let a = backend
+            .alloc(0, bytes.len() + fptr_index::BUCKET_BYTES - 1)
+            .map_err(err)?;
+        let buckets = fptr_index::aligned_buckets(a);
+        let header = built.header(buckets);
+        // SAFETY: the buckets lie inside the fresh allocation (aligned_buckets moves the
+        // start by at most 31 bytes); `global` is the image's 32-byte index global.
+        unsafe {
+            backend.write(0, buckets, bytes).map_err(err)?;
+            backend
+                .write(0, global, bytemuck::bytes_of(&header))
+                .map_err(err)?;
+        }
+        Ok(a)
+    });
+    // SAFETY: the allocations are the table and index uploaded above; the module (last
+    // user of their addresses) is dropped right after.
+    unsafe {
+        backend.free(0, allocation?).map_err(|e| e.to_string())?;
+        backend
+            .free(0, index_allocation?)
+            .map_err(|e| e.to_string())?;
+    }
     drop(module);
     check_table(&table, entries.len())?;
-    Ok([inspect, dlopen, resolve, build, upload])
+    Ok([inspect, dlopen, resolve, build, upload, index])
 }
 
 /// A plugin file opened the way libomptarget 16 opens it, device 0 initialised.
@@ -292,6 +319,13 @@ fn run(image: &str, n: usize, reps: usize, abi: Option<&AbiArgs>) -> Result<(), 
         .fptr_table(0, KEY)
         .ok_or("load_binary installed no table")?;
     check_table(&table, n)?;
+    // And the index beside it: the timed loads build and upload one too.
+    let index = plugin
+        .fptr_index(0, KEY)
+        .ok_or("the image has no __omptarget_rs_fptr_index")?;
+    if index.header.bucket_count == 0 {
+        return Err("load_binary installed no index".into());
+    }
     plugin.unload(0, KEY).map_err(|e| e.to_string())?;
 
     let mut total = Vec::with_capacity(reps);

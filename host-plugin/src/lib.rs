@@ -16,6 +16,7 @@ pub mod diag;
 pub mod entries;
 pub mod error;
 pub mod fptr;
+pub mod fptr_index;
 pub mod image;
 pub mod plugin;
 
@@ -23,4 +24,4 @@ pub use backend::{Backend, BackendError, DeviceAddr};
 pub use entries::{EntryKind, OffloadEntry};
 pub use error::PluginError;
 pub use fptr::FptrMapEntry;
-pub use plugin::{DeviceEntry, Plugin, PluginKind};
+pub use plugin::{DeviceEntry, IndexInfo, Plugin, PluginKind};

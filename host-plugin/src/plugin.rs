@@ -10,6 +10,7 @@ use crate::backend::{
 use crate::entries::{EntryKind, OffloadEntry};
 use crate::error::PluginError;
 use crate::fptr::{self, FptrMapEntry, IndirectPair, Origin};
+use crate::fptr_index::{self, FptrIndex, BUCKET_BYTES, INDEX_GLOBAL};
 use crate::{diag, image};
 use std::collections::{HashMap, HashSet};
 use std::ffi::CStr;
@@ -70,6 +71,28 @@ struct InstalledTable {
     /// The device copy of the table (None when the table is empty).
     allocation: Option<DeviceAddr>,
     table: Vec<FptrMapEntry>,
+    /// The image's index header global, when its device runtime has one (device
+    /// runtimes from before the index do not).
+    index_global: Option<DeviceAddr>,
+    /// The index installed beside the table, if any.
+    index: Option<InstalledIndex>,
+}
+
+/// An index on the device: the header written into the image's global, and the
+/// allocation holding its buckets (aligned inside it).
+#[derive(Clone, Copy, Debug)]
+struct InstalledIndex {
+    header: FptrIndex,
+    allocation: DeviceAddr,
+}
+
+/// What [`Plugin::fptr_index`] reports about an image's index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexInfo {
+    /// Device address of the image's `__omptarget_rs_fptr_index`.
+    pub global: DeviceAddr,
+    /// What the plugin wrote into it: the empty header when there is no index.
+    pub header: FptrIndex,
 }
 
 struct LoadedImage {
@@ -330,9 +353,14 @@ impl Plugin {
                     kernels.remove(addr);
                 }
             }
-            if let Some(alloc) = img.fptr.as_ref().and_then(|t| t.allocation) {
+            let table = img.fptr.as_ref();
+            let allocations = [
+                table.and_then(|t| t.allocation),
+                table.and_then(|t| t.index).map(|i| i.allocation),
+            ];
+            for alloc in allocations.into_iter().flatten() {
                 // SAFETY: `alloc` came from `backend.alloc` on this device when the table
-                // was installed and the image using it is being unloaded.
+                // or its index was installed, and the image using it is being unloaded.
                 let r = unsafe { self.backend.free(d, alloc) };
                 if let Err(source) = r {
                     result = Err(PluginError::Backend {
@@ -353,6 +381,18 @@ impl Plugin {
         let images = lock(&state.images);
         let img = images.iter().find(|i| i.key == key)?;
         img.fptr.as_ref().map(|t| t.table.clone())
+    }
+
+    /// The index header global of an image and what was written into it; None when the
+    /// image has no table or its device runtime has no index global.
+    pub fn fptr_index(&self, device: i32, key: usize) -> Option<IndexInfo> {
+        let (_, state) = self.device(device).ok()?;
+        let images = lock(&state.images);
+        let table = images.iter().find(|i| i.key == key)?.fptr.as_ref()?;
+        Some(IndexInfo {
+            global: table.index_global?,
+            header: table.index.map_or(FptrIndex::NONE, |i| i.header),
+        })
     }
 
     /// Number of images loaded on a device.
@@ -381,14 +421,31 @@ impl Plugin {
             let Some(installed) = img.fptr.as_mut() else {
                 continue;
             };
+            // The old index describes the old table: off first, so that no step below
+            // can leave the device with an index of another table.
+            if let Some(global) = installed.index_global {
+                self.write_index_header(device, d, global, &FptrIndex::NONE)?;
+                if let Some(old) = installed.index.take() {
+                    // SAFETY: `old.allocation` came from `backend.alloc` on this device
+                    // and the image's header no longer points into it.
+                    unsafe { self.backend.free(d, old.allocation) }
+                        .map_err(Self::backend_err(device, "freeing the previous index"))?;
+                }
+            }
             let new_alloc = self.upload(device, d, &table, installed.map_p, installed.map_size)?;
-            if let Some(old) = std::mem::replace(&mut installed.allocation, new_alloc) {
+            let old_table = std::mem::replace(&mut installed.allocation, new_alloc);
+            installed.table = table.clone();
+            if let Some(old) = old_table {
                 // SAFETY: `old` came from `backend.alloc` on this device and the image
                 // now points at the new table.
                 unsafe { self.backend.free(d, old) }
                     .map_err(Self::backend_err(device, "freeing the previous table"))?;
             }
-            installed.table = table.clone();
+            if let Some(global) = installed.index_global {
+                let (index, note) = self.upload_index(device, d, &table, global)?;
+                diag::debug(|| format!("device {device}: {}: {note}", img.name));
+                installed.index = index;
+            }
             patched += 1;
         }
         Ok(patched)
@@ -430,6 +487,100 @@ impl Plugin {
             "writing the indirect table globals",
         ))?;
         Ok(allocation)
+    }
+
+    /// Build the index of `table`, copy its buckets to the device and write its header
+    /// into the image's index global; without an index (turned off, the builder gave up,
+    /// no device memory for it) the global gets the empty header, so the device searches
+    /// the table. Returns the index and a line for the log; an error only when the header
+    /// cannot be written (then nothing of the index is left allocated).
+    fn upload_index(
+        &self,
+        device: i32,
+        d: usize,
+        table: &[FptrMapEntry],
+        global: DeviceAddr,
+    ) -> Result<(Option<InstalledIndex>, String), PluginError> {
+        let built = if fptr_index::enabled() {
+            fptr_index::build(table).map_err(fptr_index::describe)
+        } else {
+            Err("turned off by OMPTARGET_RS_FPTR_INDEX=0".to_string())
+        };
+        let (index, note) = match built {
+            Ok(built) => match self.copy_index(d, &built) {
+                Ok(index) => {
+                    let note = format!(
+                        "index: {} buckets of {} pairs ({} bytes) at {:#x}, seed pair {}",
+                        index.header.bucket_count,
+                        fptr_index::SLOTS,
+                        built.as_bytes().len(),
+                        index.header.buckets,
+                        built.attempts
+                    );
+                    (Some(index), note)
+                }
+                Err(e) => (
+                    None,
+                    format!(
+                        "no index (copying it to the device failed: {e}): lookups search \
+                         the table"
+                    ),
+                ),
+            },
+            Err(reason) => (
+                None,
+                format!("no index ({reason}): lookups search the table"),
+            ),
+        };
+        let header = index.map_or(FptrIndex::NONE, |i| i.header);
+        if let Err(e) = self.write_index_header(device, d, global, &header) {
+            if let Some(index) = index {
+                // SAFETY: the allocation is fresh and the header does not point into it.
+                let _ = unsafe { self.backend.free(d, index.allocation) };
+            }
+            return Err(e);
+        }
+        Ok((index, note))
+    }
+
+    /// Allocate device memory for an index's buckets (32-byte aligned inside it) and copy
+    /// them there; nothing stays allocated on failure.
+    fn copy_index(
+        &self,
+        d: usize,
+        built: &fptr_index::HostIndex,
+    ) -> Result<InstalledIndex, crate::BackendError> {
+        let bytes = built.as_bytes();
+        // Room to start the buckets on a 32-byte boundary.
+        let allocation = self.backend.alloc(d, bytes.len() + BUCKET_BYTES - 1)?;
+        let buckets = fptr_index::aligned_buckets(allocation);
+        // SAFETY: `buckets .. buckets + bytes.len()` lies inside the fresh allocation of
+        // bytes.len() + 31 bytes at `allocation` (aligned_buckets moves the start by at
+        // most 31).
+        if let Err(e) = unsafe { self.backend.write(d, buckets, bytes) } {
+            // SAFETY: nothing points at the fresh allocation.
+            let _ = unsafe { self.backend.free(d, allocation) };
+            return Err(e);
+        }
+        Ok(InstalledIndex {
+            header: built.header(buckets),
+            allocation,
+        })
+    }
+
+    /// Write an index header into an image's index global.
+    fn write_index_header(
+        &self,
+        device: i32,
+        d: usize,
+        global: DeviceAddr,
+        header: &FptrIndex,
+    ) -> Result<(), PluginError> {
+        // SAFETY: `global` is the address of an image's index header global, resolved
+        // through the backend and size-checked (fptr_index::HEADER_BYTES) against its
+        // symbol.
+        unsafe { self.backend.write(d, global, bytemuck::bytes_of(header)) }
+            .map_err(Self::backend_err(device, "writing the index global"))
     }
 
     fn check_launch(&self, device: i32, kernel: DeviceAddr) -> Result<usize, PluginError> {
@@ -912,9 +1063,32 @@ impl LoadContext<'_> {
         let allocation = self
             .plugin
             .upload(self.device, self.d, &table, map_p, map_size)?;
+        let index_global = self.index_global()?;
+        let (index, index_note) = match index_global {
+            Some(global) => {
+                match self
+                    .plugin
+                    .upload_index(self.device, self.d, &table, global)
+                {
+                    Ok(done) => done,
+                    Err(e) => {
+                        if let Some(a) = allocation {
+                            // SAFETY: the table was allocated just above for this image,
+                            // which fails to load and is never used.
+                            let _ = unsafe { self.plugin.backend.free(self.d, a) };
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            None => (
+                None,
+                format!("no index: no {}", INDEX_GLOBAL.to_string_lossy()),
+            ),
+        };
         diag::info(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE, || {
             let mut s = format!(
-                "device {}: {}: indirect function table, {} entries at {:#x}",
+                "device {}: {}: indirect function table, {} entries at {:#x}; {index_note}",
                 self.device,
                 self.image,
                 table.len(),
@@ -935,6 +1109,49 @@ impl LoadContext<'_> {
             map_size,
             allocation,
             table,
+            index_global,
+            index,
         }))
+    }
+
+    /// The image's index header global, if its device runtime has one of the size this
+    /// plugin writes. Images linked with a device runtime from before the index have none
+    /// and keep working with the search (said in the debug log).
+    fn index_global(&self) -> Result<Option<DeviceAddr>, PluginError> {
+        let name = INDEX_GLOBAL.to_string_lossy();
+        match self.symbol_size(INDEX_GLOBAL) {
+            Some(fptr_index::HEADER_BYTES) => {
+                self.module
+                    .global(INDEX_GLOBAL)
+                    .map(Some)
+                    .map_err(|source| PluginError::Load {
+                        image: self.image.to_string(),
+                        device: self.device,
+                        source,
+                    })
+            }
+            None => {
+                diag::debug(|| {
+                    format!(
+                        "device {}: {} has no {name} (a device runtime from before the \
+                         index): its lookups search the sorted table",
+                        self.device, self.image
+                    )
+                });
+                Ok(None)
+            }
+            Some(n) => {
+                diag::debug(|| {
+                    format!(
+                        "device {}: {}: {name} is {n} bytes, not the {} this plugin writes: \
+                         left alone, its lookups search the sorted table",
+                        self.device,
+                        self.image,
+                        fptr_index::HEADER_BYTES
+                    )
+                });
+                Ok(None)
+            }
+        }
     }
 }

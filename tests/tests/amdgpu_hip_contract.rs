@@ -13,6 +13,7 @@ use host_plugin::backend::hip::grid::DeviceLimits;
 use host_plugin::backend::hip::HipBackend;
 use host_plugin::backend::LaunchRequest;
 use host_plugin::entries::FLAG_INDIRECT;
+use host_plugin::fptr_index::{FptrIndex, IndexView, SLOTS};
 use host_plugin::{Backend, OffloadEntry, Plugin, PluginError, PluginKind};
 
 // Host "addresses" are only keys for the device: any distinct values do.
@@ -99,7 +100,8 @@ fn load_binary_installs_the_table_through_hip() {
     eprintln!("HIP calls of load_binary:\n{}", log.join("\n"));
 
     // The calls, in order: load, resolve each entry, then allocate and copy the table
-    // and point the device runtime's globals at it.
+    // and point the device runtime's globals at it, then the same for the table's index
+    // (its buckets, then its header into the index global).
     let lines = in_order(
         &log,
         &[
@@ -120,6 +122,11 @@ fn load_binary_installs_the_table_through_hip() {
             "hipModuleGetGlobal(module1, __omp_offloading_fptr_map_size)",
             "hipMalloc(device=0, size=32)",
             "hipMemcpy(device=0, dst=",
+            "hipMemcpy(device=0, dst=",
+            "hipMemcpy(device=0, dst=",
+            "hipModuleGetGlobal(module1, __omptarget_rs_fptr_index)",
+            // Two buckets (two entries at 80 % load) plus room to align them to 32 bytes.
+            "hipMalloc(device=0, size=95)",
             "hipMemcpy(device=0, dst=",
             "hipMemcpy(device=0, dst=",
         ],
@@ -170,6 +177,39 @@ fn load_binary_installs_the_table_through_hip() {
         ],
         "sorted by host address"
     );
+    // The index: 64 bytes of buckets at the first 32-byte boundary of the allocation,
+    // then its 32-byte header into __omptarget_rs_fptr_index.
+    let index_global = fake.global_address("__omptarget_rs_fptr_index").unwrap();
+    assert_eq!(hex_after(lines[13], ") = "), index_global);
+    let index_alloc = hex_after(lines[14], ") = ");
+    let buckets = index_alloc.next_multiple_of(32);
+    for (line, dst, size) in [(lines[15], buckets, 64), (lines[16], index_global, 32)] {
+        assert_eq!(hex_after(line, "dst="), dst, "{line}");
+        assert!(line.ends_with(&format!("size={size}, kind=1)")), "{line}");
+    }
+    let header = words_at(index_global, 4);
+    assert_eq!(header[..2], [buckets, 2]);
+    assert_eq!(
+        plugin.fptr_index(0, key).unwrap().header,
+        FptrIndex {
+            buckets,
+            bucket_count: 2,
+            seeds: [header[2], header[3]]
+        }
+    );
+    // The bytes written are an index of the table: device-rtl's own lookup agrees.
+    let written = FptrIndex {
+        buckets,
+        bucket_count: 2,
+        seeds: [header[2], header[3]],
+    };
+    // SAFETY: the stand-in's allocation holds the two buckets just checked, alive while
+    // the image is loaded.
+    let index = unsafe { IndexView::<SLOTS>::from_header(written) }.expect("a valid header");
+    assert_eq!(index.translate(HOST_NEGATE), NEGATE_ON_DEVICE);
+    assert_eq!(index.translate(HOST_ADD_ONE), add_one_on_device);
+    assert_eq!(index.translate(HOST_ADD_ONE + 16), HOST_ADD_ONE + 16);
+
     let rows = plugin.fptr_table(0, key).unwrap();
     assert_eq!(
         rows.iter()

@@ -5,8 +5,8 @@
 //! loses its external visibility is constant-folded to its initializer (null) and the
 //! lookup silently disappears. These tests link the real bitcode into a real kernel
 //! (tests/fixtures/device/lookup_kernel.c) and check the final PTX, cubin and AMD code
-//! object: both globals still exist, externally visible and writable, and the kernels
-//! still load them. The x86_64 static library is linked into C programs that run.
+//! object: the table globals and the index header global still exist, externally
+//! visible and writable, and the kernels still load them. The x86_64 static library is linked into C programs that run.
 use e2e_tests::paths::{require_file, target_dir};
 use e2e_tests::process::{run_ok, stdout_of};
 use e2e_tests::tools::{llvm22, ptxas};
@@ -19,8 +19,18 @@ use std::process::Command;
 
 const MAP_P: &str = "__omp_offloading_fptr_map_p";
 const MAP_SIZE: &str = "__omp_offloading_fptr_map_size";
+const INDEX: &str = "__omptarget_rs_fptr_index";
 const LOOKUP: &str = "__kmpc_target_translate_fptr";
-const GLOBALS: [&str; 2] = [MAP_P, MAP_SIZE];
+const GLOBALS: [&str; 3] = [MAP_P, MAP_SIZE, INDEX];
+
+/// The size of each global in bytes.
+fn global_size(name: &str) -> u64 {
+    if name == INDEX {
+        32
+    } else {
+        8
+    }
+}
 const AMDGPU_ARCHES: [&str; 3] = ["gfx90a", "gfx942", "gfx1100"];
 const KERNELS: [&str; 2] = ["translate_all", "call_indirect"];
 
@@ -161,8 +171,8 @@ fn section_is_writable(file: &File, index: SectionIndex) -> (String, bool) {
     (name, writable)
 }
 
-/// Both table globals are in `symbols`: not local, weak or global binding, defined in a
-/// writable section.
+/// Every global is in `symbols`: not local, weak or global binding, of its size, defined
+/// in a writable section.
 fn assert_globals_exported<'d, 'f>(
     what: &str,
     file: &'f File<'d>,
@@ -183,7 +193,11 @@ fn assert_globals_exported<'d, 'f>(
             SymbolScope::Compilation,
             "{what}: {name} is not exported"
         );
-        assert_eq!(sym.size(), 8, "{what}: {name} should be 8 bytes");
+        assert_eq!(
+            sym.size(),
+            global_size(name),
+            "{what}: {name} has the wrong size"
+        );
         let index = sym
             .section_index()
             .unwrap_or_else(|| panic!("{what}: {name} is undefined"));
@@ -255,7 +269,12 @@ fn bitcode_matches_clang_22_triple_datalayout_and_cpu() {
                 .arg("--defined-only")
                 .arg(&bc),
         );
-        for (name, kind) in [(LOOKUP, " T "), (MAP_P, " W "), (MAP_SIZE, " W ")] {
+        for (name, kind) in [
+            (LOOKUP, " T "),
+            (MAP_P, " W "),
+            (MAP_SIZE, " W "),
+            (INDEX, " W "),
+        ] {
             assert!(
                 defined
                     .lines()
@@ -425,9 +444,9 @@ fn warp_cooperative_variant_links_into_kernels() {
     assert_globals_exported("sm_90 variant cubin", &cubin, cubin.symbols());
 }
 
-/// Both table globals are declared in the PTX in `.global` memory (writable, not
-/// `.const`) and externally visible (`.weak` or `.visible`), so the plugin can find and
-/// write them by name.
+/// Every global is declared in the PTX in `.global` memory (writable, not `.const`) and
+/// externally visible (`.weak` or `.visible`), so the plugin can find and write it by
+/// name.
 fn check_ptx_globals(ptx: &str) -> Result<(), String> {
     for g in GLOBALS {
         let decl = ptx
@@ -491,6 +510,20 @@ fn nvptx_sm90_link_keeps_table_globals_and_their_loads() {
             body.iter().any(|l| l.contains("selp.b64")),
             "kernel {kernel} has no select"
         );
+        // And the index path: all four words of the index header, loaded at run time,
+        // and the bucket arithmetic (high half of a 64-bit product).
+        for offset in ["", "+8", "+16", "+24"] {
+            assert!(
+                body.iter().any(|l| l.trim_start().starts_with("ld.")
+                    && l.contains(&format!("[{INDEX}{offset}]"))),
+                "kernel {kernel} does not load {INDEX}{offset}\n{}",
+                body.join("\n")
+            );
+        }
+        assert!(
+            body.iter().any(|l| l.contains("mul.hi.u64")),
+            "kernel {kernel} has no bucket arithmetic"
+        );
     }
 
     // ptxas accepts it, and the cubin keeps the globals exported and writable. The
@@ -552,6 +585,45 @@ fn nvptx_check_catches_internalized_globals() {
         check_ptx_globals(&ptx).is_err(),
         "globals survived without llvm.used, so the check proves nothing:\n{ptx}"
     );
+}
+
+/// The same control for the index global alone: dropped from `llvm.used` (the other two
+/// kept), it is internalized, and the check names it. Its loads fold to the all-zero
+/// initializer, i.e. "no index": the lookup would silently stay on the search.
+#[test]
+fn nvptx_check_catches_an_internalized_index_global() {
+    let bc = device_artifact("nvptx64-nvidia-cuda/device_rtl.bc");
+    let dir = scratch("nvptx-index-without-used");
+    let ll = stdout_of(Command::new(llvm22("llvm-dis")).arg(&bc).arg("-o").arg("-"));
+    let used = format!(
+        "@llvm.used = appending global [3 x ptr] [ptr @{MAP_P}, ptr @{MAP_SIZE}, ptr @{INDEX}]"
+    );
+    assert!(ll.contains(&used), "unexpected llvm.used list in:\n{ll}");
+    let without_index = ll
+        .replace(
+            &used,
+            &format!("@llvm.used = appending global [2 x ptr] [ptr @{MAP_P}, ptr @{MAP_SIZE}]"),
+        )
+        .lines()
+        // The module summary (`^N = ...`) refers to the old list.
+        .filter(|l| !l.starts_with('^'))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>();
+    let ll_path = dir.join("without_index.ll");
+    std::fs::write(&ll_path, without_index).expect("writing the edited module");
+    let edited_bc = dir.join("without_index.bc");
+    run_ok(
+        Command::new(llvm22("llvm-as"))
+            .arg(&ll_path)
+            .arg("-o")
+            .arg(&edited_bc),
+    );
+    let ptx_path = dir.join("lookup_kernel.ptx");
+    clang_kernel(&NVPTX_SM90, &edited_bc, "-S", &ptx_path);
+    let ptx = String::from_utf8(read(&ptx_path)).expect("PTX is text");
+    let problem = check_ptx_globals(&ptx)
+        .expect_err("the index global survived without llvm.used: the check proves nothing");
+    assert!(problem.contains(INDEX), "{problem}");
 }
 
 #[test]

@@ -5,7 +5,8 @@ mod plugin_support;
 
 use e2e_tests::plugin::{entry, words};
 use host_plugin::entries::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
-use host_plugin::{DeviceEntry, OffloadEntry, Plugin, PluginError, PluginKind};
+use host_plugin::fptr_index::FptrIndex;
+use host_plugin::{DeviceEntry, IndexInfo, OffloadEntry, Plugin, PluginError, PluginKind};
 use plugin_support::host_image;
 
 // Host "addresses" are only keys for the device: any distinct values do.
@@ -176,6 +177,135 @@ fn set_function_ptr_map_replaces_the_table() {
     ];
     let err = plugin.set_function_ptr_map(1, &conflict).unwrap_err();
     assert!(err.to_string().contains("0x7000"), "{err}");
+    plugin.unload_all().unwrap();
+}
+
+/// The 32 bytes of an image's index global, read back from the device.
+fn index_global_on_device(plugin: &Plugin, device: i32, info: IndexInfo) -> FptrIndex {
+    let mut bytes = [0u8; 32];
+    // SAFETY: `info.global` is the image's 32-byte index global.
+    unsafe { plugin.retrieve(device, &mut bytes, info.global) }.unwrap();
+    bytemuck::pod_read_unaligned(&bytes)
+}
+
+/// Write an index header into the image's global, as the plugin would.
+fn write_index_global(plugin: &Plugin, info: IndexInfo, header: FptrIndex) {
+    // SAFETY: `info.global` is the image's 32-byte index global on device 0.
+    unsafe { plugin.submit(0, info.global, bytemuck::bytes_of(&header)) }.unwrap();
+}
+
+/// The plugin writes the index beside the table, the device answers from it (an emptied
+/// index finds nothing though the table is there), and without it (the empty header, as
+/// a plugin that knows no index leaves it) the search gives the same answers.
+#[test]
+fn the_index_is_installed_used_and_optional() {
+    let image = host_image("device_image", true);
+    let plugin = Plugin::new(PluginKind::X86_64);
+    let key = 0x2222;
+    let dev = plugin.load_binary(0, key, &image, &full_entries()).unwrap();
+    let kernel = &dev[0];
+    let info = plugin
+        .fptr_index(0, key)
+        .expect("device-rtl has the index global");
+    // What the plugin says it wrote is what the device's global holds.
+    let header = index_global_on_device(&plugin, 0, info);
+    assert_eq!(header, info.header);
+    // 4 rows at 80 % load: 3 buckets of 2 pairs, 32-byte aligned.
+    assert_eq!(header.bucket_count, 3);
+    assert_eq!(header.buckets % 32, 0);
+    assert!(header.seeds.iter().all(|s| s % 2 == 1));
+
+    let expected = [
+        (HOST_ADD_ONE, 41, 42),
+        (HOST_NEGATE, 5, -5),
+        (HOST_VT_SLOT1, 10, 11),
+        (HOST_VT_SLOT2, 10, 20),
+        (0x4000, 7, 7),
+        (0, 7, 7),
+    ];
+    let check_all = |what: &str| {
+        for (host_fp, arg, result) in expected {
+            assert_eq!(
+                call_through(&plugin, kernel, host_fp, arg).0,
+                result,
+                "{what}: pointer {host_fp:#x}"
+            );
+        }
+    };
+    check_all("with the index");
+
+    // Without the index, the sorted table's search answers alike.
+    write_index_global(&plugin, info, FptrIndex::NONE);
+    check_all("without the index");
+
+    // The index is what answered: with every bucket emptied (all-zero slots, 0 being no
+    // key of this table) and the header back, the device finds nothing.
+    let bytes = header.bucket_count as usize * 32;
+    // SAFETY: the plugin's bucket allocation of this image holds `bytes` bytes there.
+    unsafe { plugin.submit(0, header.buckets, &vec![0u8; bytes]) }.unwrap();
+    write_index_global(&plugin, info, header);
+    assert_eq!(
+        call_through(&plugin, kernel, HOST_ADD_ONE, 41),
+        (41, HOST_ADD_ONE)
+    );
+    plugin.unload_all().unwrap();
+}
+
+/// `__tgt_rtl_set_function_ptr_map` rebuilds the index with the table it installs.
+#[test]
+fn set_function_ptr_map_rebuilds_the_index() {
+    let image = host_image("device_image", true);
+    let plugin = Plugin::new(PluginKind::X86_64);
+    let entries = vec![
+        entry("kernel_call", 0x100, 0, 0),
+        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+        entry("twice", 0x5100, 0, FLAG_INDIRECT),
+    ];
+    let dev = plugin.load_binary(0, 9, &image, &entries).unwrap();
+    let before = plugin.fptr_index(0, 9).unwrap().header;
+    // 1000 rows, all to `twice`.
+    let rows: Vec<host_plugin::FptrMapEntry> = (0..1000u64)
+        .map(|i| host_plugin::FptrMapEntry {
+            host_ptr: 0x10_0000 + 16 * i,
+            tgt_ptr: dev[2].addr,
+        })
+        .collect();
+    plugin.set_function_ptr_map(0, &rows).unwrap();
+    let info = plugin.fptr_index(0, 9).unwrap();
+    let after = index_global_on_device(&plugin, 0, info);
+    assert_eq!(after, info.header);
+    assert_ne!(after.buckets, before.buckets);
+    assert_eq!(after.bucket_count, 625);
+    for i in [0u64, 1, 500, 999] {
+        assert_eq!(call_through(&plugin, &dev[0], 0x10_0000 + 16 * i, 4).0, 8);
+    }
+    assert_eq!(
+        call_through(&plugin, &dev[0], HOST_ADD_ONE, 4),
+        (4, HOST_ADD_ONE)
+    );
+    // An empty table: no index, the empty header.
+    plugin.set_function_ptr_map(0, &[]).unwrap();
+    let info = plugin.fptr_index(0, 9).unwrap();
+    assert_eq!(info.header, FptrIndex::NONE);
+    assert_eq!(index_global_on_device(&plugin, 0, info), FptrIndex::NONE);
+    plugin.unload_all().unwrap();
+}
+
+/// An image whose device runtime predates the index (no `__omptarget_rs_fptr_index`) gets
+/// the table and no index, and its lookups work.
+#[test]
+fn image_with_a_runtime_from_before_the_index_still_works() {
+    let image = host_image("old_runtime_image", false);
+    let plugin = Plugin::new(PluginKind::X86_64);
+    let entries = [
+        entry("kernel_call", 0x100, 0, 0),
+        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+    ];
+    let dev = plugin.load_binary(0, 5, &image, &entries).unwrap();
+    assert_eq!(plugin.fptr_table(0, 5).unwrap().len(), 1);
+    assert!(plugin.fptr_index(0, 5).is_none());
+    assert_eq!(call_through(&plugin, &dev[0], HOST_ADD_ONE, 1).0, 2);
+    assert_eq!(call_through(&plugin, &dev[0], 0x4000, 1), (1, 0x4000));
     plugin.unload_all().unwrap();
 }
 

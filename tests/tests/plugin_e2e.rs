@@ -62,7 +62,18 @@ fn every_plugin_file_is_a_distinct_loadable_plugin_of_its_kind() {
 
 /// Run a program under libomptarget 16 with our plugins first on the search path.
 fn run_with_our_plugin(exe: &Path, marker: &Path, info: &str) -> (std::process::Output, u32) {
+    run_with_our_plugin_env(exe, marker, info, &[])
+}
+
+/// As [`run_with_our_plugin`], with more environment variables.
+fn run_with_our_plugin_env(
+    exe: &Path,
+    marker: &Path,
+    info: &str,
+    env: &[(&str, &str)],
+) -> (std::process::Output, u32) {
     let child = Command::new(exe)
+        .envs(env.iter().copied())
         .env("LD_LIBRARY_PATH", plugin_dir())
         .env("OMPTARGET_RS_LOAD_MARKER", marker)
         .env("LIBOMPTARGET_INFO", info)
@@ -95,8 +106,18 @@ fn build_program(test: &str, source: &Path, with_device_rtl: bool) -> (PathBuf, 
 /// Run a built program with LIBOMPTARGET_INFO=`info`; it must succeed, and our x86_64
 /// plugin must have run it: (stdout, stderr).
 fn run_successfully(dir: &Path, exe: &Path, info: &str) -> (String, String) {
+    run_successfully_env(dir, exe, info, &[])
+}
+
+/// As [`run_successfully`], with more environment variables.
+fn run_successfully_env(
+    dir: &Path,
+    exe: &Path,
+    info: &str,
+    env: &[(&str, &str)],
+) -> (String, String) {
     let marker = dir.join("marker");
-    let (out, pid) = run_with_our_plugin(exe, &marker, info);
+    let (out, pid) = run_with_our_plugin_env(exe, &marker, info, env);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
@@ -112,9 +133,30 @@ fn indirect_calls_example_gets_device_functions() {
         true,
     );
     let (stdout, stderr) = run_successfully(&dir, &exe, "16");
+    assert_example_results(&stdout);
+    // The plugin printed the table it installed: three rows, host -> device, and the
+    // index beside it (3 rows at 80 % load: 2 buckets).
+    assert!(
+        stderr.contains("indirect function table, 3 entries"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("; index: 2 buckets of 2 pairs"), "{stderr}");
+    assert_eq!(stderr.matches(" -> device 0x").count(), 3, "{stderr}");
 
+    // With the index turned off the device searches the table: the same results.
+    let (without, stderr) =
+        run_successfully_env(&dir, &exe, "16", &[("OMPTARGET_RS_FPTR_INDEX", "0")]);
+    assert!(
+        stderr.contains("no index (turned off by OMPTARGET_RS_FPTR_INDEX=0)"),
+        "{stderr}"
+    );
+    assert_example_results(&without);
+}
+
+/// examples/indirect_calls.c's output: each function's device version ran (device
+/// copies add 1000), unregistered and null pointers came back unchanged.
+fn assert_example_results(stdout: &str) {
     assert!(stdout.contains("ran on offload device 0"), "{stdout}");
-    // Each function's result says which version ran: device copies add 1000.
     for (name, arg, host) in [("add_one", 2, 3), ("twice", 3, 6), ("square", 4, 16)] {
         let line = stdout
             .lines()
@@ -127,12 +169,45 @@ fn indirect_calls_example_gets_device_functions() {
         stdout.contains(": unchanged\nnull -> 0: unchanged"),
         "{stdout}"
     );
-    // The plugin printed the table it installed: three rows, host -> device.
+}
+
+/// The example linked with a device runtime from before the index (the table globals,
+/// no `__omptarget_rs_fptr_index`): it works, and the debug log says why it has no index.
+#[test]
+fn a_device_runtime_from_before_the_index_keeps_working() {
+    let dir = scratch("e2e-old-runtime");
+    let object = dir.join("old_runtime.o");
+    let archive = dir.join("libold_runtime.a");
+    e2e_tests::process::run_ok(
+        Command::new(e2e_tests::tools::clang16())
+            .args(["-O1", "-fPIC", "-c"])
+            .arg(fixture("plugin/old_runtime.c"))
+            .arg("-o")
+            .arg(&object),
+    );
+    e2e_tests::process::run_ok(
+        Command::new(e2e_tests::tools::llvm22("llvm-ar"))
+            .arg("rcs")
+            .arg(&archive)
+            .arg(&object),
+    );
+    let exe = dir.join("indirect_calls");
+    e2e_tests::compile::compile_offload_program(
+        &root().join("examples/indirect_calls.c"),
+        &exe,
+        Some(&archive),
+    );
+    let (stdout, stderr) = run_successfully_env(&dir, &exe, "16", &[("OMPTARGET_RS_DEBUG", "1")]);
+    assert_example_results(&stdout);
+    assert!(
+        stderr
+            .contains("has no __omptarget_rs_fptr_index (a device runtime from before the index)"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains("indirect function table, 3 entries"),
         "{stderr}"
     );
-    assert_eq!(stderr.matches(" -> device 0x").count(), 3, "{stderr}");
 }
 
 #[test]

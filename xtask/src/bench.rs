@@ -8,11 +8,15 @@
 //! - the fastest of many interleaved timed rounds (`lookup_count SIZE WORKLOAD ROUNDS`):
 //!   what other load on the machine disturbs least.
 //!
-//! It prints the tables and, with `--write-docs`, replaces the generated section of
-//! docs/BENCHMARKS.md with it. Nothing here is a pass/fail test.
+//! It prints the tables, writes every number to target/bench/cpu-lookup.json and, with
+//! `--write-docs`, replaces the generated section of docs/BENCHMARKS.md with the tables,
+//! copies the JSON to docs/bench/ and redraws the plots from it ([`plot`]). Nothing here
+//! is a pass/fail test; it does print whether the index meets issue 15's criterion (no
+//! more instructions than the libgomp-style hash at every size from 16 to 1M).
 
 pub mod gpu_lookup;
 mod load_binary;
+pub mod plot;
 mod plugin_overhead;
 
 use crate::util;
@@ -40,10 +44,13 @@ enum What {
     /// `load_binary` with 10, 10k and 1M indirect entries through the Rust API, with the
     /// time of each phase (section 1d).
     Load(load_binary::Args),
-    /// Lookups per second on a GPU: ours, the warp-cooperative build and LLVM 19's
-    /// lookup vs a direct call, warp-uniform and divergent keys, tables of 1 to 1M
-    /// (section 1b). Builds the cubins and the driver; without a GPU it prints SKIPPED.
+    /// Lookups per second on a GPU: ours (with and without the index), the
+    /// warp-cooperative build and LLVM 19's lookup vs a direct call, warp-uniform and
+    /// divergent keys, tables of 1 to 1M (section 1b). Builds the cubins and the driver;
+    /// without a GPU it prints SKIPPED.
     Gpu(gpu_lookup::Args),
+    /// Redraw the SVG plots of docs/ from the JSON results in docs/bench/.
+    Plot(plot::Args),
 }
 
 #[derive(clap::Args)]
@@ -77,17 +84,39 @@ pub fn main(args: Args) -> Result<()> {
         What::Plugin(a) => plugin_overhead::main(a),
         What::Load(a) => load_binary::main(a),
         What::Gpu(a) => gpu_lookup::main(a),
+        What::Plot(a) => plot::main(a),
     }
 }
 
-/// The implementations in the order the tables show them (names as the benches print).
-const IMPLS: [&str; 5] = [
+/// The implementations in the order the tables show them (names as the benches print):
+/// ours with and without the index, the baselines, the layout and index-design
+/// experiments, then the exported C function called once per key (with and without the
+/// index).
+const IMPLS: [&str; 11] = [
+    "ours_index",
     "ours",
     "plain_lower_bound",
     "libgomp_hash",
     "upstream_style",
     "eytzinger",
+    "index_1slot",
+    "index_4slots",
+    "range_buckets",
+    "exported_index",
+    "exported_search",
 ];
+
+/// The structures whose memory the bench reports (bytes per entry beside the table).
+const MEMORY_IMPLS: [&str; 5] = [
+    "ours_index",
+    "index_1slot",
+    "index_4slots",
+    "range_buckets",
+    "libgomp_hash",
+];
+
+/// Issue 15's criterion covers the sizes from 16 to 1M.
+const CRITERION_SIZES: std::ops::RangeInclusive<usize> = 16..=(1 << 20);
 
 /// One cell of the results: (table size, workload, implementation).
 type Key = (usize, String, &'static str);
@@ -102,6 +131,7 @@ struct Measures {
 fn cpu(args: CpuArgs) -> Result<()> {
     let load_before = load_average();
     let mut results: BTreeMap<Key, Measures> = BTreeMap::new();
+    let memory = memory_per_entry()?;
     if !args.skip_callgrind {
         util::section("callgrind: instructions per lookup");
         util::ensure_debian_packages(&["valgrind"])?;
@@ -152,8 +182,19 @@ fn cpu(args: CpuArgs) -> Result<()> {
     }
     let load_after = load_average();
 
-    let tables = render_tables(&results);
+    let verdict = index_verdict(&results);
+    let tables = format!(
+        "{}{}\n{}\n",
+        render_tables(&results),
+        render_memory(&memory),
+        verdict
+    );
     println!("{tables}");
+    let json = results_json(&results, &memory, &load_before);
+    let json_path = util::target_dir().join("bench").join(plot::CPU_JSON);
+    std::fs::create_dir_all(json_path.parent().expect("a parent"))?;
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)? + "\n")?;
+    eprintln!("wrote {}", json_path.display());
     let slower = ours_slower_than_plain(&results);
     if slower.is_empty() {
         println!("ours is never slower than plain_lower_bound in these runs.");
@@ -166,8 +207,126 @@ fn cpu(args: CpuArgs) -> Result<()> {
     if args.write_docs {
         let header = run_header(&args, &load_before, &load_after)?;
         write_docs(&format!("{header}\n{tables}"))?;
+        std::fs::create_dir_all(plot::data_dir())?;
+        std::fs::copy(&json_path, plot::data_dir().join(plot::CPU_JSON))?;
+        plot::cpu_plots(&json)?;
     }
     Ok(())
+}
+
+/// Bytes per table entry that each structure adds beside the sorted table, per size
+/// (`lookup_count SIZE hits` prints them; no timing).
+fn memory_per_entry() -> Result<BTreeMap<(usize, &'static str), f64>> {
+    let counter = build_bench_binary("device-rtl", "lookup_count")?;
+    let mut memory = BTreeMap::new();
+    let sizes: Vec<usize> = cases(&counter)?.into_iter().map(|(s, _)| s).collect();
+    let mut sizes = sizes;
+    sizes.dedup();
+    for size in sizes {
+        let out = util::output(Command::new(&counter).args([&size.to_string(), "hits"]))?;
+        for line in out.lines() {
+            let Some((imp, bytes)) = line.strip_prefix("memory ").and_then(|l| l.split_once(' '))
+            else {
+                continue;
+            };
+            if let Some(imp) = MEMORY_IMPLS.into_iter().find(|i| *i == imp) {
+                memory.insert((size, imp), bytes.trim().parse::<f64>()?);
+            }
+        }
+    }
+    Ok(memory)
+}
+
+/// Markdown: bytes per entry beside the sorted table (16 bytes per entry itself).
+fn render_memory(memory: &BTreeMap<(usize, &'static str), f64>) -> String {
+    let mut sizes: Vec<usize> = memory.keys().map(|(s, _)| *s).collect();
+    sizes.dedup();
+    let mut out = String::from(
+        "**Memory beside the sorted table (16 bytes per entry), bytes per entry**\n\n",
+    );
+    let _ = writeln!(out, "| size | {} |", MEMORY_IMPLS.join(" | "));
+    let _ = writeln!(out, "|---:|{}", "---:|".repeat(MEMORY_IMPLS.len()));
+    for size in sizes {
+        let cells: Vec<String> = MEMORY_IMPLS
+            .iter()
+            .map(|imp| match memory.get(&(size, *imp)) {
+                Some(b) => format!("{b:.1}"),
+                None => "n/a".into(),
+            })
+            .collect();
+        let _ = writeln!(out, "| {size} | {} |", cells.join(" | "));
+    }
+    out
+}
+
+/// Issue 15's criterion, from the callgrind counts of this run: `ours_index` uses no more
+/// instructions than `libgomp_hash` at every size from 16 to 1M, for every workload.
+fn index_verdict(results: &BTreeMap<Key, Measures>) -> String {
+    let mut checked = 0;
+    let mut above = Vec::new();
+    for ((size, workload, imp), m) in results {
+        if *imp != "ours_index" || !CRITERION_SIZES.contains(size) {
+            continue;
+        }
+        let hash = results
+            .get(&(*size, workload.clone(), "libgomp_hash"))
+            .and_then(|h| h.instructions);
+        if let (Some(ours), Some(hash)) = (m.instructions, hash) {
+            checked += 1;
+            if ours > hash {
+                above.push(format!("{size}/{workload} ({ours:.1} > {hash:.1})"));
+            }
+        }
+    }
+    match (checked, above.is_empty()) {
+        (0, _) => "Criterion (issue 15): not checked, no callgrind counts in this run.".into(),
+        (n, true) => format!(
+            "Criterion (issue 15): `ours_index` uses no more instructions than \
+             `libgomp_hash` in all {n} cells from 16 to 1M entries (hits, misses, mixed) of \
+             this callgrind run: MET."
+        ),
+        (n, false) => format!(
+            "Criterion (issue 15): NOT MET in {} of {n} cells: {}.",
+            above.len(),
+            above.join(", ")
+        ),
+    }
+}
+
+/// Every measurement of the run as JSON, for the plots and anyone who wants the numbers.
+fn results_json(
+    results: &BTreeMap<Key, Measures>,
+    memory: &BTreeMap<(usize, &'static str), f64>,
+    load_before: &str,
+) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = results
+        .iter()
+        .map(|((size, workload, imp), m)| {
+            serde_json::json!({
+                "size": size,
+                "workload": workload,
+                "impl": imp,
+                "instructions": m.instructions,
+                "criterion_ns": m.nanoseconds,
+                "fastest_round_ns": m.fastest_round,
+            })
+        })
+        .collect();
+    let memory: Vec<serde_json::Value> = memory
+        .iter()
+        .map(|((size, imp), bytes)| {
+            serde_json::json!({ "size": size, "impl": imp, "bytes_per_entry": bytes })
+        })
+        .collect();
+    serde_json::json!({
+        "benchmark": "cargo xtask bench cpu",
+        "machine": machine_line(),
+        "date": utc_now().unwrap_or_default(),
+        "load_average_before": load_before,
+        "lookups_per_workload": 65536,
+        "results": rows,
+        "memory": memory,
+    })
 }
 
 /// Build a `[[bench]]` target of a package and return its executable.
@@ -372,10 +531,10 @@ fn render_tables(results: &BTreeMap<Key, Measures>) -> String {
         let _ = writeln!(out, "**{title}**\n");
         let _ = writeln!(
             out,
-            "| size | keys | {} | ours / plain |",
+            "| size | keys | {} | ours / plain | index / hash |",
             IMPLS.join(" | ")
         );
-        let _ = writeln!(out, "|---:|---|{}---:|", "---:|".repeat(IMPLS.len()));
+        let _ = writeln!(out, "|---:|---|{}---:|---:|", "---:|".repeat(IMPLS.len()));
         for (size, workload) in &rows {
             let value =
                 |imp: &'static str| results.get(&(*size, workload.clone(), imp)).and_then(pick);
@@ -386,14 +545,16 @@ fn render_tables(results: &BTreeMap<Key, Measures>) -> String {
                     None => "n/a".into(),
                 })
                 .collect();
-            let ratio = match (value("ours"), value("plain_lower_bound")) {
+            let ratio = |a: &'static str, b: &'static str| match (value(a), value(b)) {
                 (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
                 _ => "n/a".into(),
             };
             let _ = writeln!(
                 out,
-                "| {size} | {workload} | {} | {ratio} |",
-                cells.join(" | ")
+                "| {size} | {workload} | {} | {} | {} |",
+                cells.join(" | "),
+                ratio("ours", "plain_lower_bound"),
+                ratio("ours_index", "libgomp_hash")
             );
         }
         out.push('\n');

@@ -68,6 +68,7 @@ pub const EXPORTED_SYMBOLS: &[&str] = &[
     "__kmpc_target_translate_fptr",
     "__omp_offloading_fptr_map_p",
     "__omp_offloading_fptr_map_size",
+    "__omptarget_rs_fptr_index",
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq)]

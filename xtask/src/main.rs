@@ -1,10 +1,13 @@
 //! Project automation: `cargo xtask <command>`. See README.md.
 
 mod bench;
+mod compiler_plugin;
 mod demo;
 mod device;
 mod fuzz;
 mod gpu_kit;
+mod indirect_programs;
+mod install;
 mod lit;
 mod nvptx_program;
 mod plugin;
@@ -34,6 +37,12 @@ enum Cmd {
     /// Build everything and run the indirect-call example through libomptarget 16 on
     /// the best device present (an NVIDIA GPU, else the host CPU).
     Demo(demo::Args),
+    /// Install plugins, device RTL, compiler plugin, header, tools and clang config
+    /// files under --prefix (then `clang-16 --config=P/share/omptarget-indirect/<triple>.cfg`).
+    Install(install::Args),
+    /// Build the standard indirect-call programs for an NVIDIA GPU through the installed
+    /// nvptx64 config into --out (the GPU kit runs them), checking each cubin.
+    IndirectGpuPrograms(indirect_programs::Args),
     /// Run LLVM 16's libomptarget lit suite through our plugin (or LLVM's, to compare).
     Lit(lit::Args),
     /// Bounded cargo-fuzz runs of every parser target.
@@ -55,6 +64,8 @@ fn main() -> Result<()> {
         Cmd::BuildDevice(a) => device::main(a),
         Cmd::BuildPlugin(a) => plugin::build_main(a),
         Cmd::Demo(a) => demo::main(a),
+        Cmd::Install(a) => install::main(a),
+        Cmd::IndirectGpuPrograms(a) => indirect_programs::main(a),
         Cmd::Lit(a) => lit::main(a),
         Cmd::Fuzz(a) => fuzz::main(a),
         Cmd::Test(a) => test::main(a),

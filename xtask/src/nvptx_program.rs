@@ -90,7 +90,7 @@ impl NvptxBuild {
 /// A relocatable device RTL cubin for exactly `sm` (nvlink links objects of one
 /// architecture): build-device's own for sm_70/80/90, else its PTX of the same major
 /// version (minor at most `sm`'s) assembled for `sm` by ptxas.
-fn device_rtl_cubin_for(sm: &str, scratch: &Path) -> Result<PathBuf> {
+pub fn device_rtl_cubin_for(sm: &str, scratch: &Path) -> Result<PathBuf> {
     let built_sm = rtl_family_of(sm)?;
     let (ptx, cubin) = device::nvptx_outputs_of(built_sm);
     if built_sm == sm {
@@ -133,7 +133,7 @@ pub fn rtl_family_of(sm: &str) -> Result<&'static str> {
 /// A `--cuda-path` for clang 16: the CUDA installation ptxas comes from when it has
 /// `include/cuda.h`, else a folder of links into the `nvidia-cuda-nvcc` wheel (ptxas,
 /// nvlink, libdevice) with a `cuda.h` that states a version clang 16 accepts.
-fn cuda_path_for_clang16() -> Result<PathBuf> {
+pub fn cuda_path_for_clang16() -> Result<PathBuf> {
     let ptxas = util::ptxas()?;
     let root = ptxas
         .parent()

@@ -2,9 +2,12 @@
 //!
 //! 1. prerequisites (Debian packages and the ptxas wheel; installed when run as root),
 //! 2. formatting and clippy with `-D warnings`,
-//! 3. the artifacts the tests read: device RTL (all targets) and the plugins,
+//! 3. the artifacts the tests read: device RTL (all targets), the plugins, and the
+//!    install (compiler plugin, config files) under target/install,
 //! 4. `cargo test --workspace`: unit, property, link-survival and end-to-end tests,
-//! 5. the CUDA demo program and the GPU lookup benchmark built, the demo's device image
+//! 5. standard `declare target indirect` programs built for sm_90 and gfx90a through the
+//!    installed config files, their device images checked;
+//!    the CUDA demo program and the GPU lookup benchmark built, the demo's device image
 //!    and the benchmark's kernels checked on the CPU (they run only where a GPU is),
 //! 6. the GPU kit (`cargo xtask gpu-bundle`) built and run in a bare Debian root,
 //! 7. LLVM 16's libomptarget lit suite through our x86_64 plugin,
@@ -13,7 +16,7 @@
 //! Build steps stop at the first failure (later steps need their output); test steps all
 //! run so one report shows every failure. The last line is `xtask test: N passed, N failed`.
 
-use crate::{device, fuzz, lit, plugin, util};
+use crate::{device, fuzz, indirect_programs, install, lit, plugin, util};
 use anyhow::{bail, Result};
 use std::process::Command;
 use std::time::Instant;
@@ -54,6 +57,13 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "clang-tools-16",
     "llvm-16-tools",
     "libffi-dev",
+    // The compiler plugin: LLVM 16 / clang 16 headers and link names; lld 16 links
+    // amdgcn device images, rocm-device-libs lets clang 16 compile for amdgcn.
+    "llvm-16-dev",
+    "libclang-16-dev",
+    "libclang-cpp16-dev",
+    "lld-16",
+    "rocm-device-libs",
     // Source-package tooling for the lit suite, compression for bundles.
     "dpkg-dev",
     "xz-utils",
@@ -62,6 +72,11 @@ const DEBIAN_PACKAGES: &[&str] = &[
     // The GPU kit's proof: a bare Debian root to run it in.
     "debootstrap",
 ];
+
+/// Where `cargo xtask test` installs (tests/tests/compiler_plugin.rs reads it).
+fn install_prefix() -> std::path::PathBuf {
+    util::target_dir().join("install")
+}
 
 fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
@@ -103,6 +118,11 @@ pub fn main(args: Args) -> Result<()> {
             "build plugins",
             Box::new(|| plugin::build_plugins().map(|_| ())),
         ),
+        // The compiler plugin and the install the standard-source tests build through.
+        (
+            "install into target/install",
+            Box::new(|| install::install(&install_prefix()).map(|_| ())),
+        ),
     ];
     for (name, f) in build_steps {
         let step = timed(name, f);
@@ -140,6 +160,12 @@ pub fn main(args: Args) -> Result<()> {
             sm: "sm_90".into(),
         })
     }));
+    // Standard `declare target indirect` programs for sm_90 and gfx90a through the
+    // installed config files, their final device images checked (they run on a GPU).
+    steps.push(timed(
+        "standard indirect programs for sm_90/gfx90a: build + image check",
+        || indirect_programs::build_and_check(&install_prefix()),
+    ));
     // The GPU benchmark's kernels for every lookup (ours, warp-cooperative, LLVM 19's,
     // direct) built and checked on the CPU against the driver's reference, so a change
     // that breaks them shows here and not first on a GPU machine.

@@ -1,6 +1,15 @@
 //! What both lookup benches share: the tables and workloads, and the lookups we compare
 //! `device_rtl::table::translate` with.
 //!
+//! - [`index_translate`]: what the device does when the plugin installed the index
+//!   (`device_rtl::index`, 2 pairs per bucket): the header checked, two buckets read.
+//!   [`Impl::IndexOneSlot`] and [`Impl::IndexFourSlots`] are the same cuckoo index with 1
+//!   and 4 pairs per bucket, and [`RangeBuckets`] buckets over the address range pointing
+//!   into the sorted table: the alternatives the index's design was chosen from.
+//! - [`exported`]: the exported C function `__kmpc_target_translate_fptr` itself, called
+//!   (not inlined) once per key, reading the globals on every call, with the index
+//!   (`exported_index`) and without it (`exported_search`): what one call costs where the
+//!   lookup cannot be inlined into the caller's loop.
 //! - [`plain_lower_bound`]: the classic branchy lower-bound binary search, the style of
 //!   upstream LLVM's device lookups.
 //! - [`upstream_style`]: the shape of LLVM's `__llvm_omp_indirect_call_lookup` (early exit
@@ -15,10 +24,22 @@
 
 #![allow(dead_code)] // each bench binary uses a different part
 
+use device_rtl::index::{self, BuildPolicy, FptrIndex, IndexView};
 use device_rtl::table::{self, FptrMapEntry};
 
-/// Table sizes of the issue: 1, 16, 1K, 64K, 1M entries.
-pub const SIZES: [usize; 5] = [1, 16, 1 << 10, 1 << 16, 1 << 20];
+/// Table sizes: 1, then every power of 4 from 16 to 1M entries.
+pub const SIZES: [usize; 10] = [
+    1,
+    16,
+    64,
+    256,
+    1 << 10,
+    1 << 12,
+    1 << 14,
+    1 << 16,
+    1 << 18,
+    1 << 20,
+];
 
 /// Keys looked up per workload (one criterion iteration, one callgrind run; xtask's
 /// bench.rs divides by the same number). Many, because every iteration repeats the same
@@ -56,29 +77,47 @@ impl Workload {
 /// The lookups compared; [`Impl::UpstreamStyle`] runs on hits only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Impl {
+    OursIndex,
     Ours,
     PlainLowerBound,
     LibgompHash,
     UpstreamStyle,
     Eytzinger,
+    IndexOneSlot,
+    IndexFourSlots,
+    RangeBuckets,
+    ExportedIndex,
+    ExportedSearch,
 }
 
 impl Impl {
-    pub const ALL: [Impl; 5] = [
+    pub const ALL: [Impl; 11] = [
+        Impl::OursIndex,
         Impl::Ours,
         Impl::PlainLowerBound,
         Impl::LibgompHash,
         Impl::UpstreamStyle,
         Impl::Eytzinger,
+        Impl::IndexOneSlot,
+        Impl::IndexFourSlots,
+        Impl::RangeBuckets,
+        Impl::ExportedIndex,
+        Impl::ExportedSearch,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
+            Impl::OursIndex => "ours_index",
             Impl::Ours => "ours",
             Impl::PlainLowerBound => "plain_lower_bound",
             Impl::LibgompHash => "libgomp_hash",
             Impl::UpstreamStyle => "upstream_style",
             Impl::Eytzinger => "eytzinger",
+            Impl::IndexOneSlot => "index_1slot",
+            Impl::IndexFourSlots => "index_4slots",
+            Impl::RangeBuckets => "range_buckets",
+            Impl::ExportedIndex => "exported_index",
+            Impl::ExportedSearch => "exported_search",
         }
     }
 
@@ -289,6 +328,11 @@ impl PointerHashTable {
         }
     }
 
+    /// Bytes of slots per table entry.
+    pub fn bytes_per_entry(&self, entries: usize) -> f64 {
+        (self.slots.len() * std::mem::size_of::<FptrMapEntry>()) as f64 / entries as f64
+    }
+
     /// Same result as `table::translate` on the table this was built from.
     #[inline]
     pub fn translate(&self, key: u64) -> u64 {
@@ -383,6 +427,195 @@ fn prefetch(slots: &[FptrMapEntry], index: usize) {
     let _ = (slots, index);
 }
 
+/// What `__kmpc_target_translate_fptr` does with the index global's `header` and the
+/// table globals' `table`: the index when the header is valid, else the search.
+#[inline(always)]
+pub fn index_translate(header: &FptrIndex, table: &[FptrMapEntry], key: u64) -> u64 {
+    // SAFETY: the benches' headers describe buckets owned by their `Setup`, alive and
+    // unchanged while it is borrowed.
+    match unsafe { IndexView::<{ index::SLOTS }>::from_header(*header) } {
+        Some(view) => view.translate(key),
+        None => table::translate(table, key),
+    }
+}
+
+/// Point the device runtime's globals at `setup`'s table and, with `index`, its index
+/// (else the empty index header), then run `f`. The globals are process-wide: the benches
+/// run one lookup loop at a time.
+pub fn with_globals<R>(setup: &Setup, index: bool, f: impl FnOnce() -> R) -> R {
+    // SAFETY: single-threaded benches; the globals describe `setup`'s table and index,
+    // which outlive `f` (they are reset to "nothing" before returning).
+    unsafe {
+        device_rtl::__omp_offloading_fptr_map_p = setup.table.as_ptr();
+        device_rtl::__omp_offloading_fptr_map_size = setup.table.len() as u64;
+        device_rtl::__omptarget_rs_fptr_index = if index {
+            setup.index_header
+        } else {
+            FptrIndex::NONE
+        };
+    }
+    let result = f();
+    // SAFETY: as above.
+    unsafe {
+        device_rtl::__omp_offloading_fptr_map_p = std::ptr::null();
+        device_rtl::__omp_offloading_fptr_map_size = 0;
+        device_rtl::__omptarget_rs_fptr_index = FptrIndex::NONE;
+    }
+    result
+}
+
+/// One call of the exported `__kmpc_target_translate_fptr` (the globals set by
+/// [`with_globals`]).
+#[inline(always)]
+pub fn exported(key: u64) -> u64 {
+    // SAFETY: with_globals points the globals at a live table and index.
+    unsafe { device_rtl::__kmpc_target_translate_fptr(key as *mut std::ffi::c_void) as u64 }
+}
+
+/// A cuckoo index with `S` pairs per bucket, its buckets 64-byte aligned (so a bucket of 1
+/// or 2 pairs never straddles a cache line, and one of 4 is one line).
+pub struct CuckooIndex<const S: usize> {
+    lines: Vec<Line>,
+    count: usize,
+    seeds: [u64; 2],
+}
+
+impl<const S: usize> CuckooIndex<S> {
+    /// Built with device-rtl's builder and `policy`; None where the policy builds none.
+    pub fn build(table: &[FptrMapEntry], policy: &BuildPolicy) -> Option<CuckooIndex<S>> {
+        match index::build::<S, _>(table, policy, AlignedBuckets::<S>::new) {
+            Ok(built) => Some(CuckooIndex {
+                count: built.buckets.count,
+                lines: built.buckets.lines,
+                seeds: built.seeds,
+            }),
+            Err(index::BuildError::TooSmall { .. }) => None,
+            Err(e) => panic!("no {S}-slot index of {} keys: {e:?}", table.len()),
+        }
+    }
+
+    /// An experiment's index, at `max_load_percent` and any table size.
+    pub fn new(table: &[FptrMapEntry], max_load_percent: u64) -> CuckooIndex<S> {
+        let policy = BuildPolicy {
+            min_len: 1,
+            max_load_percent,
+            ..BuildPolicy::DEFAULT
+        };
+        Self::build(table, &policy).expect("min_len 1 builds every table")
+    }
+
+    pub fn buckets(&self) -> &[[FptrMapEntry; S]] {
+        // SAFETY: `lines` holds at least `count * S` entries (see AlignedBuckets::new):
+        // repr(C) arrays of FptrMapEntry, no padding, aligned for them.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast(), self.count) }
+    }
+
+    pub fn view(&self) -> IndexView<'_, S> {
+        IndexView::new(self.buckets(), self.seeds).expect("at least one bucket")
+    }
+
+    /// The header the plugin would write for these buckets.
+    pub fn header(&self) -> FptrIndex {
+        FptrIndex {
+            buckets: self.buckets().as_ptr().expose_provenance() as u64,
+            bucket_count: self.count as u64,
+            seeds: self.seeds,
+        }
+    }
+
+    /// Bytes of buckets per table entry.
+    pub fn bytes_per_entry(&self, entries: usize) -> f64 {
+        (self.count * S * std::mem::size_of::<FptrMapEntry>()) as f64 / entries as f64
+    }
+}
+
+/// Bucket storage for the builder, on 64-byte aligned lines.
+struct AlignedBuckets<const S: usize> {
+    lines: Vec<Line>,
+    count: usize,
+}
+
+impl<const S: usize> AlignedBuckets<S> {
+    fn new(count: usize) -> Self {
+        AlignedBuckets {
+            lines: vec![Line::default(); (count * S).div_ceil(4)],
+            count,
+        }
+    }
+}
+
+impl<const S: usize> AsMut<[[FptrMapEntry; S]]> for AlignedBuckets<S> {
+    fn as_mut(&mut self) -> &mut [[FptrMapEntry; S]] {
+        // SAFETY: `lines` holds `4 * lines.len() >= count * S` entries (repr(C), no
+        // padding, 64-byte aligned), borrowed mutably for the result's lifetime.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast(), self.count) }
+    }
+}
+
+/// Buckets over the address range, pointing into the sorted table: bucket `b` holds the
+/// keys in `[min + b << shift, min + (b + 1) << shift)`, `starts[b]` the index of its
+/// first key (`starts[buckets]` = the table's length), about one key per bucket. A
+/// lookup reads `starts[b]` and `starts[b + 1]` (one line), then searches that bucket's
+/// keys in the table: `1 + ceil(log2 k) + 1` dependent loads for a bucket of `k` keys,
+/// which adversarial keys (all in one bucket) make `ceil(log2 n) + 2`.
+pub struct RangeBuckets {
+    min: u64,
+    max: u64,
+    shift: u32,
+    starts: Vec<u32>,
+}
+
+impl RangeBuckets {
+    pub fn new(table: &[FptrMapEntry]) -> RangeBuckets {
+        let (min, max) = (table[0].key(), table[table.len() - 1].key());
+        // The smallest power-of-two bucket width that gives at most `len` buckets.
+        let span = max - min;
+        let mut shift = 0;
+        while (span >> shift) >= table.len() as u64 {
+            shift += 1;
+        }
+        let buckets = (span >> shift) as usize + 1;
+        let mut starts = Vec::with_capacity(buckets + 1);
+        let mut next = 0usize;
+        for b in 0..buckets as u64 {
+            let start = min + (b << shift);
+            while next < table.len() && table[next].key() < start {
+                next += 1;
+            }
+            starts.push(next as u32);
+        }
+        starts.push(table.len() as u32);
+        RangeBuckets {
+            min,
+            max,
+            shift,
+            starts,
+        }
+    }
+
+    #[inline]
+    pub fn translate(&self, table: &[FptrMapEntry], key: u64) -> u64 {
+        if key < self.min || key > self.max {
+            return key;
+        }
+        let b = ((key - self.min) >> self.shift) as usize;
+        // SAFETY: key <= max, so b <= (max - min) >> shift = starts.len() - 2.
+        let (lo, hi) = unsafe {
+            (
+                *self.starts.get_unchecked(b) as usize,
+                *self.starts.get_unchecked(b + 1) as usize,
+            )
+        };
+        // SAFETY: lo <= hi <= table.len() (starts is non-decreasing, ends at len).
+        let bucket = unsafe { table.get_unchecked(lo..hi) };
+        table::translate(bucket, key)
+    }
+
+    pub fn bytes_per_entry(&self, entries: usize) -> f64 {
+        (self.starts.len() * 4) as f64 / entries as f64
+    }
+}
+
 fn next_prime(mut n: u64) -> u64 {
     let is_prime = |n: u64| {
         n >= 2
@@ -403,22 +636,41 @@ pub struct Setup {
     pub table: Vec<FptrMapEntry>,
     pub hash: PointerHashTable,
     pub eytzinger: Eytzinger,
+    /// The production index (2 pairs per bucket, the plugin's policy: none for 1 entry)
+    /// and its header (the empty one without an index: the device searches).
+    pub index: Option<CuckooIndex<{ index::SLOTS }>>,
+    pub index_header: FptrIndex,
+    pub index_1slot: CuckooIndex<1>,
+    pub index_4slots: CuckooIndex<4>,
+    pub range: RangeBuckets,
     pub keys: Vec<(Workload, Vec<u64>)>,
 }
+
+/// The highest load a cuckoo table with 1-pair buckets can be built at is 50 %; 45 % is
+/// its counterpart of the 2-pair index's 80 %. 4-pair buckets build up to about 97 %.
+pub const LOAD_1SLOT: u64 = 45;
+pub const LOAD_4SLOTS: u64 = 90;
 
 impl Setup {
     pub fn new(size: usize) -> Setup {
         let table = make_table(size);
         let hash = PointerHashTable::new(&table);
         let eytzinger = Eytzinger::new(&table);
+        let index = CuckooIndex::build(&table, &BuildPolicy::DEFAULT);
+        let index_header = index.as_ref().map_or(FptrIndex::NONE, CuckooIndex::header);
         let keys = Workload::ALL
             .into_iter()
             .map(|w| (w, make_keys(&table, w)))
             .collect();
         let setup = Setup {
-            table,
             hash,
             eytzinger,
+            index,
+            index_header,
+            index_1slot: CuckooIndex::new(&table, LOAD_1SLOT),
+            index_4slots: CuckooIndex::new(&table, LOAD_4SLOTS),
+            range: RangeBuckets::new(&table),
+            table,
             keys,
         };
         for (workload, keys) in &setup.keys {
@@ -449,6 +701,12 @@ impl Setup {
     /// One lookup by `imp` (dispatching; the timed loops call the functions directly).
     pub fn lookup(&self, imp: Impl, key: u64) -> u64 {
         match imp {
+            Impl::OursIndex => index_translate(&self.index_header, &self.table, key),
+            Impl::IndexOneSlot => self.index_1slot.view().translate(key),
+            Impl::IndexFourSlots => self.index_4slots.view().translate(key),
+            Impl::RangeBuckets => self.range.translate(&self.table, key),
+            Impl::ExportedIndex => with_globals(self, true, || exported(key)),
+            Impl::ExportedSearch => with_globals(self, false, || exported(key)),
             Impl::Ours => table::translate(&self.table, key),
             Impl::PlainLowerBound => plain_lower_bound(&self.table, key),
             Impl::LibgompHash => self.hash.translate(key),

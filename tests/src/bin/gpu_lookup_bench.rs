@@ -5,8 +5,10 @@
 //! plugin core with its CUDA backend: every thread makes `iters` calls through a table of
 //! 1 to 1M keys mapped onto four device functions, for warp-uniform keys (every lane of
 //! a warp the same: the virtual-call case) and divergent ones (each lane its own).
-//! `direct` calls device pointers (the floor); `ours` and `ours_warp` translate host keys
-//! with `__kmpc_target_translate_fptr` (table installed with `set_function_ptr_map`);
+//! `direct` calls device pointers (the floor); `ours_index`, `ours` and `ours_warp`
+//! translate host keys with `__kmpc_target_translate_fptr` (table installed with
+//! `set_function_ptr_map`, which also builds the index: `ours_index` keeps it, `ours` and
+//! `ours_warp` get the empty index header written over it, so they search the table);
 //! `llvm19` with LLVM 19's `__llvm_omp_indirect_call_lookup` (table written into its
 //! device environment). Every thread's result is checked against a host-computed
 //! reference: a wrong lookup fails the run. Timing: one warm-up launch, then the best of
@@ -18,6 +20,7 @@ use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
 use host_plugin::backend::LaunchRequest;
 use host_plugin::entries::FLAG_INDIRECT;
+use host_plugin::fptr_index::{BuildError, FptrIndex};
 use host_plugin::{DeviceAddr, FptrMapEntry, OffloadEntry, Plugin, PluginKind};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -30,10 +33,11 @@ const CUBINS_ENV: &str = "OMPTARGET_RS_GPU_BENCH_DIR";
 /// The SMs `cargo xtask bench gpu` builds for.
 const ARCHES: [u32; 2] = [90, 80];
 /// Lookup variants, in table order (names as xtask/src/bench/gpu_lookup.rs builds them).
-const VARIANTS: [(&str, Lookup); 4] = [
+const VARIANTS: [(&str, Lookup); 5] = [
     ("direct", Lookup::Direct),
-    ("ours", Lookup::Ours),
-    ("ours_warp", Lookup::Ours),
+    ("ours_index", Lookup::Ours { index: true }),
+    ("ours", Lookup::Ours { index: false }),
+    ("ours_warp", Lookup::Ours { index: false }),
     ("llvm19", Lookup::Llvm19),
 ];
 /// The renamed LLVM 19 device environment (xtask's `LLVM19_ENVIRONMENT`: our CUDA backend
@@ -64,7 +68,10 @@ const SENTINEL: u8 = 0xa5;
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Lookup {
     Direct,
-    Ours,
+    /// `__kmpc_target_translate_fptr`, with the plugin's index or without it.
+    Ours {
+        index: bool,
+    },
     Llvm19,
 }
 
@@ -92,6 +99,8 @@ struct Options {
     markdown: Option<PathBuf>,
     /// Print the host reference of one case and exit (no GPU needed).
     print_reference: Option<ReferenceCase>,
+    /// Print the index the plugin builds for a table of this size and exit.
+    print_index: Option<usize>,
 }
 
 /// `--print-reference SIZE,uniform|divergent,ITERS,THREADS`.
@@ -136,7 +145,12 @@ const USAGE: &str = "usage: gpu_lookup_bench [--cubins DIR] [--sizes 1,16,...] [
   --json FILE      also write the results as JSON
   --markdown FILE  also write the table as markdown
   --print-reference SIZE,uniform|divergent,ITERS,THREADS
-                   print the host reference of the first THREADS threads and exit";
+                   print the host reference of the first THREADS threads and exit
+  --print-index SIZE
+                   print the plugin's index of a SIZE-row table, row r -> function r % 4
+                   (`BUCKETS SEED0 SEED1`, then `KEY VALUE` per slot: VALUE is the
+                   function's number, or KEY itself for an empty slot; `0 0 0` where the
+                   plugin builds none) and exit";
 
 fn parse_options() -> Result<Options, String> {
     let mut o = Options {
@@ -149,6 +163,7 @@ fn parse_options() -> Result<Options, String> {
         json: None,
         markdown: None,
         print_reference: None,
+        print_index: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -156,7 +171,8 @@ fn parse_options() -> Result<Options, String> {
             println!("{USAGE}");
             std::process::exit(0);
         }
-        const FLAGS: [&str; 7] = [
+        const FLAGS: [&str; 8] = [
+            "--print-index",
             "--print-reference",
             "--cubins",
             "--reps",
@@ -182,6 +198,7 @@ fn parse_options() -> Result<Options, String> {
             "--json" => o.json = Some(value.into()),
             "--markdown" => o.markdown = Some(value.into()),
             "--print-reference" => o.print_reference = Some(parse_reference_case(&value)?),
+            "--print-index" => o.print_index = Some(number(&value)? as usize),
             "--sizes" => {
                 o.sizes = value
                     .split(',')
@@ -209,6 +226,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(size) = options.print_index {
+        return match print_index(size) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(case) = &options.print_reference {
         let mut text = String::new();
         for v in reference(case.size - 1, case.iters, case.pattern, case.threads) {
@@ -437,7 +466,7 @@ impl Bench<'_> {
             let target = |row: usize| image.functions[row % FUNCTIONS];
             let keys: Vec<u64> = match lookup {
                 Lookup::Direct => (0..size).map(target).collect(),
-                Lookup::Ours | Lookup::Llvm19 => (0..size).map(host_key).collect(),
+                Lookup::Ours { .. } | Lookup::Llvm19 => (0..size).map(host_key).collect(),
             };
             let rows: Vec<FptrMapEntry> = (0..size)
                 .map(|r| FptrMapEntry {
@@ -448,7 +477,7 @@ impl Bench<'_> {
             let mut owned = vec![self.upload(&words(&keys))?];
             match lookup {
                 Lookup::Direct => {}
-                Lookup::Ours => {
+                Lookup::Ours { index } => {
                     let patched = self
                         .plugin
                         .set_function_ptr_map(0, &rows)
@@ -457,6 +486,30 @@ impl Bench<'_> {
                         return Err(format!(
                             "{variant}: set_function_ptr_map patched {patched} images, not 1"
                         ));
+                    }
+                    let installed = self
+                        .plugin
+                        .fptr_index(0, image_key)
+                        .ok_or("the cubin has no __omptarget_rs_fptr_index")?;
+                    if index && installed.header.bucket_count == 0 {
+                        if size >= 2 {
+                            return Err(format!("{variant}: the plugin built no index"));
+                        }
+                        println!(
+                            "  {size:>8} keys: no index for a 1-entry table (the plugin's \
+                             policy): `{variant}` searches here"
+                        );
+                    }
+                    if !index {
+                        // The search: the empty header, as a plugin without the index
+                        // leaves it.
+                        let none = FptrIndex::NONE;
+                        // SAFETY: `installed.global` is the image's 32-byte index global.
+                        unsafe {
+                            self.plugin
+                                .submit(0, installed.global, bytemuck::bytes_of(&none))
+                        }
+                        .map_err(|e| format!("clearing the index header: {e}"))?;
                     }
                 }
                 Lookup::Llvm19 => {
@@ -613,6 +666,39 @@ impl Bench<'_> {
             best,
         })
     }
+}
+
+/// The index host-plugin builds for the benchmark's table of `size` rows, with function
+/// numbers (row % 4) as device addresses, as text for tests/fixtures/bench/gpu_lookup_host.c,
+/// which puts its own function addresses in and runs the kernel through the index.
+fn print_index(size: usize) -> Result<String, String> {
+    let rows: Vec<FptrMapEntry> = (0..size)
+        .map(|r| FptrMapEntry {
+            host_ptr: host_key(r),
+            tgt_ptr: (r % FUNCTIONS) as u64,
+        })
+        .collect();
+    let index = match host_plugin::fptr_index::build(&rows) {
+        Ok(index) => index,
+        // What the plugin installs for a 1-entry table: no index (the search answers).
+        Err(BuildError::TooSmall { .. }) => return Ok("0 0 0\n".into()),
+        Err(e) => {
+            return Err(format!(
+                "no index: {}",
+                host_plugin::fptr_index::describe(e)
+            ))
+        }
+    };
+    let mut text = format!(
+        "{} {} {}\n",
+        index.buckets.len(),
+        index.seeds[0],
+        index.seeds[1]
+    );
+    for slot in index.buckets.iter().flatten() {
+        let _ = writeln!(text, "{} {}", slot.host_ptr as u64, slot.tgt_ptr as u64);
+    }
+    Ok(text)
 }
 
 /// The kernel's `key_hash`.

@@ -36,8 +36,15 @@ enum Lookup {
 
 /// The variants, in the order the driver's table shows them; names must match the
 /// driver's (tests/src/bin/gpu_lookup_bench.rs).
+/// `ours_index` and `ours` are the same build: the driver keeps the plugin's index for
+/// the first and clears it for the second (and for `ours_warp`), so they compare the
+/// index with the search.
 const VARIANTS: &[(&str, Lookup)] = &[
     ("direct", Lookup::Direct),
+    (
+        "ours_index",
+        Lookup::Ours("nvptx64-nvidia-cuda/device_rtl.bc"),
+    ),
     ("ours", Lookup::Ours("nvptx64-nvidia-cuda/device_rtl.bc")),
     (
         "ours_warp",
@@ -55,6 +62,8 @@ const ARCHES: [u32; 2] = [90, 80];
 /// plugin, writes LLVM 16's 16-byte environment into any global of the old name at load
 /// and refuses one of another size, so the PTX renames it (the lookup code is unchanged).
 pub const LLVM19_ENVIRONMENT: &str = "__gpu_bench_llvm19_device_environment";
+/// device-rtl's index header global (32 bytes).
+const INDEX_GLOBAL: &str = "__omptarget_rs_fptr_index";
 const LLVM19_ENVIRONMENT_ORIGINAL: &str = "__omp_rtl_device_environment";
 
 /// target/gpu-bench/: the cubins (and their PTX) the driver reads.
@@ -238,6 +247,7 @@ fn check_ptx(name: &str, lookup: Lookup, text: String) -> Result<String> {
             for global in [
                 "__omp_offloading_fptr_map_p",
                 "__omp_offloading_fptr_map_size",
+                INDEX_GLOBAL,
             ] {
                 ensure!(
                     text.contains(&format!("[{global}]")),
@@ -281,6 +291,7 @@ fn required_symbols(lookup: Lookup) -> Vec<(String, Option<u64>)> {
             ] {
                 symbols.push((global.to_string(), Some(8)));
             }
+            symbols.push((INDEX_GLOBAL.to_string(), Some(32)));
         }
         Lookup::Llvm19 => symbols.push((LLVM19_ENVIRONMENT.to_string(), Some(48))),
     }
@@ -412,7 +423,9 @@ const HOST_CHECK_ITERS: u32 = 300;
 const SIZES: [usize; 5] = [1, 16, 1024, 65536, 1 << 20];
 
 /// Run the benchmark's kernel on the CPU (gpu_lookup_host.c: the same source with the
-/// grid simulated; `ours` with device-rtl's real lookup from its host static library)
+/// grid simulated; `ours` with device-rtl's real lookup from its host static library,
+/// searching the table; `ours_index` the same with the plugin's index of the table
+/// installed, from `gpu_lookup_bench --print-index`)
 /// and compare every thread's result with the driver's host reference, for every size
 /// and both key patterns. The GPU run checks the same equality on the device; this
 /// catches a kernel and reference that disagree before anyone spends a GPU on it.
@@ -424,7 +437,11 @@ pub fn check_kernel_on_host(driver: &Path) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let source = util::root().join("tests/fixtures/bench/gpu_lookup_host.c");
     let mut cases = 0;
-    for (name, define) in [("direct", "LOOKUP_DIRECT"), ("ours", "LOOKUP_OURS")] {
+    for (name, define) in [
+        ("direct", "LOOKUP_DIRECT"),
+        ("ours", "LOOKUP_OURS"),
+        ("ours_index", "LOOKUP_OURS"),
+    ] {
         let exe = dir.join(format!("gpu_lookup_host.{name}"));
         util::run(
             Command::new(&clang)
@@ -436,10 +453,20 @@ pub fn check_kernel_on_host(driver: &Path) -> Result<()> {
                 .arg(&exe),
         )?;
         for size in SIZES {
+            let index_file = dir.join(format!("index-{size}.txt"));
+            if name == "ours_index" {
+                let index =
+                    util::output(Command::new(driver).args(["--print-index", &size.to_string()]))?;
+                std::fs::write(&index_file, index)?;
+            }
             for (pattern, divergent) in [("uniform", "0"), ("divergent", "1")] {
                 let iters = HOST_CHECK_ITERS.to_string();
-                let got =
-                    util::output(Command::new(&exe).args([&size.to_string(), divergent, &iters]))?;
+                let mut run = Command::new(&exe);
+                run.args([&size.to_string(), divergent, &iters]);
+                if name == "ours_index" {
+                    run.arg(&index_file);
+                }
+                let got = util::output(&mut run)?;
                 let want = util::output(
                     Command::new(driver)
                         .arg("--print-reference")

@@ -4,11 +4,14 @@
 //! The images are generated, not compiled from C: an assembly file with one function and
 //! one exported 8-byte pointer global holding its address per indirect entry (what
 //! clang 18+ and `omp_indirect.h` emit for a `declare target indirect` function), plus
-//! the device runtime's two table globals, linked into an x86_64 shared object by
+//! the device runtime's two table globals and its index header global, linked into an
+//! x86_64 shared object by
 //! clang 22 and lld. A C file with a million functions would take clang minutes and
 //! gigabytes; the loader and the plugin see the same kind of image either way.
 //! host-plugin/benches/load_binary.rs then loads each image through the plugin's Rust
 //! API with the host backend and times the whole `load_binary` and its phases.
+//! The results also go to target/bench/load-binary.json; with `--write-docs` to
+//! docs/bench/ too, and docs/load-binary.svg is redrawn from them.
 
 use super::{build_bench_binary, load_average, machine_line, utc_now, write_docs_section};
 use crate::util;
@@ -33,7 +36,7 @@ pub struct Args {
 }
 
 /// What the bench prints, in the order the table shows it.
-const ROWS: [(&str, &str); 9] = [
+const ROWS: [(&str, &str); 10] = [
     ("total", "`Plugin::load_binary`, whole"),
     ("inspect", "phase: ELF checks + dynamic symbol table"),
     ("dlopen", "phase: temp file + dlopen (relocations)"),
@@ -43,6 +46,10 @@ const ROWS: [(&str, &str); 9] = [
     ),
     ("build", "phase: `fptr::build` (sort, dedupe, validate)"),
     ("upload", "phase: allocate + copy table, write globals"),
+    (
+        "index",
+        "phase: the table's index (`fptr_index::build`, copy, header)",
+    ),
     ("set_map", "`set_function_ptr_map`, same rows shuffled"),
     (
         "abi_ours",
@@ -107,6 +114,12 @@ pub fn main(args: Args) -> Result<()> {
     let load_after = load_average();
     let table = render(&results);
     println!("{table}");
+    let json = results_json(&results, &load_before);
+    let json_path = util::target_dir()
+        .join("bench")
+        .join(super::plot::LOAD_JSON);
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)? + "\n")?;
+    eprintln!("wrote {}", json_path.display());
     if args.write_docs {
         let reps: Vec<String> = reps_used
             .iter()
@@ -123,16 +136,50 @@ pub fn main(args: Args) -> Result<()> {
             reps.join(", "),
         );
         write_docs_section(BEGIN_MARK, END_MARK, &format!("{header}\n{table}"))?;
+        std::fs::create_dir_all(super::plot::data_dir())?;
+        std::fs::copy(
+            &json_path,
+            super::plot::data_dir().join(super::plot::LOAD_JSON),
+        )?;
+        super::plot::load_plot(&json)?;
     }
     Ok(())
+}
+
+/// Every measurement as JSON (nanoseconds), for the plot and anyone who wants them.
+fn results_json(
+    results: &BTreeMap<usize, BTreeMap<String, (f64, f64)>>,
+    load_before: &str,
+) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = results
+        .iter()
+        .flat_map(|(n, r)| {
+            r.iter().map(move |(what, (fastest, median))| {
+                serde_json::json!({
+                    "entries": n,
+                    "what": what,
+                    "fastest_ns": fastest,
+                    "median_ns": median,
+                })
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "benchmark": "cargo xtask bench load",
+        "machine": machine_line(),
+        "date": utc_now().unwrap_or_default(),
+        "load_average_before": load_before,
+        "results": rows,
+    })
 }
 
 /// target/bench/load/entries-N.so, generated and linked unless already there.
 fn generate_image(n: usize) -> Result<PathBuf> {
     let dir = util::target_dir().join("bench/load");
     std::fs::create_dir_all(&dir)?;
-    let so = dir.join(format!("entries-{n}.so"));
-    let asm = dir.join(format!("entries-{n}.s"));
+    // "-index": images with the index header global (older ones in the cache lack it).
+    let so = dir.join(format!("entries-{n}-index.so"));
+    let asm = dir.join(format!("entries-{n}-index.s"));
     // Kept between runs (1M entries take a while to link); delete target/bench/load to
     // generate again.
     if so.is_file() {
@@ -162,7 +209,8 @@ fn generate_image(n: usize) -> Result<PathBuf> {
 /// The assembly of an image with `n` indirect entries: functions `bench_fn_<i>` (local,
 /// 16-byte aligned), exported 8-byte globals `__omp_indirect_fn_bench_fn_<i>` holding
 /// their addresses (the names benches/load_binary.rs gives its host entries), and the
-/// device runtime's `__omp_offloading_fptr_map_p` / `_size`.
+/// device runtime's `__omp_offloading_fptr_map_p` / `_size` and
+/// `__omptarget_rs_fptr_index`.
 fn write_assembly(path: &Path, n: usize) -> Result<()> {
     let file =
         std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
@@ -183,6 +231,11 @@ fn write_assembly(path: &Path, n: usize) -> Result<()> {
     };
     global(&mut w, "__omp_offloading_fptr_map_p", "0")?;
     global(&mut w, "__omp_offloading_fptr_map_size", "0")?;
+    writeln!(
+        w,
+        "\t.globl __omptarget_rs_fptr_index\n\t.type __omptarget_rs_fptr_index,@object\n\
+         \t.size __omptarget_rs_fptr_index,32\n__omptarget_rs_fptr_index:\n\t.zero 32"
+    )?;
     for i in 0..n {
         global(
             &mut w,

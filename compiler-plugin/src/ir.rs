@@ -1,0 +1,454 @@
+//! The few LLVM C API operations the passes need, behind safe functions.
+//!
+//! Every handle here comes from the module the pass manager gave the pass (or was just
+//! created in it), and the pass holds `&mut Module` for the whole run, so each handle is
+//! valid and unaliased by other threads for as long as these functions use it.
+use llvm_plugin::inkwell::llvm_sys::core::*;
+use llvm_plugin::inkwell::llvm_sys::debuginfo::{
+    LLVMInstructionGetDebugLoc, LLVMInstructionSetDebugLoc,
+};
+use llvm_plugin::inkwell::llvm_sys::prelude::*;
+use llvm_plugin::inkwell::llvm_sys::{LLVMLinkage, LLVMOpcode, LLVMTypeKind, LLVMVisibility};
+use llvm_plugin::inkwell::module::Module;
+use std::ffi::{CStr, CString};
+
+/// An LLVM value of the module being transformed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Value(LLVMValueRef);
+
+/// An LLVM type of the module's context (only this module hands them out).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Type(LLVMTypeRef);
+
+/// The module a pass runs on.
+pub struct Ir {
+    module: LLVMModuleRef,
+    ctx: LLVMContextRef,
+}
+
+fn cstring(s: &str) -> CString {
+    CString::new(s).expect("LLVM names built by the pass contain no NUL")
+}
+
+impl Ir {
+    pub fn new(module: &mut Module<'_>) -> Ir {
+        let module = module.as_mut_ptr();
+        // SAFETY: `module` is the live module the pass manager handed us.
+        let ctx = unsafe { LLVMGetModuleContext(module) };
+        Ir { module, ctx }
+    }
+
+    /// The module's `source_filename`.
+    pub fn source_file_name(&self) -> String {
+        let mut len = 0usize;
+        // SAFETY: valid module; LLVM returns a pointer to `len` bytes it owns.
+        let ptr = unsafe { LLVMGetSourceFileName(self.module, &mut len) };
+        if ptr.is_null() {
+            return String::new();
+        }
+        // SAFETY: `ptr` points to `len` initialised bytes owned by the module.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
+        String::from_utf8_lossy(bytes).into_owned()
+    }
+
+    /// True when the module has module flag `key` (clang marks device modules with
+    /// `openmp-device`).
+    pub fn has_module_flag(&self, key: &str) -> bool {
+        // SAFETY: valid module; the key pointer and length describe `key`.
+        !unsafe { LLVMGetModuleFlag(self.module, key.as_ptr().cast(), key.len()) }.is_null()
+    }
+
+    /// The module's target triple.
+    pub fn triple(&self) -> String {
+        // SAFETY: valid module; the triple is a NUL-terminated string it owns.
+        unsafe { CStr::from_ptr(LLVMGetTarget(self.module)) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// The address space data-layout component `G<n>` puts globals in (0 if absent).
+    pub fn globals_address_space(&self) -> u32 {
+        // SAFETY: valid module; the layout string is NUL-terminated and module-owned.
+        let layout = unsafe { CStr::from_ptr(LLVMGetDataLayoutStr(self.module)) };
+        layout
+            .to_string_lossy()
+            .split('-')
+            .find_map(|part| part.strip_prefix('G')?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn global(&self, name: &str) -> Option<Value> {
+        let name = cstring(name);
+        // SAFETY: valid module, NUL-terminated name.
+        let g = unsafe { LLVMGetNamedGlobal(self.module, name.as_ptr()) };
+        (!g.is_null()).then_some(Value(g))
+    }
+
+    pub fn function(&self, name: &str) -> Option<Value> {
+        let name = cstring(name);
+        // SAFETY: valid module, NUL-terminated name.
+        let f = unsafe { LLVMGetNamedFunction(self.module, name.as_ptr()) };
+        (!f.is_null()).then_some(Value(f))
+    }
+
+    pub fn functions(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        // SAFETY: valid module; iteration only reads the function list, which the
+        // caller does not change while this runs.
+        let mut f = unsafe { LLVMGetFirstFunction(self.module) };
+        while !f.is_null() {
+            out.push(Value(f));
+            // SAFETY: `f` is a function of this module.
+            f = unsafe { LLVMGetNextFunction(f) };
+        }
+        out
+    }
+
+    /// Operand `i` of a constant aggregate or instruction.
+    pub fn operand(&self, v: Value, i: u32) -> Value {
+        // SAFETY: callers pass an index below `num_operands(v)`.
+        Value(unsafe { LLVMGetOperand(v.0, i) })
+    }
+
+    pub fn num_operands(&self, v: Value) -> u32 {
+        // SAFETY: `v` is a live user value.
+        unsafe { LLVMGetNumOperands(v.0) as u32 }
+    }
+
+    pub fn initializer(&self, global: Value) -> Option<Value> {
+        // SAFETY: `global` is a global variable of this module.
+        let init = unsafe { LLVMGetInitializer(global.0) };
+        (!init.is_null()).then_some(Value(init))
+    }
+
+    /// `v` with pointer casts (constant expressions included) looked through.
+    pub fn strip_casts(&self, mut v: Value) -> Value {
+        loop {
+            // SAFETY: `v` is a live value; the checks only inspect it.
+            let expr = unsafe { LLVMIsAConstantExpr(v.0) };
+            if expr.is_null() {
+                return v;
+            }
+            // SAFETY: `expr` is a constant expression.
+            let op = unsafe { LLVMGetConstOpcode(expr) };
+            match op {
+                LLVMOpcode::LLVMBitCast | LLVMOpcode::LLVMAddrSpaceCast => {
+                    v = self.operand(v, 0);
+                }
+                _ => return v,
+            }
+        }
+    }
+
+    /// The function `v` is, if it is one.
+    pub fn as_function(&self, v: Value) -> Option<Value> {
+        // SAFETY: `v` is a live value; the check only inspects it.
+        let f = unsafe { LLVMIsAFunction(v.0) };
+        (!f.is_null()).then_some(Value(f))
+    }
+
+    /// The string a `[N x i8]` constant global holds (an annotation's text).
+    pub fn c_string_of_global(&self, v: Value) -> Option<String> {
+        let v = self.strip_casts(v);
+        // SAFETY: `v` is a live value; the check only inspects it.
+        let g = unsafe { LLVMIsAGlobalVariable(v.0) };
+        if g.is_null() {
+            return None;
+        }
+        let init = self.initializer(Value(g))?;
+        // SAFETY: `init` is a live constant; the check only inspects it.
+        let data = unsafe { LLVMIsAConstantDataSequential(init.0) };
+        // SAFETY: as above.
+        if data.is_null() || unsafe { LLVMIsConstantString(data) } == 0 {
+            return None;
+        }
+        let mut len = 0usize;
+        // SAFETY: `data` is a constant string; LLVM returns `len` bytes it owns.
+        let ptr = unsafe { LLVMGetAsString(data, &mut len) };
+        // SAFETY: `ptr` points to `len` initialised bytes owned by the constant.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
+        let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
+        Some(String::from_utf8_lossy(text).into_owned())
+    }
+
+    pub fn name(&self, v: Value) -> String {
+        let mut len = 0usize;
+        // SAFETY: `v` is a live value; LLVM returns `len` bytes of its name.
+        let ptr = unsafe { LLVMGetValueName2(v.0, &mut len) };
+        if ptr.is_null() {
+            return String::new();
+        }
+        // SAFETY: `ptr` points to `len` initialised bytes owned by the value.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
+        String::from_utf8_lossy(bytes).into_owned()
+    }
+
+    pub fn is_declaration(&self, global: Value) -> bool {
+        // SAFETY: `global` is a global value of this module.
+        unsafe { LLVMIsDeclaration(global.0) != 0 }
+    }
+
+    pub fn has_local_linkage(&self, global: Value) -> bool {
+        // SAFETY: `global` is a global value of this module.
+        let linkage = unsafe { LLVMGetLinkage(global.0) };
+        matches!(
+            linkage,
+            LLVMLinkage::LLVMInternalLinkage | LLVMLinkage::LLVMPrivateLinkage
+        )
+    }
+
+    /// Delete a global variable that nothing uses any more.
+    pub fn delete_global(&self, global: Value) {
+        // SAFETY: `global` is a global variable of this module; callers delete it only
+        // once and drop every handle to it.
+        unsafe { LLVMDeleteGlobal(global.0) }
+    }
+
+    /// Replace `global`'s initializer with an array of `elements` of `element_type`
+    /// (an appending array such as `llvm.global.annotations`), or delete `global` when
+    /// `elements` is empty.
+    pub fn replace_array_global(&self, global: Value, element_type: Type, elements: &[Value]) {
+        if elements.is_empty() {
+            self.delete_global(global);
+            return;
+        }
+        let name = self.name(global);
+        let mut vals: Vec<LLVMValueRef> = elements.iter().map(|v| v.0).collect();
+        // SAFETY: `vals` are constants of `element_type` taken from the old array;
+        // LLVMSetValueName2 renames the old global so the new one takes its name; the
+        // old one has no users besides being a named root, so deleting it is sound.
+        unsafe {
+            let init = LLVMConstArray(element_type.0, vals.as_mut_ptr(), vals.len() as u32);
+            let old_name = cstring(&format!("{name}.old"));
+            LLVMSetValueName2(global.0, old_name.as_ptr(), old_name.as_bytes().len());
+            let new_name = cstring(&name);
+            let g = LLVMAddGlobal(self.module, LLVMTypeOf(init), new_name.as_ptr());
+            LLVMSetInitializer(g, init);
+            LLVMSetLinkage(g, LLVMGetLinkage(global.0));
+            let section = LLVMGetSection(global.0);
+            if !section.is_null() {
+                LLVMSetSection(g, section);
+            }
+            LLVMDeleteGlobal(global.0);
+        }
+    }
+
+    /// The element type of an array constant.
+    pub fn array_element_type(&self, array: Value) -> Type {
+        // SAFETY: `array` is a constant of array type.
+        Type(unsafe { LLVMGetElementType(LLVMTypeOf(array.0)) })
+    }
+
+    fn ptr_type(&self, address_space: u32) -> LLVMTypeRef {
+        // SAFETY: valid context.
+        unsafe { LLVMPointerTypeInContext(self.ctx, address_space) }
+    }
+
+    /// A private, unnamed_addr constant C string.
+    pub fn add_c_string(&self, name: &str, text: &str) -> Value {
+        let name = cstring(name);
+        // SAFETY: valid context/module; the string constant is copied by LLVM.
+        unsafe {
+            let init = LLVMConstStringInContext(
+                self.ctx,
+                text.as_ptr().cast(),
+                text.len() as u32,
+                0, // NUL-terminated
+            );
+            let g = LLVMAddGlobal(self.module, LLVMTypeOf(init), name.as_ptr());
+            LLVMSetInitializer(g, init);
+            LLVMSetGlobalConstant(g, 1);
+            LLVMSetLinkage(g, LLVMLinkage::LLVMPrivateLinkage);
+            LLVMSetUnnamedAddress(
+                g,
+                llvm_plugin::inkwell::llvm_sys::LLVMUnnamedAddr::LLVMGlobalUnnamedAddr,
+            );
+            LLVMSetAlignment(g, 1);
+            Value(g)
+        }
+    }
+
+    /// clang 16's `__tgt_offload_entry {ptr addr, ptr name, i64 size, i32 flags, i32
+    /// reserved}` as a weak constant in section `omp_offloading_entries`, as clang emits
+    /// its own entries.
+    pub fn add_offload_entry(
+        &self,
+        global_name: &str,
+        addr: Value,
+        name: Value,
+        size: u64,
+        flags: u32,
+    ) -> Value {
+        let global_name = cstring(global_name);
+        // SAFETY: valid context/module; every operand is a constant of this module.
+        unsafe {
+            let ptr = self.ptr_type(0);
+            let i64t = LLVMInt64TypeInContext(self.ctx);
+            let i32t = LLVMInt32TypeInContext(self.ctx);
+            let mut fields = [
+                LLVMConstPointerCast(addr.0, ptr),
+                LLVMConstPointerCast(name.0, ptr),
+                LLVMConstInt(i64t, size, 0),
+                LLVMConstInt(i32t, u64::from(flags), 0),
+                LLVMConstInt(i32t, 0, 0),
+            ];
+            let init = LLVMConstStructInContext(self.ctx, fields.as_mut_ptr(), 5, 0);
+            let g = LLVMAddGlobal(self.module, LLVMTypeOf(init), global_name.as_ptr());
+            LLVMSetInitializer(g, init);
+            LLVMSetGlobalConstant(g, 1);
+            LLVMSetLinkage(g, LLVMLinkage::LLVMWeakAnyLinkage);
+            let section = cstring("omp_offloading_entries");
+            LLVMSetSection(g, section.as_ptr());
+            LLVMSetAlignment(g, 1);
+            Value(g)
+        }
+    }
+
+    /// A weak, protected constant pointer global (in `address_space`) holding `target`.
+    pub fn add_pointer_global(&self, name: &str, target: Value, address_space: u32) -> Value {
+        let name = cstring(name);
+        // SAFETY: valid context/module; `target` is a function of this module.
+        unsafe {
+            let ptr = self.ptr_type(0);
+            let g = LLVMAddGlobalInAddressSpace(self.module, ptr, name.as_ptr(), address_space);
+            LLVMSetInitializer(g, LLVMConstPointerCast(target.0, ptr));
+            LLVMSetGlobalConstant(g, 1);
+            LLVMSetLinkage(g, LLVMLinkage::LLVMWeakAnyLinkage);
+            LLVMSetVisibility(g, LLVMVisibility::LLVMProtectedVisibility);
+            LLVMSetAlignment(g, 8);
+            Value(g)
+        }
+    }
+
+    /// Append `values` to the appending array `llvm.used` or `llvm.compiler.used`.
+    pub fn append_to_used(&self, list: &str, values: &[Value]) {
+        if values.is_empty() {
+            return;
+        }
+        let ptr = self.ptr_type(0);
+        let mut all: Vec<LLVMValueRef> = Vec::new();
+        if let Some(old) = self.global(list) {
+            if let Some(init) = self.initializer(old) {
+                for i in 0..self.num_operands(init) {
+                    all.push(self.operand(init, i).0);
+                }
+            }
+            self.delete_global(old);
+        }
+        // SAFETY: every element is a constant of this module cast to `ptr`.
+        unsafe {
+            all.extend(values.iter().map(|v| LLVMConstPointerCast(v.0, ptr)));
+            let init = LLVMConstArray(ptr, all.as_mut_ptr(), all.len() as u32);
+            let name = cstring(list);
+            let g = LLVMAddGlobal(self.module, LLVMTypeOf(init), name.as_ptr());
+            LLVMSetInitializer(g, init);
+            LLVMSetLinkage(g, LLVMLinkage::LLVMAppendingLinkage);
+            let section = cstring("llvm.metadata");
+            LLVMSetSection(g, section.as_ptr());
+        }
+    }
+
+    /// `ptr name(ptr)`: the module's function of that name, declared if missing.
+    pub fn get_or_declare_ptr_to_ptr(&self, name: &str) -> (Value, Type) {
+        let ptr = self.ptr_type(0);
+        let mut params = [ptr];
+        // SAFETY: valid context; `params` outlives the call.
+        let ty = unsafe { LLVMFunctionType(ptr, params.as_mut_ptr(), 1, 0) };
+        if let Some(f) = self.function(name) {
+            return (f, Type(ty));
+        }
+        let cname = cstring(name);
+        // SAFETY: valid module and type; the name is NUL-terminated.
+        let f = unsafe { LLVMAddFunction(self.module, cname.as_ptr(), ty) };
+        (Value(f), Type(ty))
+    }
+
+    /// Every call and invoke instruction of `function`.
+    pub fn call_sites(&self, function: Value) -> Vec<Value> {
+        let mut out = Vec::new();
+        // SAFETY: `function` is a function of this module; the walk reads its blocks
+        // and instructions, which the caller changes only after the walk.
+        unsafe {
+            let mut bb = LLVMGetFirstBasicBlock(function.0);
+            while !bb.is_null() {
+                let mut inst = LLVMGetFirstInstruction(bb);
+                while !inst.is_null() {
+                    let op = LLVMGetInstructionOpcode(inst);
+                    if matches!(op, LLVMOpcode::LLVMCall | LLVMOpcode::LLVMInvoke) {
+                        out.push(Value(inst));
+                    }
+                    inst = LLVMGetNextInstruction(inst);
+                }
+                bb = LLVMGetNextBasicBlock(bb);
+            }
+        }
+        out
+    }
+
+    /// The value a call or invoke calls.
+    pub fn callee(&self, call: Value) -> Value {
+        // SAFETY: `call` is a call or invoke instruction.
+        Value(unsafe { LLVMGetCalledValue(call.0) })
+    }
+
+    /// True for a callee known before run time: a function, an alias, any constant.
+    pub fn is_constant(&self, v: Value) -> bool {
+        // SAFETY: `v` is a live value; the check only inspects it.
+        unsafe { !LLVMIsAConstant(v.0).is_null() }
+    }
+
+    pub fn is_inline_asm(&self, v: Value) -> bool {
+        // SAFETY: `v` is a live value; the check only inspects it.
+        unsafe { !LLVMIsAInlineAsm(v.0).is_null() }
+    }
+
+    /// True when `v` is the result of a call to `function`.
+    pub fn is_call_to(&self, v: Value, function: Value) -> bool {
+        // SAFETY: `v` is a live value; the checks only inspect it.
+        unsafe {
+            let call = LLVMIsACallInst(v.0);
+            !call.is_null() && LLVMGetCalledValue(call) == function.0
+        }
+    }
+
+    /// The address space of a pointer-typed value (None if it is not a pointer).
+    pub fn pointer_address_space(&self, v: Value) -> Option<u32> {
+        // SAFETY: `v` is a live value; its type is owned by the context.
+        unsafe {
+            let ty = LLVMTypeOf(v.0);
+            (LLVMGetTypeKind(ty) == LLVMTypeKind::LLVMPointerTypeKind)
+                .then(|| LLVMGetPointerAddressSpace(ty))
+        }
+    }
+
+    /// Insert `%t = call ptr lookup(ptr callee)` before `call` and make `call` call `%t`.
+    pub fn translate_callee(&self, call: Value, lookup: Value, lookup_type: Type) {
+        let callee = self.callee(call);
+        // SAFETY: `call` is a call/invoke of this module whose callee is a pointer in
+        // address space 0 (checked by the caller); the builder is disposed before
+        // returning; the callee is the last operand of both calls and invokes.
+        unsafe {
+            let builder = LLVMCreateBuilderInContext(self.ctx);
+            LLVMPositionBuilderBefore(builder, call.0);
+            let mut args = [callee.0];
+            let name = cstring("indirect.callee.device");
+            let translated = LLVMBuildCall2(
+                builder,
+                lookup_type.0,
+                lookup.0,
+                args.as_mut_ptr(),
+                1,
+                name.as_ptr(),
+            );
+            // Keep the call's debug location on the lookup (required for inlinable
+            // calls in functions with debug info).
+            let loc = LLVMInstructionGetDebugLoc(call.0);
+            if !loc.is_null() {
+                LLVMInstructionSetDebugLoc(translated, loc);
+            }
+            LLVMDisposeBuilder(builder);
+            let last = LLVMGetNumOperands(call.0) as u32 - 1;
+            LLVMSetOperand(call.0, last, translated);
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! clang 16 compiler plugin for OpenMP 5.1 `declare target indirect` (issue 17).
+//!
+//! One shared library, loaded by clang-16 twice (the install's config files pass both):
+//! - `-fplugin=`: the AST half (glue/ast_plugin.cpp, C++ because clang's plugin API is)
+//!   annotates every indirect function before code generation;
+//! - `-fpass-plugin=`: the IR half (this crate) turns those annotations into
+//!   - host modules: one offload entry per indirect function the unit defines
+//!     ([`entries`]), in the convention our libomptarget plugin reads on every backend;
+//!   - device modules: the global each entry names ([`entries`]), and a call to
+//!     `__kmpc_target_translate_fptr` before every indirect call ([`translate`]).
+//!
+//! Where the passes run (LLVM 16's new pass manager, clang's default pipelines):
+//! entries and holders at the pipeline start (it runs at -O0 too), right after clang's
+//! code generation; the call rewrite at the optimizer's last extension point, so a call
+//! that optimization made direct is left alone. At -O0 clang 16 builds a minimal
+//! pipeline that runs the same two extension points (tests/tests/compiler_plugin.rs
+//! checks the rewrite at -O0 and -O2).
+pub mod annotations;
+pub mod entries;
+pub mod host_llvm;
+pub mod ir;
+pub mod naming;
+pub mod translate;
+
+use llvm_plugin::inkwell::module::Module;
+use llvm_plugin::{
+    LlvmModulePass, ModuleAnalysisManager, PassBuilder, PassPluginLibraryInfo, PreservedAnalyses,
+};
+
+/// clang marks device modules (`-fopenmp-is-device`) with this module flag.
+const DEVICE_FLAG: &str = "openmp-device";
+/// and every OpenMP module with this one.
+const OPENMP_FLAG: &str = "openmp";
+
+/// Entries (host) or holders (device) for the unit's indirect functions.
+struct EmitIndirectEntries;
+
+impl LlvmModulePass for EmitIndirectEntries {
+    fn run_pass(&self, module: &mut Module, _: &ModuleAnalysisManager) -> PreservedAnalyses {
+        let ir = ir::Ir::new(module);
+        let functions = annotations::take_indirect_functions(&ir);
+        if functions.is_empty() {
+            return PreservedAnalyses::All;
+        }
+        if ir.has_module_flag(DEVICE_FLAG) {
+            entries::emit_device_holders(&ir, &functions);
+        } else {
+            entries::emit_host_entries(&ir, &functions);
+        }
+        PreservedAnalyses::None
+    }
+}
+
+/// The lookup before every indirect call of a device module.
+struct TranslateIndirectCalls;
+
+impl LlvmModulePass for TranslateIndirectCalls {
+    fn run_pass(&self, module: &mut Module, _: &ModuleAnalysisManager) -> PreservedAnalyses {
+        let ir = ir::Ir::new(module);
+        if !ir.has_module_flag(DEVICE_FLAG) || !ir.has_module_flag(OPENMP_FLAG) {
+            return PreservedAnalyses::All;
+        }
+        let translated = translate::translate_indirect_calls(&ir);
+        // OMPTARGET_INDIRECT_DEBUG=1: one line per device module, to see what was done.
+        if std::env::var_os("OMPTARGET_INDIRECT_DEBUG").is_some() {
+            eprintln!(
+                "omptarget-indirect: {} ({}): {translated} indirect call(s) translated",
+                ir.source_file_name(),
+                ir.triple()
+            );
+        }
+        match translated {
+            0 => PreservedAnalyses::All,
+            _ => PreservedAnalyses::None,
+        }
+    }
+}
+
+fn register(builder: &mut PassBuilder) {
+    builder.add_pipeline_start_ep_callback(|manager, _| {
+        manager.add_pass(EmitIndirectEntries);
+    });
+    builder.add_optimizer_last_ep_callback(|manager, _| {
+        manager.add_pass(TranslateIndirectCalls);
+    });
+}
+
+extern "C" fn register_raw(builder: *mut std::ffi::c_void) {
+    // SAFETY: LLVM calls the registrar with its live PassBuilder (LLVM 16, checked in
+    // llvmGetPassPluginInfo before this can be reached).
+    let mut builder = unsafe { PassBuilder::from_raw(builder) };
+    register(&mut builder);
+}
+
+/// LLVM's pass-plugin entry point. In a compiler that does not run LLVM 16 it reports
+/// API version 0, which the compiler refuses with "Wrong API version" after our message,
+/// instead of calling into a pass builder of another version.
+#[no_mangle]
+pub extern "C" fn llvmGetPassPluginInfo() -> PassPluginLibraryInfo {
+    let api_version = match host_llvm::check(host_llvm::process_llvm_version()) {
+        Ok(()) => llvm_plugin::get_llvm_plugin_api_version__(),
+        Err(message) => {
+            eprintln!("error: {message}");
+            0
+        }
+    };
+    PassPluginLibraryInfo {
+        api_version,
+        plugin_name: c"omptarget-indirect".as_ptr().cast(),
+        plugin_version: concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr(),
+        plugin_registrar: register_raw,
+    }
+}
+
+/// For the AST glue's load-time check: null when the process runs LLVM 16, else the
+/// message (leaked: the glue prints it and ends the process).
+#[no_mangle]
+pub extern "C" fn omp_indirect_host_llvm_error() -> *const std::ffi::c_char {
+    match host_llvm::check(host_llvm::process_llvm_version()) {
+        Ok(()) => std::ptr::null(),
+        Err(message) => std::ffi::CString::new(message)
+            .map(|m| m.into_raw().cast_const())
+            .unwrap_or(c"the omptarget-indirect compiler plugin needs clang 16".as_ptr()),
+    }
+}

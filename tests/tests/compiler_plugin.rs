@@ -1,0 +1,393 @@
+//! Standard OpenMP 5.1 `declare target indirect` programs (no project header) built with
+//! the stock clang-16 through the *installed* x86_64 config file, and run with
+//! `LD_LIBRARY_PATH=<prefix>/lib` only: the compiler plugin, the device RTL and our
+//! libomptarget plugin together (issue 17).
+//!
+//! The prefix is target/install, which `cargo xtask test` fills with
+//! `cargo xtask install --prefix target/install` before `cargo test`.
+use e2e_tests::paths::{fixture, require_file, scratch, target_dir};
+use e2e_tests::process::run_ok;
+use e2e_tests::tools::{clang16, llvm22};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const HOW: &str = "`cargo xtask install --prefix target/install`";
+
+fn prefix() -> PathBuf {
+    target_dir().join("install")
+}
+
+fn x86_config() -> PathBuf {
+    require_file(
+        prefix().join("share/omptarget-indirect/x86_64-pc-linux-gnu.cfg"),
+        HOW,
+    )
+}
+
+/// What the compiler printed (warnings) and the program it built.
+struct Built {
+    exe: PathBuf,
+    stderr: String,
+}
+
+/// `clang-16` (or `clang++-16` for .cpp) `--config=<config> <opt> <sources> -o exe`.
+fn build(config: &Path, opt: &str, sources: &[PathBuf], extra: &[&str], name: &str) -> Built {
+    let cxx = sources
+        .iter()
+        .any(|s| s.extension().is_some_and(|e| e == "cpp"));
+    let driver = if cxx {
+        clang16().with_file_name("clang++-16")
+    } else {
+        clang16()
+    };
+    let exe = scratch("compiler-plugin", name).join(name);
+    let out = run_ok(
+        Command::new(driver)
+            .arg(format!("--config={}", config.display()))
+            .arg(opt)
+            .args(extra)
+            .args(sources)
+            .arg("-o")
+            .arg(&exe),
+    );
+    Built {
+        exe,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Run with only the installed lib/ on the library path; the load marker proves our
+/// x86_64 plugin ran the program.
+fn run(exe: &Path) -> (Output, String) {
+    let marker = exe.with_extension("load-marker");
+    let _ = fs::remove_file(&marker);
+    let out = Command::new(exe)
+        .env("LD_LIBRARY_PATH", prefix().join("lib"))
+        .env("OMPTARGET_RS_LOAD_MARKER", &marker)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", exe.display()));
+    let loaded = fs::read_to_string(&marker).unwrap_or_default();
+    (out, loaded)
+}
+
+/// Every `case ...: ok` line, and the program's own count; fails on any WRONG case.
+fn assert_all_cases_pass(exe: &Path, expected_cases: usize) {
+    let (out, loaded) = run(exe);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{} failed ({}):\n{stdout}\n{stderr}",
+        exe.display(),
+        out.status
+    );
+    let ok = stdout
+        .lines()
+        .filter(|l| l.starts_with("case ") && l.ends_with(": ok"))
+        .count();
+    let wrong: Vec<&str> = stdout.lines().filter(|l| l.ends_with("WRONG")).collect();
+    assert!(wrong.is_empty(), "wrong cases:\n{}", wrong.join("\n"));
+    assert_eq!(ok, expected_cases, "{stdout}");
+    assert!(
+        stdout.contains(&format!("indirect cases: {expected_cases} ok, 0 wrong")),
+        "{stdout}"
+    );
+    assert!(
+        loaded.lines().any(|l| l.starts_with("x86_64 ")),
+        "our x86_64 plugin did not run {} (load marker: {loaded:?})",
+        exe.display()
+    );
+}
+
+fn standard_c() -> PathBuf {
+    fixture("compiler/indirect_standard.c")
+}
+
+/// 7 forms/kinds through an array, captured, 2 in structs, from a declare target
+/// function, taken on the device, in a teams-parallel loop, and indirect(0).
+const C_CASES: usize = 14;
+/// 5 kinds of C++ functions through an array, and a captured overload.
+const CXX_CASES: usize = 6;
+
+#[test]
+fn c_at_o0_every_case_calls_the_device_version() {
+    let built = build(&x86_config(), "-O0", &[standard_c()], &[], "standard-c-o0");
+    assert_all_cases_pass(&built.exe, C_CASES);
+}
+
+#[test]
+fn c_at_o2_every_case_calls_the_device_version() {
+    let built = build(&x86_config(), "-O2", &[standard_c()], &[], "standard-c-o2");
+    assert_all_cases_pass(&built.exe, C_CASES);
+}
+
+#[test]
+fn cxx_at_o2_mangled_and_internal_functions_call_the_device_version() {
+    let source = fixture("compiler/indirect_standard.cpp");
+    let built = build(&x86_config(), "-O2", &[source], &[], "standard-cxx-o2");
+    assert_all_cases_pass(&built.exe, CXX_CASES);
+}
+
+#[test]
+fn cxx_at_o0_mangled_and_internal_functions_call_the_device_version() {
+    let source = fixture("compiler/indirect_standard.cpp");
+    let built = build(&x86_config(), "-O0", &[source], &[], "standard-cxx-o0");
+    assert_all_cases_pass(&built.exe, CXX_CASES);
+}
+
+#[test]
+fn without_the_compiler_plugin_the_same_program_gets_host_versions() {
+    // The control: the installed config minus the two plugin lines. Only the cases that
+    // need no translation (taken on the device, indirect(0)) can pass.
+    let dir = scratch("compiler-plugin", "control");
+    let config = dir.join("no-plugin.cfg");
+    let text: String = fs::read_to_string(x86_config())
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains("plugin="))
+        .map(|l| l.replace("<CFGDIR>/../..", &prefix().display().to_string()) + "\n")
+        .collect();
+    fs::write(&config, text).unwrap();
+    let built = build(&config, "-O2", &[standard_c()], &[], "control");
+    let (out, _) = run(&built.exe);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("indirect cases: 2 ok, {} wrong", C_CASES - 2)),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn static_functions_of_two_units_do_not_collide_and_a_declaring_unit_is_warned() {
+    let sources = [
+        fixture("compiler/two_units_a.c"),
+        fixture("compiler/two_units_b.c"),
+    ];
+    let built = build(&x86_config(), "-O2", &sources, &[], "two-units");
+    assert_all_cases_pass(&built.exe, 3);
+    // The diagnostic, through clang's DiagnosticsEngine with the declaration's location;
+    // once per unit that only declares the function (two_units_a.c), host compile only.
+    let warning = "two_units.h:8:5: warning: function 'defined_in_b' is 'declare target \
+                   indirect' but this translation unit does not define it: no offload entry \
+                   is made for it here, so a pointer to it is translated on the device only \
+                   if the translation unit that defines it also marks it indirect";
+    assert_eq!(built.stderr.matches(warning).count(), 1, "{}", built.stderr);
+}
+
+#[test]
+fn an_inline_function_two_units_register_gets_one_table_entry() {
+    let sources = [
+        fixture("compiler/inline_unit_a.cpp"),
+        fixture("compiler/inline_unit_b.cpp"),
+    ];
+    let built = build(&x86_config(), "-O2", &sources, &[], "inline-two-units");
+    assert_all_cases_pass(&built.exe, 2);
+    // Both units' entries are in the program (weak symbols, but section contents are
+    // not merged), naming the same holder...
+    let entries = run_ok(
+        Command::new(prefix().join("bin/offload-inspect"))
+            .arg("entries")
+            .arg(&built.exe),
+    );
+    let listing = String::from_utf8_lossy(&entries.stdout);
+    let twice = listing
+        .lines()
+        .filter(|l| l.ends_with("_Z5twicei -> device __omp_offloading_indirect__Z5twicei"))
+        .count();
+    assert_eq!(twice, 2, "{listing}");
+    // ...and the plugin's table holds the identical pair once.
+    let out = Command::new(&built.exe)
+        .env("LD_LIBRARY_PATH", prefix().join("lib"))
+        .env("LIBOMPTARGET_INFO", "16")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("indirect function table, 1 entries"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn openmp_vv_test_target_declare_indirect_passes_with_its_functions_registered() {
+    let dir = fixture("third_party/openmp_vv");
+    let source = dir.join("test_target_declare_indirect.c");
+    let include = format!("-I{}", dir.display());
+    for opt in ["-O0", "-O2"] {
+        let built = build(
+            &x86_config(),
+            opt,
+            std::slice::from_ref(&source),
+            &[&include],
+            "openmp-vv",
+        );
+        let (out, _) = run(&built.exe);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}");
+        assert!(
+            stdout.contains("Test passed on the device."),
+            "{opt}: {stdout}"
+        );
+        // Its functions return constants, so the host versions would pass too: the
+        // entries prove the plugin registered all three (declare target to(...) indirect).
+        let entries = run_ok(
+            Command::new(prefix().join("bin/offload-inspect"))
+                .arg("entries")
+                .arg(&built.exe),
+        );
+        let listing = String::from_utf8_lossy(&entries.stdout);
+        for f in ["fun1", "fun2", "fun3"] {
+            assert!(
+                listing.lines().any(|l| l.starts_with("IndirectFunction")
+                    && l.ends_with(&format!("{f} -> device __omp_offloading_indirect_{f}"))),
+                "{opt}: no indirect entry for {f}:\n{listing}"
+            );
+        }
+    }
+}
+
+/// The device module (x86_64 offload, device side only) as LLVM IR text.
+fn device_ir(source: &str, file_name: &str, opt: &str, name: &str) -> String {
+    let dir = scratch("compiler-plugin", name);
+    let src = dir.join(file_name);
+    fs::write(&src, source).unwrap();
+    let ll = dir.join("prog.ll");
+    let driver = if file_name.ends_with(".cpp") {
+        clang16().with_file_name("clang++-16")
+    } else {
+        clang16()
+    };
+    run_ok(
+        Command::new(driver)
+            .arg(format!("--config={}", x86_config().display()))
+            .args([opt, "--offload-device-only", "-S", "-emit-llvm"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&ll),
+    );
+    fs::read_to_string(ll).unwrap()
+}
+
+const CONSTANT_POINTER: &str = r#"
+#pragma omp declare target indirect
+int f(int x) { return x + 1; }
+#pragma omp end declare target
+int main(void) {
+  int r = 0;
+#pragma omp target map(from : r)
+  {
+    int (*fp)(int) = f;
+    r = fp(41);
+  }
+  return r != 42;
+}
+"#;
+
+#[test]
+fn a_call_that_optimization_makes_direct_gets_no_lookup() {
+    let o2 = device_ir(CONSTANT_POINTER, "prog.c", "-O2", "direct-o2");
+    assert!(
+        !o2.contains("call ptr @__kmpc_target_translate_fptr"),
+        "-O2 made the call direct, yet it was translated:\n{o2}"
+    );
+    // The control: at -O0 the same call stays indirect and gets the lookup.
+    let o0 = device_ir(CONSTANT_POINTER, "prog.c", "-O0", "direct-o0");
+    assert!(
+        o0.contains("call ptr @__kmpc_target_translate_fptr"),
+        "{o0}"
+    );
+    // Both keep the holder global the host entry names.
+    for ir in [&o0, &o2] {
+        assert!(
+            ir.contains("@__omp_offloading_indirect_f = weak protected constant ptr @f"),
+            "{ir}"
+        );
+    }
+}
+
+const INVOKE: &str = r#"
+#pragma omp declare target
+int guarded(int (*fp)(int), int x) {
+  __asm__ volatile("" ::: "memory"); // inline asm: a call LLVM makes, never translated
+  try { return fp(x); } catch (...) { return -1; }
+}
+#pragma omp end declare target
+"#;
+
+#[test]
+fn an_invoke_through_a_pointer_is_translated_too_and_inline_asm_is_not() {
+    let ir = device_ir(INVOKE, "prog.cpp", "-O0", "invoke");
+    assert!(ir.contains("call void asm sideeffect"), "{ir}");
+    assert_eq!(
+        ir.matches("call ptr @__kmpc_target_translate_fptr(")
+            .count(),
+        1,
+        "{ir}"
+    );
+    let lookup = ir
+        .lines()
+        .find(|l| l.contains("= call ptr @__kmpc_target_translate_fptr("))
+        .unwrap_or_else(|| panic!("no lookup:\n{ir}"));
+    let translated = lookup.trim().split(' ').next().unwrap();
+    assert!(
+        ir.lines()
+            .any(|l| l.contains("invoke") && l.contains(&format!(" {translated}("))),
+        "the invoke does not call the lookup's result {translated}:\n{ir}"
+    );
+}
+
+#[test]
+fn the_plugin_refuses_another_clang_and_says_which() {
+    let plugin = require_file(prefix().join("lib/libomptarget-indirect-clang16.so"), HOW);
+    let dir = scratch("compiler-plugin", "clang22");
+    let src = dir.join("x.c");
+    fs::write(&src, "int f(int x) { return x; }\n").unwrap();
+    for flag in ["-fplugin", "-fpass-plugin"] {
+        let out = Command::new(llvm22("clang"))
+            .arg("-c")
+            .arg(format!("{flag}={}", plugin.display()))
+            .arg(&src)
+            .arg("-o")
+            .arg(dir.join("x.o"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag}: clang-22 accepted it");
+        assert!(
+            stderr.contains(
+                "error: the omptarget-indirect compiler plugin is built for clang 16 (LLVM 16) \
+                 but was loaded by a compiler running LLVM 22."
+            ),
+            "{flag}: {stderr}"
+        );
+        assert!(!stderr.contains("Stack dump"), "{flag}: {stderr}");
+    }
+}
+
+#[test]
+fn installed_plugin_copies_are_small_and_point_to_their_debug_info() {
+    let lib = prefix().join("lib");
+    let debug = require_file(lib.join(".debug/libomptarget-rs.debug"), HOW);
+    assert!(
+        fs::metadata(&debug).unwrap().len() > 1 << 20,
+        "debug info is in the split file"
+    );
+    for kind in ["x86_64", "cuda", "amdgpu"] {
+        for name in [
+            format!("libomptarget.rtl.{kind}.so"),
+            format!("libomptarget.rtl.{kind}.nextgen.so"),
+        ] {
+            let path = require_file(lib.join(&name), HOW);
+            let size = fs::metadata(&path).unwrap().len();
+            assert!(size <= 4 << 20, "{name} is {size} bytes");
+            let sections = run_ok(
+                Command::new(llvm22("llvm-readelf"))
+                    .args(["--string-dump=.gnu_debuglink"])
+                    .arg(&path),
+            );
+            let text = String::from_utf8_lossy(&sections.stdout);
+            assert!(text.contains("libomptarget-rs.debug"), "{name}: {text}");
+        }
+    }
+}

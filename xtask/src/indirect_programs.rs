@@ -1,0 +1,328 @@
+//! Standard `declare target indirect` programs for GPUs, built with the stock clang-16
+//! through the *installed* config files (`cargo xtask install`): checked here on the
+//! final device image, run where a GPU is.
+//!
+//! Contract for the GPU kit (`cargo xtask indirect-gpu-programs --out DIR [--sm sm_90]`
+//! does the same from the command line):
+//! - `build_gpu_programs(prefix, out_dir, sm)` installs nothing; it compiles, with
+//!   `<prefix>/share/omptarget-indirect/nvptx64-nvidia-cuda.cfg --offload-arch=<sm>`,
+//!   each [`GpuProgram`] into `out_dir` and checks its cubin (see [`check_cubin`]).
+//!   Run each on the GPU as `LD_LIBRARY_PATH=<dir holding our libomptarget.rtl.cuda*.so
+//!   copies and libomptarget 16> ./<program>`: it passes when it exits 0 and its stdout
+//!   contains [`GpuProgram::expect`].
+//! - `check_gfx90a(prefix, scratch)`: the same program for gfx90a through the amdgcn
+//!   config, its code object checked (no AMD GPU exists to run it).
+use crate::{demo, install, util};
+use anyhow::{ensure, Context, Result};
+use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
+use offload_formats::image::{find_images, ImageKind};
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Folder to build the programs into (created).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The NVIDIA GPU architecture (clang 16 targets at most sm_90).
+    #[arg(long, default_value = "sm_90")]
+    pub sm: String,
+    /// An existing install prefix; by default target/install, (re)installed first.
+    #[arg(long)]
+    pub prefix: Option<PathBuf>,
+}
+
+/// One program for the GPU step.
+pub struct GpuProgram {
+    /// The executable.
+    pub path: PathBuf,
+    /// What a passing run prints (with exit status 0).
+    pub expect: &'static str,
+}
+
+/// The standard program's cases on a GPU (indirect_standard.c with -DINDIRECT_GPU: all
+/// but the host-device-only indirect(0) call).
+pub const STANDARD_GPU_EXPECT: &str = "indirect cases: 13 ok, 0 wrong";
+/// OpenMP_VV's success line.
+pub const OPENMP_VV_EXPECT: &str = "Test passed on the device.";
+
+/// The indirect functions of indirect_standard.c with external linkage, whose holder
+/// globals every device image must define (f_static's name carries the file identity).
+const STANDARD_HOLDERS: &[&str] = &[
+    "f_block",
+    "f_begin",
+    "f_to_after",
+    "f_to_before",
+    "f_one",
+    "f_expr",
+];
+
+pub fn main(args: Args) -> Result<()> {
+    let prefix = match args.prefix {
+        Some(p) => p,
+        None => install::install(&util::target_dir().join("install"))?,
+    };
+    let programs = build_gpu_programs(&prefix, &args.out, &args.sm)?;
+    for p in programs {
+        println!(
+            "{}  (passes: exit 0, prints {:?})",
+            p.path.display(),
+            p.expect
+        );
+    }
+    Ok(())
+}
+
+/// `xtask test`'s step: the sm_90 programs and the gfx90a program built through the
+/// installed configs under target/install, their device images checked.
+pub fn build_and_check(prefix: &Path) -> Result<()> {
+    let out = util::target_dir().join("indirect-gpu-programs");
+    let programs = build_gpu_programs(prefix, &out.join("sm_90"), "sm_90")?;
+    eprintln!(
+        "built and checked {} sm_90 programs in {}",
+        programs.len(),
+        out.display()
+    );
+    check_gfx90a(prefix, &out.join("gfx90a"))
+}
+
+pub fn build_gpu_programs(prefix: &Path, out_dir: &Path, sm: &str) -> Result<Vec<GpuProgram>> {
+    fs::create_dir_all(out_dir)?;
+    let config = install::config_path(prefix, "nvptx64-nvidia-cuda");
+    ensure!(
+        config.is_file(),
+        "{} is missing: run `cargo xtask install --prefix {}`",
+        config.display(),
+        prefix.display()
+    );
+    let cuda = demo::cuda_path_for_clang16()?;
+    let cuda_args = vec![
+        format!("--offload-arch={sm}"),
+        format!("--cuda-path={}", cuda.display()),
+        "-Wno-unknown-cuda-version".to_string(),
+    ];
+    let fixtures = util::root().join("tests/fixtures");
+    let vv = fixtures.join("third_party/openmp_vv");
+
+    let standard = out_dir.join(format!("indirect_standard.{sm}"));
+    let mut args = cuda_args.clone();
+    args.extend(["-O2".into(), "-DINDIRECT_GPU".into()]);
+    compile(
+        &config,
+        &args,
+        &[fixtures.join("compiler/indirect_standard.c")],
+        &standard,
+    )?;
+    let cubin = check_cubin(&standard, sm)?;
+    check_holders(&cubin.defined, &standard)?;
+
+    let openmp_vv = out_dir.join(format!("test_target_declare_indirect.{sm}"));
+    let mut args = cuda_args;
+    args.extend(["-O2".into(), format!("-I{}", vv.display())]);
+    compile(
+        &config,
+        &args,
+        &[vv.join("test_target_declare_indirect.c")],
+        &openmp_vv,
+    )?;
+    let cubin = check_cubin(&openmp_vv, sm)?;
+    for f in ["fun1", "fun2", "fun3"] {
+        let holder = format!("__omp_offloading_indirect_{f}");
+        ensure!(
+            cubin.defined.contains(&holder),
+            "{}: the cubin lacks {holder}",
+            openmp_vv.display()
+        );
+    }
+    Ok(vec![
+        GpuProgram {
+            path: standard,
+            expect: STANDARD_GPU_EXPECT,
+        },
+        GpuProgram {
+            path: openmp_vv,
+            expect: OPENMP_VV_EXPECT,
+        },
+    ])
+}
+
+fn compile(config: &Path, args: &[String], sources: &[PathBuf], out: &Path) -> Result<()> {
+    util::run(
+        Command::new(util::llvm16("clang")?)
+            .arg(format!("--config={}", config.display()))
+            .args(args)
+            .args(sources)
+            .arg("-o")
+            .arg(out),
+    )
+}
+
+/// What a final device image holds.
+pub struct ImageFacts {
+    /// The symbols it defines.
+    pub defined: HashSet<String>,
+}
+
+/// The program carries exactly one cubin for `sm`, which defines the lookup and both
+/// table globals (taken from our archive by the link), and in which a kernel calls the
+/// lookup (a caller -> callee pair of `.nv.callgraph`, the linked cubin's call graph).
+pub fn check_cubin(exe: &Path, sm: &str) -> Result<ImageFacts> {
+    let bytes = fs::read(exe).with_context(|| format!("reading {}", exe.display()))?;
+    let images = find_images(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", exe.display()))?;
+    let cubins: Vec<_> = images
+        .iter()
+        .filter(|i| {
+            i.kind
+                == (ImageKind::Elf {
+                    machine: object::elf::EM_CUDA,
+                    relocatable: false,
+                })
+                && i.arch.as_deref() == Some(sm)
+        })
+        .collect();
+    ensure!(
+        cubins.len() == 1 && images.len() == 1,
+        "{}: expected exactly one {sm} cubin, found {} device images",
+        exe.display(),
+        images.len()
+    );
+    let file = object::File::parse(&*cubins[0].data).context("the cubin is not ELF")?;
+    let facts = defined_symbols(&file);
+    require_rtl(&facts, exe)?;
+    let lookup = file
+        .symbols()
+        .find(|s| s.name() == Ok(LOOKUP))
+        .context("no lookup symbol")?
+        .index()
+        .0 as u32;
+    let kernels: HashSet<u32> = file
+        .symbols()
+        .filter(|s| s.kind() == object::SymbolKind::Text)
+        .filter(|s| s.name().is_ok_and(|n| n.starts_with("__omp_offloading_")))
+        .map(|s| s.index().0 as u32)
+        .collect();
+    let graph = file
+        .section_by_name(".nv.callgraph")
+        .context("the cubin has no .nv.callgraph")?
+        .data()?;
+    let calls = graph
+        .chunks_exact(8)
+        .map(|p| {
+            let word = |i: usize| u32::from_le_bytes(p[i..i + 4].try_into().expect("4 bytes"));
+            (word(0), word(4))
+        })
+        .any(|(caller, callee)| callee == lookup && kernels.contains(&caller));
+    ensure!(
+        calls,
+        "{}: no kernel of the {sm} cubin calls {LOOKUP}",
+        exe.display()
+    );
+    eprintln!(
+        "{}: one {sm} cubin ({} bytes): defines {LOOKUP} and the table globals, a kernel calls it",
+        exe.display(),
+        cubins[0].data.len()
+    );
+    Ok(facts)
+}
+
+const LOOKUP: &str = "__kmpc_target_translate_fptr";
+
+fn defined_symbols(file: &object::File) -> ImageFacts {
+    ImageFacts {
+        defined: file
+            .symbols()
+            .filter(|s| s.is_definition())
+            .filter_map(|s| s.name().ok().map(str::to_string))
+            .collect(),
+    }
+}
+
+fn require_rtl(facts: &ImageFacts, exe: &Path) -> Result<()> {
+    for sym in crate::device::EXPORTED_SYMBOLS {
+        ensure!(
+            facts.defined.contains(*sym),
+            "{}: the device image does not define {sym}",
+            exe.display()
+        );
+    }
+    Ok(())
+}
+
+/// The holder global of each indirect function of indirect_standard.c.
+fn check_holders(defined: &HashSet<String>, exe: &Path) -> Result<()> {
+    for f in STANDARD_HOLDERS {
+        let holder = format!("__omp_offloading_indirect_{f}");
+        ensure!(
+            defined.contains(&holder),
+            "{}: the device image lacks {holder}",
+            exe.display()
+        );
+    }
+    ensure!(
+        defined
+            .iter()
+            .any(|d| d.starts_with("__omp_offloading_indirect_") && d.ends_with("_f_static")),
+        "{}: the device image lacks the holder of static f_static",
+        exe.display()
+    );
+    Ok(())
+}
+
+/// indirect_standard.c for gfx90a through the installed amdgcn config: one code object
+/// for gfx90a that defines the lookup, both table globals and every holder, and whose
+/// code refers to the lookup (its GOT slot's dynamic relocation names it).
+pub fn check_gfx90a(prefix: &Path, out_dir: &Path) -> Result<()> {
+    fs::create_dir_all(out_dir)?;
+    let config = install::config_path(prefix, "amdgcn-amd-amdhsa");
+    let exe = out_dir.join("indirect_standard.gfx90a");
+    let args = vec![
+        "--offload-arch=gfx90a".to_string(),
+        format!("--rocm-device-lib-path={ROCM_DEVICE_LIBS}"),
+        "-O2".into(),
+        "-DINDIRECT_GPU".into(),
+    ];
+    compile(
+        &config,
+        &args,
+        &[util::root().join("tests/fixtures/compiler/indirect_standard.c")],
+        &exe,
+    )?;
+    let bytes = fs::read(&exe)?;
+    let images = find_images(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", exe.display()))?;
+    ensure!(
+        images.len() == 1 && images[0].arch.as_deref() == Some("gfx90a"),
+        "{}: expected one gfx90a image, found {}",
+        exe.display(),
+        images.len()
+    );
+    let file = object::File::parse(&*images[0].data).context("the code object is not ELF")?;
+    let facts = defined_symbols(&file);
+    require_rtl(&facts, &exe)?;
+    check_holders(&facts.defined, &exe)?;
+    let dynsyms = file.dynamic_symbol_table().context("no .dynsym")?;
+    let refers = file
+        .dynamic_relocations()
+        .into_iter()
+        .flatten()
+        .filter_map(|(_, r)| match r.target() {
+            object::RelocationTarget::Symbol(i) => dynsyms.symbol_by_index(i).ok(),
+            _ => None,
+        })
+        .any(|s| s.name() == Ok(LOOKUP));
+    ensure!(
+        refers,
+        "{}: the gfx90a code object does not refer to {LOOKUP}",
+        exe.display()
+    );
+    eprintln!(
+        "{}: one gfx90a code object ({} bytes): defines {LOOKUP}, the table globals and the holders; its code refers to the lookup",
+        exe.display(),
+        images[0].data.len()
+    );
+    Ok(())
+}
+
+/// Debian's rocm-device-libs (clang 16 wants the ROCm device libraries for amdgcn).
+pub const ROCM_DEVICE_LIBS: &str = "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode";

@@ -1,0 +1,392 @@
+//! `cargo xtask install --prefix P`: install the runtime and the compiler plugin the way
+//! a toolchain component installs, so that
+//!
+//! ```text
+//! clang-16 --config=P/share/omptarget-indirect/x86_64-pc-linux-gnu.cfg prog.c -o prog
+//! LD_LIBRARY_PATH=P/lib ./prog
+//! ```
+//! builds a standard OpenMP 5.1 program (`declare target indirect`, no project header)
+//! and runs it through our libomptarget plugin.
+//!
+//! Layout:
+//! - `lib/libomptarget.rtl.{x86_64,cuda,amdgpu}[.nextgen].so`: the plugin copies, debug
+//!   info stripped (one `lib/.debug/libomptarget-rs.debug` that each copy's
+//!   `.gnu_debuglink` names; gdb looks in `.debug/` beside the library);
+//! - `lib/libomptarget-indirect-clang16.so`: the compiler plugin (same debug-info split);
+//! - `lib/omptarget-indirect/<triple>/...`: the device RTL for every target;
+//! - `lib/omptarget-indirect/libomptarget.devicertl.a`: LLVM 16's own device runtime
+//!   archive plus our device RTL packed as offload objects, one per GPU architecture
+//!   (see [`devicertl_archive`] for why);
+//! - `include/omp_indirect.h`, `bin/offload-inspect`;
+//! - `share/omptarget-indirect/<triple>.cfg`: clang config files (see [`config_text`]).
+use crate::{compiler_plugin, device, nvptx_program, plugin, util};
+use anyhow::{ensure, Context, Result};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The installation prefix (created if missing).
+    #[arg(long)]
+    pub prefix: PathBuf,
+}
+
+/// Each installed plugin copy must stay below this (issue 17).
+pub const MAX_PLUGIN_COPY_BYTES: u64 = 4 << 20;
+/// The compiler plugin's installed file name.
+pub const COMPILER_PLUGIN: &str = "libomptarget-indirect-clang16.so";
+/// The offload targets a config file is installed for.
+pub const CONFIG_TRIPLES: &[&str] = &[
+    "x86_64-pc-linux-gnu",
+    "nvptx64-nvidia-cuda",
+    "amdgcn-amd-amdhsa",
+];
+/// NVIDIA GPUs the device RTL is installed for (clang 16 targets at most sm_90).
+pub const NVPTX_INSTALL_ARCHES: &[&str] = &["sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"];
+/// The debug file every plugin copy points to.
+const PLUGIN_DEBUG_FILE: &str = "libomptarget-rs.debug";
+/// LLVM 16's device runtime archive, which clang-16 links as `-lomptarget.devicertl`.
+const LLVM16_DEVICERTL: &str = "/usr/lib/llvm-16/lib/libomptarget.devicertl.a";
+
+pub fn main(args: Args) -> Result<()> {
+    let prefix = install(&args.prefix)?;
+    println!("installed into {}", prefix.display());
+    for triple in CONFIG_TRIPLES {
+        println!(
+            "  clang-16 --config={} ...",
+            config_path(&prefix, triple).display()
+        );
+    }
+    println!(
+        "  run with LD_LIBRARY_PATH={}",
+        prefix.join("lib").display()
+    );
+    Ok(())
+}
+
+/// `P/share/omptarget-indirect/<triple>.cfg`
+pub fn config_path(prefix: &Path, triple: &str) -> PathBuf {
+    prefix
+        .join("share/omptarget-indirect")
+        .join(format!("{triple}.cfg"))
+}
+
+/// Build everything and install it under `prefix`; returns the absolute prefix.
+pub fn install(prefix: &Path) -> Result<PathBuf> {
+    device::build_all()?;
+    let plugins = plugin::build_plugins()?;
+    let compiler_plugin = compiler_plugin::build()?;
+    let inspect = build_offload_inspect()?;
+
+    util::section(&format!("install into {}", prefix.display()));
+    fs::create_dir_all(prefix)?;
+    let prefix = prefix
+        .canonicalize()
+        .with_context(|| format!("resolving {}", prefix.display()))?;
+    let lib = prefix.join("lib");
+    for dir in [
+        "lib/.debug",
+        "bin/.debug",
+        "include",
+        "share/omptarget-indirect",
+    ] {
+        fs::create_dir_all(prefix.join(dir))?;
+    }
+    install_plugins(&plugins, &lib)?;
+    install_stripped(
+        &compiler_plugin,
+        &lib.join(COMPILER_PLUGIN),
+        &format!("{COMPILER_PLUGIN}.debug"),
+    )?;
+    install_stripped(
+        &inspect,
+        &prefix.join("bin/offload-inspect"),
+        "offload-inspect.debug",
+    )?;
+    copy(
+        &util::root().join("host-plugin/include/omp_indirect.h"),
+        &prefix.join("include/omp_indirect.h"),
+    )?;
+    install_device_rtl(&lib.join("omptarget-indirect"))?;
+    for triple in CONFIG_TRIPLES {
+        let path = config_path(&prefix, triple);
+        fs::write(&path, config_text(triple))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(prefix)
+}
+
+fn build_offload_inspect() -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    util::run(Command::new(cargo).current_dir(util::root()).args([
+        "build",
+        "--release",
+        "-p",
+        "offload-formats",
+        "--bin",
+        "offload-inspect",
+    ]))?;
+    let built = util::target_dir().join("release/offload-inspect");
+    ensure!(built.is_file(), "cargo did not produce {}", built.display());
+    Ok(built)
+}
+
+/// The six plugin copies, each stripped of debug info and linked to one debug file.
+fn install_plugins(plugins: &Path, lib: &Path) -> Result<()> {
+    let built = plugins.join(plugin::plugin_file_names(plugin::PLUGIN_KINDS[0])[0].as_str());
+    let debug = lib.join(".debug").join(PLUGIN_DEBUG_FILE);
+    let objcopy = util::llvm22("llvm-objcopy")?;
+    util::run(
+        Command::new(&objcopy)
+            .arg("--only-keep-debug")
+            .arg(&built)
+            .arg(&debug),
+    )?;
+    for kind in plugin::PLUGIN_KINDS {
+        for name in plugin::plugin_file_names(kind) {
+            let to = lib.join(&name);
+            strip_with_debuglink(&objcopy, &built, &to, &debug)?;
+            let size = fs::metadata(&to)?.len();
+            ensure!(
+                size <= MAX_PLUGIN_COPY_BYTES,
+                "{} is {size} bytes, more than the {MAX_PLUGIN_COPY_BYTES} allowed",
+                to.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `from` without debug info at `to`, its debug info in `.debug/<debug_name>` beside it.
+fn install_stripped(from: &Path, to: &Path, debug_name: &str) -> Result<()> {
+    let objcopy = util::llvm22("llvm-objcopy")?;
+    let debug = to
+        .parent()
+        .context("an installed file lives in a folder")?
+        .join(".debug")
+        .join(debug_name);
+    util::run(
+        Command::new(&objcopy)
+            .arg("--only-keep-debug")
+            .arg(from)
+            .arg(&debug),
+    )?;
+    strip_with_debuglink(&objcopy, from, to, &debug)
+}
+
+/// Through a temporary name: a running program keeps the old file's pages.
+fn strip_with_debuglink(objcopy: &Path, from: &Path, to: &Path, debug: &Path) -> Result<()> {
+    let tmp = to.with_extension("tmp");
+    util::run(
+        Command::new(objcopy)
+            .arg("--strip-debug")
+            .arg(format!("--add-gnu-debuglink={}", debug.display()))
+            .arg(from)
+            .arg(&tmp),
+    )?;
+    fs::rename(&tmp, to).with_context(|| format!("renaming to {}", to.display()))
+}
+
+fn copy(from: &Path, to: &Path) -> Result<()> {
+    if let Some(dir) = to.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    let tmp = to.with_extension("tmp");
+    fs::copy(from, &tmp)
+        .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
+    fs::rename(&tmp, to).with_context(|| format!("renaming to {}", to.display()))?;
+    Ok(())
+}
+
+/// The device RTL of every target under `dir` (lib/omptarget-indirect/).
+fn install_device_rtl(dir: &Path) -> Result<()> {
+    let device = device::device_dir();
+    copy(
+        &device::host_staticlib()?,
+        &dir.join("x86_64-unknown-linux-gnu/libdevice_rtl.a"),
+    )?;
+    let nvptx = dir.join("nvptx64-nvidia-cuda");
+    for variant in ["", device::WARP_COOPERATIVE] {
+        let rel = Path::new("nvptx64-nvidia-cuda")
+            .join(variant)
+            .join("device_rtl.bc");
+        copy(&device.join(&rel), &dir.join(&rel))?;
+    }
+    let scratch = util::target_dir().join("install-build");
+    fs::create_dir_all(&scratch)?;
+    let mut members = Vec::new();
+    for sm in NVPTX_INSTALL_ARCHES {
+        let cubin = nvptx_program::device_rtl_cubin_for(sm, &scratch)?;
+        let installed = nvptx.join(format!("device_rtl.{sm}.cubin"));
+        copy(&cubin, &installed)?;
+        members.push(offload_object(
+            &installed,
+            "nvptx64-nvidia-cuda",
+            sm,
+            &scratch,
+        )?);
+    }
+    for gfx in device::AMDGPU_ARCHES {
+        let rel = Path::new("amdgcn-amd-amdhsa").join(gfx);
+        let bc = dir.join(&rel).join("device_rtl.bc");
+        copy(&device.join(&rel).join("device_rtl.bc"), &bc)?;
+        let object = dir.join(&rel).join("device_rtl.o");
+        amdgpu_object(&bc, gfx, &object)?;
+        members.push(offload_object(&object, "amdgcn-amd-amdhsa", gfx, &scratch)?);
+    }
+    devicertl_archive(&members, &dir.join("libomptarget.devicertl.a"))
+}
+
+/// A relocatable AMDGPU object from the device bitcode (LLVM 22's, which clang 16's
+/// LTO cannot read; lld 16 links the object), code object version 4 like clang 16's.
+fn amdgpu_object(bitcode: &Path, gfx: &str, out: &Path) -> Result<()> {
+    util::run(
+        Command::new(util::llvm22("llc")?)
+            .args(["-O2", "-mtriple=amdgcn-amd-amdhsa", &format!("-mcpu={gfx}")])
+            .args(["--amdhsa-code-object-version=4", "-filetype=obj"])
+            .arg(bitcode)
+            .arg("-o")
+            .arg(out),
+    )
+}
+
+/// A host object whose `.llvm.offloading` section carries `image` for one (triple,
+/// arch): what clang 16's linker wrapper takes device code from.
+fn offload_object(image: &Path, triple: &str, arch: &str, scratch: &Path) -> Result<PathBuf> {
+    let arch_tag = format!("{}-{arch}", triple.split('-').next().unwrap_or(triple));
+    let packed = scratch.join(format!("omptarget-indirect-{arch_tag}.offload"));
+    util::run(
+        Command::new(util::llvm16("clang-offload-packager")?)
+            .arg("-o")
+            .arg(&packed)
+            .arg(format!(
+                "--image=file={},triple={triple},arch={arch},kind=openmp",
+                image.display()
+            )),
+    )?;
+    let holder = scratch.join("omptarget-indirect-holder.c");
+    fs::write(
+        &holder,
+        "/* holds the omptarget-indirect device RTL's offload image */\n",
+    )?;
+    let object = scratch.join(format!("omptarget-indirect-{arch_tag}.o"));
+    util::run(
+        Command::new(util::llvm16("clang")?)
+            .arg("-c")
+            .arg(&holder)
+            .arg(format!(
+                "-Xclang=-fembed-offload-object={}",
+                packed.display()
+            ))
+            .arg("-o")
+            .arg(&object),
+    )?;
+    Ok(object)
+}
+
+/// LLVM 16's `libomptarget.devicertl.a` with our offload objects added.
+///
+/// Why this name: clang-16 appends `-lomptarget.devicertl` to every OpenMP link after
+/// the user's objects, and its linker wrapper extracts an archive member only for the
+/// (triple, arch) it links and only when an earlier input needs a symbol the member
+/// defines. A config file can only put arguments *before* the user's inputs (an archive
+/// there is scanned before anything needs the lookup), clang 16 passes no
+/// `-Xoffload-linker` arguments to nvlink, and one object carrying every architecture
+/// makes the wrapper link an extra image per architecture. So the config's `-L` puts
+/// this superset first on the search path: LLVM's members unchanged (reinstall after an
+/// update of libomp-16-dev), plus one member per GPU architecture holding our lookup,
+/// pulled in exactly when the compiler plugin's calls need it.
+fn devicertl_archive(members: &[PathBuf], out: &Path) -> Result<()> {
+    let llvm = Path::new(LLVM16_DEVICERTL);
+    ensure!(
+        llvm.is_file(),
+        "{} is missing: install libomp-16-dev",
+        llvm.display()
+    );
+    let tmp = out.with_extension("tmp");
+    fs::copy(llvm, &tmp).with_context(|| format!("copying {}", llvm.display()))?;
+    util::run(
+        Command::new(util::llvm22("llvm-ar")?)
+            .arg("qs")
+            .arg(&tmp)
+            .args(members),
+    )?;
+    fs::rename(&tmp, out).with_context(|| format!("renaming to {}", out.display()))?;
+    Ok(())
+}
+
+/// The clang config file for one offload target. Paths are relative to the file
+/// (`<CFGDIR>`, which clang 16 expands), so the prefix can move.
+pub fn config_text(triple: &str) -> String {
+    let plugin = format!("<CFGDIR>/../../lib/{COMPILER_PLUGIN}");
+    let common = format!(
+        "-fopenmp\n\
+         -fopenmp-version=51\n\
+         -fplugin={plugin}\n\
+         -fpass-plugin={plugin}\n\
+         -I<CFGDIR>/../../include\n"
+    );
+    match triple {
+        "x86_64-pc-linux-gnu" => format!(
+            "# clang-16 --config=<this file> prog.c -o prog: OpenMP 5.1 offloading to the host\n\
+             # CPU (an x86_64 device image); `declare target indirect` through the\n\
+             # omptarget-indirect compiler plugin. Run: LD_LIBRARY_PATH=<prefix>/lib ./prog\n\
+             {common}\
+             -fopenmp-targets=x86_64-pc-linux-gnu\n\
+             # The device image links the device RTL (the archive reaches the device link\n\
+             # before the objects, so --undefined makes the linker take the lookup).\n\
+             -Xoffload-linker-x86_64-pc-linux-gnu --undefined=__kmpc_target_translate_fptr\n\
+             -Xoffload-linker-x86_64-pc-linux-gnu <CFGDIR>/../../lib/omptarget-indirect/x86_64-unknown-linux-gnu/libdevice_rtl.a\n"
+        ),
+        "nvptx64-nvidia-cuda" | "amdgcn-amd-amdhsa" => {
+            let example = if triple.starts_with("nvptx") {
+                "--offload-arch=sm_90"
+            } else {
+                "--offload-arch=gfx90a"
+            };
+            format!(
+                "# clang-16 --config=<this file> {example} prog.c -o prog: OpenMP 5.1\n\
+                 # offloading to {triple} (give your GPU's --offload-arch); `declare target\n\
+                 # indirect` through the omptarget-indirect compiler plugin.\n\
+                 # Run: LD_LIBRARY_PATH=<prefix>/lib ./prog\n\
+                 {common}\
+                 # libomptarget.devicertl.a here is LLVM 16's plus our device RTL for each GPU\n\
+                 # architecture; the link takes the lookup from it when the program needs it.\n\
+                 -L<CFGDIR>/../../lib/omptarget-indirect\n"
+            )
+        }
+        other => panic!("no config file for {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_config_loads_both_plugin_halves_and_openmp_5_1() {
+        for triple in CONFIG_TRIPLES {
+            let text = config_text(triple);
+            for line in [
+                "-fopenmp-version=51",
+                "-fplugin=<CFGDIR>/../../lib/libomptarget-indirect-clang16.so",
+                "-fpass-plugin=<CFGDIR>/../../lib/libomptarget-indirect-clang16.so",
+            ] {
+                assert!(text.lines().any(|l| l == line), "{triple}: no {line}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_gpu_configs_leave_the_architecture_to_the_user() {
+        for triple in ["nvptx64-nvidia-cuda", "amdgcn-amd-amdhsa"] {
+            let text = config_text(triple);
+            assert!(
+                !text.lines().any(|l| l.starts_with("--offload-arch")),
+                "{text}"
+            );
+            assert!(text.contains("-L<CFGDIR>/../../lib/omptarget-indirect\n"));
+        }
+    }
+}
