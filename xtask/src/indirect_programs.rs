@@ -12,7 +12,7 @@
 //!   contains [`GpuProgram::expect`].
 //! - `check_gfx90a(prefix, scratch)`: the same program for gfx90a through the amdgcn
 //!   config, its code object checked (no AMD GPU exists to run it).
-use crate::{demo, install, util};
+use crate::{install, nvptx_program, util};
 use anyhow::{ensure, Context, Result};
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
 use offload_formats::image::{find_images, ImageKind};
@@ -97,7 +97,7 @@ pub fn build_gpu_programs(prefix: &Path, out_dir: &Path, sm: &str) -> Result<Vec
         config.display(),
         prefix.display()
     );
-    let cuda = demo::cuda_path_for_clang16()?;
+    let cuda = nvptx_program::cuda_path_for_clang16()?;
     let cuda_args = vec![
         format!("--offload-arch={sm}"),
         format!("--cuda-path={}", cuda.display()),
