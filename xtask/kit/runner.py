@@ -378,12 +378,23 @@ class ProgramRun:
         ours = plugin == "ours"
         env = ctx.env(plugins=ctx.work.plugins_ours if ours else None, extra=extra)
         self.run = ctx.run([os.path.join(KIT, program["exe"])], env, self.log, 120)
-        # `<name>: PASSED (N checks)`, or a bare PASSED (examples/indirect_calls.c).
-        verdicts = re.findall(r"^(?:%s: )?(PASSED|FAILED)(.*)$" % re.escape(program["name"]),
-                              self.run.output, re.M)
-        self.verdict = " ".join(verdicts[-1]).strip() if verdicts else None
+        self.verdict = self._verdict(program, ctx.gpu.present)
         self.passed = self.run.rc == 0 and bool(self.verdict) and self.verdict.startswith("PASSED")
         self.plugin_problem = self._prove_plugin(ctx, marker, ld_debug)
+
+    def _verdict(self, program, gpu):
+        """PASSED/FAILED and what it rests on. A program with an `expect` line (the
+        standard-source programs) passes when it prints that line (`expect_fallback`
+        without a GPU); the kit's own print `<name>: PASSED (N checks)`, or a bare PASSED
+        (examples/indirect_calls.c)."""
+        if "expect" in program:
+            line = program["expect"] if gpu else program["expect_fallback"]
+            if line in self.run.output:
+                return "PASSED (%s)" % line
+            return "FAILED (no line %r)" % line
+        verdicts = re.findall(r"^(?:%s: )?(PASSED|FAILED)(.*)$" % re.escape(program["name"]),
+                              self.run.output, re.M)
+        return " ".join(verdicts[-1]).strip() if verdicts else None
 
     def _prove_plugin(self, ctx, marker, ld_debug):
         """Which cuda plugin file this process initialised, from the loader's own log and

@@ -5,11 +5,16 @@
 //! Each prints what it checked and ends with `<name>: PASSED` or `FAILED`, exiting
 //! non-zero on any wrong result (tests/gpu_programs/kit_program.h); tests/tests/
 //! kit_programs.rs runs the same sources on the host device here.
+//!
+//! Beside them, the standard `declare target indirect` programs (no project header: the
+//! compiler plugin does the work) built through the installed nvptx64 config file
+//! ([`indirect_programs`]): their manifest entries name the line a passing run prints, on
+//! the GPU and on libomptarget's host fallback.
 
 use super::{relative, Kit, SM};
 use crate::nvptx_program::{check_image, NvptxBuild};
-use crate::util;
-use anyhow::Result;
+use crate::{indirect_programs, install, util};
+use anyhow::{Context, Result};
 use serde_json::json;
 
 /// A program of the kit.
@@ -75,6 +80,36 @@ pub fn add(kit: &mut Kit, nvptx: &NvptxBuild) -> Result<()> {
             "checks": p.checks,
         }));
     }
+    programs.extend(standard_programs(kit)?);
     kit.set("programs", json!(programs));
     Ok(())
+}
+
+/// The standard-source programs, built with clang-16 through the config files of an
+/// install under target/install (made here).
+fn standard_programs(kit: &Kit) -> Result<Vec<serde_json::Value>> {
+    util::section(&format!(
+        "gpu-bundle: standard declare-target-indirect programs for {SM} (installed config)"
+    ));
+    let prefix = install::install(&util::target_dir().join("install"))?;
+    let out = kit.path("programs")?;
+    let mut entries = Vec::new();
+    for program in indirect_programs::build_gpu_programs(&prefix, &out, SM)? {
+        let name = program
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("program without a name")?
+            .trim_end_matches(&format!(".{SM}"))
+            .to_owned();
+        entries.push(json!({
+            "name": name,
+            "exe": relative(kit, &program.path)?,
+            "source": "standard source through share/omptarget-indirect/nvptx64-nvidia-cuda.cfg",
+            "checks": "standard OpenMP 5.1 declare target indirect (compiler plugin)",
+            "expect": program.expect,
+            "expect_fallback": program.expect_fallback,
+        }));
+    }
+    Ok(entries)
 }
