@@ -73,9 +73,16 @@ pub fn kernel_args(version: u32, num_args: u32, teams: u32, thread_limit: u32) -
     }
 }
 
-/// target/plugin/, where `cargo xtask build-plugin` writes the plugin files.
+/// Where the GPU kit's run.sh points the tests at its copies of the plugin files (it has
+/// no build tree).
+pub const PLUGIN_DIR_ENV: &str = "OMPTARGET_RS_PLUGIN_DIR";
+
+/// The plugin files: `$OMPTARGET_RS_PLUGIN_DIR` where set (the GPU kit), else
+/// target/plugin/, where `cargo xtask build-plugin` writes them.
 pub fn built_plugin_dir() -> PathBuf {
-    target_dir().join("plugin")
+    std::env::var_os(PLUGIN_DIR_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("plugin"))
 }
 
 /// One built plugin file (`libomptarget.rtl.<kind>.so`), which must exist.

@@ -7,18 +7,13 @@ mod cuda_support;
 
 use cuda_support::{fixture_cubin, skip, RtlVariant, ARCHES};
 use e2e_tests::plugin::{
-    built_plugin, built_plugin_dir, device_image, kernel_args, DataAlloc, DataDelete, DataMove,
-    Launch, LoadBinary,
+    built_plugin, device_image, kernel_args, DataAlloc, DataDelete, DataMove, Launch, LoadBinary,
 };
 use host_plugin::abi::{TgtAsyncInfo, TgtOffloadEntry, OFFLOAD_SUCCESS};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
 use host_plugin::entries::FLAG_INDIRECT;
 use std::ffi::{c_void, CString};
-use std::path::PathBuf;
 use std::ptr::null_mut;
-
-/// Where gpu-bundle's run.sh points the test at the plugin file.
-const PLUGIN_ENV: &str = "OMPTARGET_RS_CUDA_PLUGIN";
 
 type Count = unsafe extern "C" fn() -> i32;
 type InitDevice = unsafe extern "C" fn(i32) -> i32;
@@ -103,9 +98,9 @@ unsafe fn async_round_trip(
 /// events, the data arrives.
 #[test]
 fn host_plugin_async_entry_points_complete_in_order() {
-    let path = built_plugin_dir().join("libomptarget.rtl.x86_64.so");
-    assert!(path.is_file(), "run `cargo xtask build-plugin` first");
-    let lib = e2e_tests::plugin::open(&path);
+    // The plugin files come from OMPTARGET_RS_PLUGIN_DIR in the GPU kit, as the cuda
+    // test's below: the kit has no build tree.
+    let lib = e2e_tests::plugin::open(&built_plugin("x86_64"));
     // SAFETY: LLVM 16's signatures; the buffer is allocated on device 0 with the size used.
     unsafe {
         let init = *lib.get::<Count>(b"__tgt_rtl_init_plugin").unwrap();
@@ -116,13 +111,6 @@ fn host_plugin_async_entry_points_complete_in_order() {
         assert!(!buffer.is_null());
         assert_eq!(async_round_trip(&lib, buffer, 4096), (true, false));
         assert_eq!(delete(0, buffer, 0), OFFLOAD_SUCCESS);
-    }
-}
-
-fn plugin_path() -> PathBuf {
-    match std::env::var_os(PLUGIN_ENV) {
-        Some(p) => PathBuf::from(p),
-        None => built_plugin("cuda"),
     }
 }
 
@@ -148,7 +136,7 @@ fn cuda_plugin_runs_the_libomptarget_call_sequence() {
     };
     drop(backend);
 
-    let lib = e2e_tests::plugin::open(&plugin_path());
+    let lib = e2e_tests::plugin::open(&built_plugin("cuda"));
     // SAFETY: as above; each symbol is read with its LLVM 16 signature.
     let (init_plugin, count, init_device, load_binary, alloc, submit, retrieve, delete, launch) = unsafe {
         (

@@ -651,7 +651,7 @@ fn machine_line() -> String {
 }
 
 /// The current UTC date and time, for run headers.
-fn utc_now() -> Result<String> {
+pub(crate) fn utc_now() -> Result<String> {
     Ok(
         util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))?
             .trim()

@@ -12,7 +12,7 @@
 //!   contains [`GpuProgram::expect`].
 //! - `check_gfx90a(prefix, scratch)`: the same program for gfx90a through the amdgcn
 //!   config, its code object checked (no AMD GPU exists to run it).
-use crate::{demo, install, util};
+use crate::{install, nvptx_program, util};
 use anyhow::{ensure, Context, Result};
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
 use offload_formats::image::{find_images, ImageKind};
@@ -40,6 +40,8 @@ pub struct GpuProgram {
     pub path: PathBuf,
     /// What a passing run prints (with exit status 0).
     pub expect: &'static str,
+    /// What a passing run prints on libomptarget's host fallback (no GPU).
+    pub expect_fallback: &'static str,
 }
 
 /// The standard program's cases on a GPU (indirect_standard.c with -DINDIRECT_GPU: all
@@ -47,6 +49,8 @@ pub struct GpuProgram {
 pub const STANDARD_GPU_EXPECT: &str = "indirect cases: 13 ok, 0 wrong";
 /// OpenMP_VV's success line.
 pub const OPENMP_VV_EXPECT: &str = "Test passed on the device.";
+/// OpenMP_VV's success line when the region ran on the host (no GPU).
+pub const OPENMP_VV_EXPECT_FALLBACK: &str = "Test passed on the host.";
 
 /// The indirect functions of indirect_standard.c with external linkage, whose holder
 /// globals every device image must define (f_static's name carries the file identity).
@@ -97,7 +101,7 @@ pub fn build_gpu_programs(prefix: &Path, out_dir: &Path, sm: &str) -> Result<Vec
         config.display(),
         prefix.display()
     );
-    let cuda = demo::cuda_path_for_clang16()?;
+    let cuda = nvptx_program::cuda_path_for_clang16()?;
     let cuda_args = vec![
         format!("--offload-arch={sm}"),
         format!("--cuda-path={}", cuda.display()),
@@ -140,10 +144,12 @@ pub fn build_gpu_programs(prefix: &Path, out_dir: &Path, sm: &str) -> Result<Vec
         GpuProgram {
             path: standard,
             expect: STANDARD_GPU_EXPECT,
+            expect_fallback: STANDARD_GPU_EXPECT,
         },
         GpuProgram {
             path: openmp_vv,
             expect: OPENMP_VV_EXPECT,
+            expect_fallback: OPENMP_VV_EXPECT_FALLBACK,
         },
     ])
 }

@@ -19,7 +19,7 @@
 //!   (see [`devicertl_archive`] for why);
 //! - `include/omp_indirect.h`, `bin/offload-inspect`;
 //! - `share/omptarget-indirect/<triple>.cfg`: clang config files (see [`config_text`]).
-use crate::{compiler_plugin, demo, device, plugin, util};
+use crate::{compiler_plugin, device, nvptx_program, plugin, util};
 use anyhow::{ensure, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -217,7 +217,7 @@ fn install_device_rtl(dir: &Path) -> Result<()> {
     fs::create_dir_all(&scratch)?;
     let mut members = Vec::new();
     for sm in NVPTX_INSTALL_ARCHES {
-        let cubin = demo::device_rtl_cubin_for(sm, &scratch)?;
+        let cubin = nvptx_program::device_rtl_cubin_for(sm, &scratch)?;
         let installed = nvptx.join(format!("device_rtl.{sm}.cubin"));
         copy(&cubin, &installed)?;
         members.push(offload_object(

@@ -23,7 +23,7 @@
 //! (what LLVM's own plugin gives), 22 unsupported, no failure. `cargo xtask lit`
 //! applies it (without a `--filter`; with one, it requires no failures only).
 
-mod debian_source;
+pub(crate) mod debian_source;
 mod load_proof;
 mod results;
 mod site_config;
@@ -31,7 +31,8 @@ mod site_config;
 use crate::{plugin, util};
 use anyhow::{bail, Context, Result};
 use results::{Failure, Status, TestResult};
-use site_config::{SiteConfig, LLVM16_PREFIX};
+use site_config::SiteConfig;
+pub(crate) use site_config::LLVM16_PREFIX;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

@@ -5,10 +5,11 @@ mod compiler_plugin;
 mod demo;
 mod device;
 mod fuzz;
-mod gpu_bundle;
+mod gpu_kit;
 mod indirect_programs;
 mod install;
 mod lit;
+mod nvptx_program;
 mod plugin;
 mod reliability;
 mod test;
@@ -49,8 +50,9 @@ enum Cmd {
     /// Benchmarks (docs/BENCHMARKS.md): `bench cpu` (the lookup), `bench plugin` (ours vs
     /// LLVM 16 plugin through libomptarget), `bench load` (load_binary, 10 to 1M entries).
     Bench(bench::Args),
-    /// Build the CUDA GPU tests, fixtures and plugin into target/gpu-bundle/ with run.sh.
-    GpuBundle(gpu_bundle::Args),
+    /// The GPU kit: everything a GPU machine without Rust or LLVM needs, in
+    /// target/gpu-bundle/ (run there: `bash run.sh --results DIR`).
+    GpuBundle(gpu_kit::Args),
     /// Endurance, stress and dlopen cycles through libomptarget 16; --valgrind; --asan.
     Reliability(reliability::Args),
     /// Everything CI runs: prerequisites, builds, unit, link, end-to-end and lit tests.
@@ -68,7 +70,7 @@ fn main() -> Result<()> {
         Cmd::Fuzz(a) => fuzz::main(a),
         Cmd::Test(a) => test::main(a),
         Cmd::Reliability(a) => reliability::main(a),
-        Cmd::GpuBundle(a) => gpu_bundle::main(a),
+        Cmd::GpuBundle(a) => gpu_kit::main(a),
         Cmd::Bench(a) => bench::main(a),
     }
 }

@@ -9,8 +9,9 @@
 //!    installed config files, their device images checked;
 //!    the CUDA demo program and the GPU lookup benchmark built, the demo's device image
 //!    and the benchmark's kernels checked on the CPU (they run only where a GPU is),
-//! 6. LLVM 16's libomptarget lit suite through our x86_64 plugin,
-//! 7. bounded fuzzing of every parser.
+//! 6. the GPU kit (`cargo xtask gpu-bundle`) built and run in a bare Debian root,
+//! 7. LLVM 16's libomptarget lit suite through our x86_64 plugin,
+//! 8. bounded fuzzing of every parser.
 //!
 //! Build steps stop at the first failure (later steps need their output); test steps all
 //! run so one report shows every failure. The last line is `xtask test: N passed, N failed`.
@@ -34,6 +35,9 @@ pub struct Args {
     /// Skip `cargo fmt --check` and clippy.
     #[arg(long)]
     pub skip_lint: bool,
+    /// Skip building the GPU kit and its run in a bare Debian root.
+    #[arg(long)]
+    pub skip_kit: bool,
 }
 
 /// Every Debian package some step needs, installed in one apt-get run up front.
@@ -65,6 +69,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "xz-utils",
     "zstd",
     "python3-pip",
+    // The GPU kit's proof: a bare Debian root to run it in.
+    "debootstrap",
 ];
 
 /// Where `cargo xtask test` installs (tests/tests/compiler_plugin.rs reads it).
@@ -166,6 +172,15 @@ pub fn main(args: Args) -> Result<()> {
     steps.push(timed("GPU lookup bench: build + CPU check", || {
         crate::bench::gpu_lookup::build_and_check().map(|_| ())
     }));
+    // The GPU kit built and run in a bare Debian root: nothing missing, every GPU step
+    // SKIPPED, the clang-16 programs correct on libomptarget's host fallback.
+    if !args.skip_kit {
+        steps.push(timed("GPU kit: build + run in a bare Debian root", || {
+            let proof = crate::gpu_kit::bare_root::prove()?;
+            eprintln!("{}", proof.report());
+            Ok(())
+        }));
+    }
     if !args.skip_lit {
         steps.push(timed("libomptarget 16 lit suite (our plugin)", || {
             let dir = util::target_dir().join("plugin");

@@ -1,0 +1,116 @@
+//! The kit's CUDA tests: the test executables (`cuda_indirect`, `cuda_abi`,
+//! `cuda_no_driver`; each GPU test runs with both nvptx device RTL builds), the fixture
+//! cubins they load, the GPU lookup benchmark (docs/BENCHMARKS.md 1b) with its cubins,
+//! and our plugin file (run.sh makes the copies libomptarget and the tests look for).
+//!
+//! The tests find their files through environment variables the runner sets:
+//! `OMPTARGET_RS_CUDA_FIXTURES`, `OMPTARGET_RS_PLUGIN_DIR`, `OMPTARGET_RS_GPU_BENCH_DIR`.
+
+use super::{relative, Kit};
+use crate::bench::gpu_lookup;
+use crate::util;
+use anyhow::{ensure, Context, Result};
+use serde_json::json;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+/// The test executables of the kit: (cargo test target, what run.sh passes it).
+const TESTS: &[(&str, &[&str])] = &[
+    ("cuda_indirect", &["--test-threads=1", "--nocapture"]),
+    ("cuda_abi", &["--nocapture"]),
+    (
+        "cuda_no_driver",
+        &[
+            "--exact",
+            "backend_reports_a_reason_exactly_when_it_has_no_devices",
+            "--nocapture",
+        ],
+    ),
+];
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(util::root());
+    c
+}
+
+/// Builds and adds the tests, fixtures, benchmark and plugin (`plugins` is
+/// target/plugin/).
+pub fn add(kit: &mut Kit, plugins: &Path) -> Result<()> {
+    util::section("gpu-bundle: fixture cubins (built and checked by cuda_no_driver)");
+    // ptxas comes from the nvidia-cuda-nvcc wheel where CUDA is not installed.
+    util::ptxas()?;
+    util::llvm22("clang")?;
+    util::run(cargo().args([
+        "test",
+        "-p",
+        "e2e-tests",
+        "--test",
+        "cuda_no_driver",
+        "--",
+        "--exact",
+        "fixture_cubins_keep_every_global_and_kernel",
+    ]))?;
+
+    util::section("gpu-bundle: test executables");
+    let mut build = cargo();
+    build.args([
+        "test",
+        "-p",
+        "e2e-tests",
+        "--no-run",
+        "--message-format=json",
+    ]);
+    for (name, _) in TESTS {
+        build.args(["--test", name]);
+    }
+    let json = util::output(&mut build)?;
+    let mut tests = Vec::new();
+    for (name, args) in TESTS {
+        let exe = util::cargo_executable(&json, name)
+            .with_context(|| format!("cargo reported no executable for test `{name}`"))?;
+        let to = kit.path(&format!("bin/{name}"))?;
+        strip(&exe, &to)?;
+        tests.push(json!({"name": name, "exe": relative(kit, &to)?, "args": args}));
+    }
+    kit.set("tests", json!(tests));
+
+    let fixtures = util::target_dir().join("cuda-fixtures");
+    let mut cubins = 0;
+    for entry in fs::read_dir(&fixtures)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "cubin") {
+            let name = path.file_name().unwrap().to_string_lossy();
+            fs::copy(&path, kit.path(&format!("fixtures/{name}"))?)?;
+            cubins += 1;
+        }
+    }
+    ensure!(cubins > 0, "no cubins in {}", fixtures.display());
+    kit.set("fixtures", json!("fixtures"));
+
+    util::section("gpu-bundle: GPU lookup benchmark");
+    let (driver, bench_cubins) = gpu_lookup::bundle_files()?;
+    let bench = kit.path("bin/gpu_lookup_bench")?;
+    strip(&driver, &bench)?;
+    for cubin in &bench_cubins {
+        let name = cubin.file_name().unwrap().to_string_lossy();
+        fs::copy(cubin, kit.path(&format!("bench/{name}"))?)?;
+    }
+    kit.set(
+        "bench",
+        json!({"exe": relative(kit, &bench)?, "cubins": "bench"}),
+    );
+
+    // One file: the plugin takes its kind from its file name, so the runner copies it
+    // to each name libomptarget 16 and the tests look for.
+    let plugin = kit.path("plugins/libomptarget.rtl.cuda.so")?;
+    strip(&plugins.join("libomptarget.rtl.cuda.so"), &plugin)?;
+    kit.set("plugin", json!(relative(kit, &plugin)?));
+    Ok(())
+}
+
+fn strip(from: &Path, to: &Path) -> Result<()> {
+    let strip = util::llvm22("llvm-strip")?;
+    util::run(Command::new(strip).arg(from).arg("-o").arg(to))
+}

@@ -1,0 +1,178 @@
+//! `cargo xtask gpu-bundle`: the GPU kit, one folder (target/gpu-bundle/, at most
+//! 64 MiB) that tests the whole chain on a GPU machine with the NVIDIA driver and
+//! python3 but no Rust, no clang and no LLVM: `bash run.sh [--results DIR] [--part 1|2]`.
+//!
+//! What it holds, one module each:
+//! - [`cuda_tests`]: the CUDA test executables (both nvptx device RTL builds), their
+//!   fixture cubins, the GPU lookup benchmark and our plugin file;
+//! - [`programs`]: clang-16 OpenMP programs built here for the GPU, run there under the
+//!   real libomptarget 16 with our cuda plugin and with LLVM 16's own;
+//! - [`lit`]: LLVM 16's libomptarget lit suite for nvptx64-nvidia-cuda, compiled here,
+//!   checked there with FileCheck;
+//! - [`closure`]: the runtime closure of all of that beyond glibc (libomptarget.so.16,
+//!   libomp, LLVM 16's cuda plugin, libLLVM-16, ...; FileCheck and `not`), each file
+//!   compressed with xz;
+//! - [`script`]: run.sh and its Python runner (xtask/kit/), which unpacks the closure
+//!   into a temporary folder, runs every step, and writes each step's log and a summary
+//!   into the results folder;
+//! - [`bare_root`]: the proof, on this CPU-only machine, that the kit is
+//!   self-contained: run.sh in a bare Debian root (`cargo xtask test` runs it).
+//!
+//! `manifest.json` at the kit's top tells the runner what each part holds.
+
+pub mod bare_root;
+mod closure;
+mod cuda_tests;
+pub mod lit;
+mod programs;
+mod script;
+
+use crate::nvptx_program::NvptxBuild;
+use crate::{plugin, util};
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Map, Value};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(clap::Args, Default)]
+pub struct Args {
+    /// Then run the kit in a bare Debian root (what `cargo xtask test` does; needs root).
+    #[arg(long)]
+    pub bare_root: bool,
+}
+
+/// The GPU machines lend at most this much to a run's carried files.
+pub const SIZE_LIMIT: u64 = 64 * 1024 * 1024;
+/// The GPU the programs and lit tests are compiled for (H100 and H200).
+pub const SM: &str = "sm_90";
+
+/// target/gpu-bundle/
+pub fn kit_dir() -> PathBuf {
+    util::target_dir().join("gpu-bundle")
+}
+
+/// Where the kit's build keeps what outlives one build (compressed libraries, the lit
+/// build): target/gpu-kit-build/.
+fn build_dir() -> PathBuf {
+    util::target_dir().join("gpu-kit-build")
+}
+
+pub fn main(args: Args) -> Result<()> {
+    if args.bare_root {
+        let proof = bare_root::prove()?;
+        println!("{}", proof.report());
+        return Ok(());
+    }
+    let kit = build_kit()?;
+    println!("GPU kit in {}", kit.display());
+    println!("on a GPU machine: bash run.sh --results DIR   (then --part 2)");
+    Ok(())
+}
+
+/// The kit being assembled: its folder and the manifest its runner reads.
+pub struct Kit {
+    dir: PathBuf,
+    manifest: Map<String, Value>,
+}
+
+impl Kit {
+    /// A path inside the kit (created folders included).
+    fn path(&self, relative: &str) -> Result<PathBuf> {
+        let p = self.dir.join(relative);
+        if let Some(parent) = p.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        Ok(p)
+    }
+
+    fn set(&mut self, key: &str, value: Value) {
+        self.manifest.insert(key.to_owned(), value);
+    }
+}
+
+/// Builds the whole kit; returns its folder.
+pub fn build_kit() -> Result<PathBuf> {
+    let start = Instant::now();
+    let plugins = plugin::build_plugins()?;
+    let dir = kit_dir();
+    if dir.exists() {
+        fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+    }
+    fs::create_dir_all(&dir)?;
+    let mut kit = Kit {
+        dir: dir.clone(),
+        manifest: Map::new(),
+    };
+    kit.set("format", json!(1));
+    kit.set("built", provenance()?);
+    kit.set("sm", json!(SM));
+
+    let nvptx = NvptxBuild::prepare(SM, &build_dir().join("nvptx"))?;
+    cuda_tests::add(&mut kit, &plugins)?;
+    programs::add(&mut kit, &nvptx)?;
+    lit::add(&mut kit, &nvptx)?;
+    closure::add(&mut kit)?;
+    script::add(&mut kit)?;
+
+    let manifest = serde_json::to_string_pretty(&Value::Object(kit.manifest.clone()))?;
+    fs::write(dir.join("manifest.json"), manifest + "\n")?;
+    let size = folder_size(&dir)?;
+    println!(
+        "gpu-bundle: {size} bytes ({:.1} MiB of the {} MiB a GPU run can carry) in {}, \
+         built in {:.0} s",
+        size as f64 / (1024.0 * 1024.0),
+        SIZE_LIMIT / (1024 * 1024),
+        dir.display(),
+        start.elapsed().as_secs_f64()
+    );
+    if size > SIZE_LIMIT {
+        bail!("the kit is {size} bytes, over the 64 MiB a GPU run can carry");
+    }
+    Ok(dir)
+}
+
+/// Which sources the kit was built from, for docs/GPU_RUNS.md.
+fn provenance() -> Result<Value> {
+    let git = |args: &[&str]| {
+        util::output(
+            std::process::Command::new("git")
+                .args(args)
+                .current_dir(util::root()),
+        )
+        .map(|s| s.trim().to_owned())
+    };
+    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|_| "unknown".into());
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+        .map(|s| !s.is_empty())
+        .unwrap_or(false);
+    Ok(json!({
+        "commit": commit,
+        "uncommitted_changes": dirty,
+        "date": crate::bench::utc_now()?,
+    }))
+}
+
+fn folder_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            folder_size(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}
+
+/// `path` relative to the kit's top, as the manifest names files.
+fn relative(kit: &Kit, path: &Path) -> Result<String> {
+    let rel = path
+        .strip_prefix(&kit.dir)
+        .with_context(|| format!("{} is not inside the kit", path.display()))?;
+    rel.to_str()
+        .map(str::to_owned)
+        .with_context(|| format!("{} is not UTF-8", rel.display()))
+}

@@ -1,0 +1,213 @@
+//! Building clang-16 OpenMP programs for an NVIDIA GPU with the device RTL linked into
+//! their device image: what `cargo xtask demo` runs on a GPU and what the GPU kit
+//! carries to one.
+//!
+//! clang 16 links nvptx device images with nvlink and passes it no `-Xoffload-linker`
+//! arguments, so the device RTL goes in the way offload libraries do with the new
+//! driver: its relocatable cubin packed as an OffloadBinary (clang-offload-packager) and
+//! embedded in a host object that is linked with the program; the linker wrapper
+//! extracts it and nvlink resolves `__kmpc_target_translate_fptr` from it.
+use crate::{device, util};
+use anyhow::{ensure, Context, Result};
+use offload_formats::image::{find_images, ImageKind};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What every program built for one GPU architecture shares: the compilers, a CUDA
+/// folder clang 16 accepts, and the host object that carries the device RTL.
+pub struct NvptxBuild {
+    sm: String,
+    cuda_path: PathBuf,
+    rtl_holder: PathBuf,
+}
+
+impl NvptxBuild {
+    /// Builds the device RTL (if needed) and packs its cubin for `sm` into `scratch`.
+    pub fn prepare(sm: &str, scratch: &Path) -> Result<Self> {
+        let clang = util::llvm16("clang")?;
+        let packager = util::llvm16("clang-offload-packager")?;
+        device::build_all()?;
+        fs::create_dir_all(scratch)?;
+        let rtl_cubin = device_rtl_cubin_for(sm, scratch)?;
+        let packed = scratch.join(format!("device_rtl.{sm}.offload"));
+        util::run(Command::new(&packager).arg("-o").arg(&packed).arg(format!(
+            "--image=file={},triple=nvptx64-nvidia-cuda,arch={sm},kind=openmp",
+            rtl_cubin.display()
+        )))?;
+        let empty = scratch.join("device_rtl_holder.c");
+        fs::write(&empty, "/* holds the device RTL's offload image */\n")?;
+        let rtl_holder = scratch.join(format!("device_rtl.{sm}.o"));
+        util::run(
+            Command::new(&clang)
+                .arg("-c")
+                .arg(&empty)
+                .arg(format!(
+                    "-Xclang=-fembed-offload-object={}",
+                    packed.display()
+                ))
+                .arg("-o")
+                .arg(&rtl_holder),
+        )?;
+        Ok(NvptxBuild {
+            sm: sm.to_owned(),
+            cuda_path: cuda_path_for_clang16()?,
+            rtl_holder,
+        })
+    }
+
+    /// The flags that make a clang-16 OpenMP compile target this GPU (for compiles that
+    /// do not link the device RTL, such as LLVM's own lit tests).
+    pub fn offload_flags(&self) -> Vec<String> {
+        vec![
+            "-Xopenmp-target=nvptx64-nvidia-cuda".to_owned(),
+            format!("-march={}", self.sm),
+            format!("--cuda-path={}", self.cuda_path.display()),
+            // clang 16 reads the version from cuda.h; the wheel's is newer than it knows.
+            "-Wno-unknown-cuda-version".to_owned(),
+        ]
+    }
+
+    /// Compile a C or C++ (`.cpp`) OpenMP program with its device image linked with the
+    /// device RTL.
+    pub fn compile(&self, source: &Path, output: &Path) -> Result<()> {
+        let is_cxx = source.extension().is_some_and(|e| e == "cpp");
+        let compiler = util::llvm16(if is_cxx { "clang++" } else { "clang" })?;
+        util::run(
+            Command::new(compiler)
+                .args(["-O1", "-fopenmp", "-fopenmp-targets=nvptx64-nvidia-cuda"])
+                .args(self.offload_flags())
+                .arg("-I")
+                .arg(util::root().join("host-plugin/include"))
+                .arg(source)
+                .arg(&self.rtl_holder)
+                .arg("-o")
+                .arg(output),
+        )
+    }
+}
+
+/// A relocatable device RTL cubin for exactly `sm` (nvlink links objects of one
+/// architecture): build-device's own for sm_70/80/90, else its PTX of the same major
+/// version (minor at most `sm`'s) assembled for `sm` by ptxas.
+pub fn device_rtl_cubin_for(sm: &str, scratch: &Path) -> Result<PathBuf> {
+    let built_sm = rtl_family_of(sm)?;
+    let (ptx, cubin) = device::nvptx_outputs_of(built_sm);
+    if built_sm == sm {
+        return Ok(cubin);
+    }
+    let out = scratch.join(format!("device_rtl.{sm}.cubin"));
+    util::run(
+        Command::new(util::ptxas()?)
+            .args(["--compile-only", "-arch", sm])
+            .arg(&ptx)
+            .arg("-o")
+            .arg(&out),
+    )?;
+    Ok(out)
+}
+
+/// The build-device architecture whose PTX serves `sm`: the same major version, the
+/// highest minor at most `sm`'s. Fails for GPUs clang 16 cannot target.
+pub fn rtl_family_of(sm: &str) -> Result<&'static str> {
+    let number = |s: &str| -> Option<u32> { s.strip_prefix("sm_")?.parse().ok() };
+    let want = number(sm).with_context(|| format!("{sm} is not an sm_XY architecture"))?;
+    ensure!(
+        want <= 90,
+        "clang 16, the compiler libomptarget 16 goes with, targets at most sm_90"
+    );
+    device::NVPTX_ARCHES
+        .iter()
+        .filter_map(|s| Some((number(s)?, *s)))
+        .filter(|&(n, _)| n / 10 == want / 10 && n <= want)
+        .max()
+        .map(|(_, s)| s)
+        .with_context(|| {
+            format!(
+                "no device RTL build runs on {sm} (built: {})",
+                device::NVPTX_ARCHES.join(", ")
+            )
+        })
+}
+
+/// A `--cuda-path` for clang 16: the CUDA installation ptxas comes from when it has
+/// `include/cuda.h`, else a folder of links into the `nvidia-cuda-nvcc` wheel (ptxas,
+/// nvlink, libdevice) with a `cuda.h` that states a version clang 16 accepts.
+pub fn cuda_path_for_clang16() -> Result<PathBuf> {
+    let ptxas = util::ptxas()?;
+    let root = ptxas
+        .parent()
+        .and_then(Path::parent)
+        .context("ptxas has no bin/ parent")?
+        .to_path_buf();
+    if root.join("include/cuda.h").is_file() && root.join("nvvm/libdevice").is_dir() {
+        return Ok(root);
+    }
+    let dir = util::target_dir().join("nvptx/cuda-for-clang16");
+    let _ = fs::remove_dir_all(&dir);
+    for sub in ["bin", "include", "nvvm"] {
+        fs::create_dir_all(dir.join(sub))?;
+    }
+    let link = |from: PathBuf, to: PathBuf| -> Result<()> {
+        ensure!(from.exists(), "{} is missing", from.display());
+        std::os::unix::fs::symlink(&from, &to)
+            .with_context(|| format!("linking {} to {}", to.display(), from.display()))
+    };
+    link(root.join("bin/ptxas"), dir.join("bin/ptxas"))?;
+    link(root.join("bin/nvlink"), dir.join("bin/nvlink"))?;
+    link(root.join("nvvm/libdevice"), dir.join("nvvm/libdevice"))?;
+    // clang 16 reads the version from cuda.h; 12.8 is past what it knows (a warning,
+    // silenced by -Wno-unknown-cuda-version), and it then uses its newest PTX ISA.
+    fs::write(dir.join("include/cuda.h"), "#define CUDA_VERSION 12080\n")?;
+    Ok(dir)
+}
+
+/// The program carries one cubin for `sm` that defines the lookup, both table globals
+/// (nvlink took them from the device RTL) and every name in `also`: what the cuda
+/// plugin will look up. Returns the cubin's size.
+pub fn check_image(exe: &Path, sm: &str, also: &[&str]) -> Result<usize> {
+    use object::{Object, ObjectSymbol};
+    let bytes = fs::read(exe)?;
+    let images = find_images(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", exe.display()))?;
+    let cubins: Vec<_> = images
+        .iter()
+        .filter(|i| {
+            i.kind
+                == ImageKind::Elf {
+                    machine: object::elf::EM_CUDA,
+                    relocatable: false,
+                }
+                && i.arch.as_deref() == Some(sm)
+        })
+        .collect();
+    ensure!(
+        cubins.len() == 1,
+        "{}: expected one {sm} cubin, found {} device images",
+        exe.display(),
+        images.len()
+    );
+    let cubin = object::File::parse(&*cubins[0].data).context("the cubin is not ELF")?;
+    let defined: Vec<String> = cubin
+        .symbols()
+        .filter(|s| s.is_definition())
+        .filter_map(|s| s.name().ok().map(str::to_string))
+        .collect();
+    let mut wanted: Vec<&str> = device::EXPORTED_SYMBOLS.to_vec();
+    wanted.extend(also);
+    let missing: Vec<&&str> = wanted
+        .iter()
+        .filter(|w| !defined.iter().any(|d| d == *w))
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "{}: the {sm} image does not define {missing:?}",
+        exe.display()
+    );
+    eprintln!(
+        "{}: one {sm} cubin ({} bytes) defining {}",
+        exe.display(),
+        cubins[0].data.len(),
+        wanted.join(", ")
+    );
+    Ok(cubins[0].data.len())
+}
