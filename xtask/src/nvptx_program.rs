@@ -13,6 +13,7 @@ use offload_formats::image::{find_images, ImageKind};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use test_support::cuda;
 
 /// What every program built for one GPU architecture shares: the compilers, a CUDA
 /// folder clang 16 accepts, and the host object that carries the device RTL.
@@ -132,34 +133,16 @@ pub fn rtl_family_of(sm: &str) -> Result<&'static str> {
 
 /// A `--cuda-path` for clang 16: the CUDA installation ptxas comes from when it has
 /// `include/cuda.h`, else a folder of links into the `nvidia-cuda-nvcc` wheel (ptxas,
-/// nvlink, libdevice) with a `cuda.h` that states a version clang 16 accepts.
+/// nvlink, libdevice) with a `cuda.h` that states a version clang 16 accepts (the same
+/// folder the tests build, from test-support).
 pub fn cuda_path_for_clang16() -> Result<PathBuf> {
     let ptxas = util::ptxas()?;
-    let root = ptxas
-        .parent()
-        .and_then(Path::parent)
-        .context("ptxas has no bin/ parent")?
-        .to_path_buf();
-    if root.join("include/cuda.h").is_file() && root.join("nvvm/libdevice").is_dir() {
-        return Ok(root);
+    if let Some(installation) = cuda::complete_installation(&ptxas) {
+        return Ok(installation);
     }
-    let dir = util::target_dir().join("nvptx/cuda-for-clang16");
-    let _ = fs::remove_dir_all(&dir);
-    for sub in ["bin", "include", "nvvm"] {
-        fs::create_dir_all(dir.join(sub))?;
-    }
-    let link = |from: PathBuf, to: PathBuf| -> Result<()> {
-        ensure!(from.exists(), "{} is missing", from.display());
-        std::os::unix::fs::symlink(&from, &to)
-            .with_context(|| format!("linking {} to {}", to.display(), from.display()))
-    };
-    link(root.join("bin/ptxas"), dir.join("bin/ptxas"))?;
-    link(root.join("bin/nvlink"), dir.join("bin/nvlink"))?;
-    link(root.join("nvvm/libdevice"), dir.join("nvvm/libdevice"))?;
-    // clang 16 reads the version from cuda.h; 12.8 is past what it knows (a warning,
-    // silenced by -Wno-unknown-cuda-version), and it then uses its newest PTX ISA.
-    fs::write(dir.join("include/cuda.h"), "#define CUDA_VERSION 12080\n")?;
-    Ok(dir)
+    let folder = util::target_dir().join("nvptx/cuda-for-clang16");
+    cuda::folder_for_clang(&ptxas, &folder)
+        .with_context(|| format!("making the --cuda-path folder {}", folder.display()))
 }
 
 /// The program carries one cubin for `sm` that defines the lookup, both table globals

@@ -1,23 +1,14 @@
 //! Shared helpers for xtask: running commands, locating tools, installing prerequisites.
 
 use anyhow::{bail, Context, Result};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
+use test_support::tools;
 
-/// The workspace root (the parent of `xtask/`).
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives one level below the workspace root")
-        .to_path_buf()
-}
-
-/// `target/` of the workspace (honours CARGO_TARGET_DIR).
-pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
-}
+/// The workspace root, and cargo's target directory: where the tests look too.
+pub use test_support::workspace::{root, target_dir};
+/// An executable on PATH (or the path itself, when it is one).
+pub use tools::which;
 
 /// Print a command, run it, fail with its exit status if it fails.
 pub fn run(cmd: &mut Command) -> Result<()> {
@@ -54,19 +45,6 @@ pub fn display(cmd: &Command) -> String {
         s.push_str(&a.to_string_lossy());
     }
     s
-}
-
-/// Find an executable on PATH or at an absolute path.
-pub fn which(tool: &str) -> Option<PathBuf> {
-    let p = Path::new(tool);
-    if p.is_absolute() {
-        return p.is_file().then(|| p.to_path_buf());
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(tool))
-            .find(|c| c.is_file())
-    })
 }
 
 pub fn is_root() -> bool {
@@ -150,69 +128,42 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
 /// Find `ptxas`: on PATH, under CUDA_HOME, or inside the PyPI wheel `nvidia-cuda-nvcc`
 /// (CUDA 13; installed with pip when missing and running as root).
 pub fn ptxas() -> Result<PathBuf> {
-    if let Some(p) = which("ptxas") {
-        return Ok(p);
+    match tools::find_ptxas() {
+        Ok(p) => Ok(p),
+        Err(_) => wheel_tool(tools::PTXAS_WHEEL, tools::PTXAS_IN_WHEEL),
     }
-    if let Some(home) = std::env::var_os("CUDA_HOME") {
-        let p = PathBuf::from(home).join("bin/ptxas");
-        if p.is_file() {
-            return Ok(p);
-        }
-    }
-    wheel_tool("nvidia-cuda-nvcc", "cu13/bin/ptxas")
 }
 
 /// A tool shipped inside a PyPI wheel under the `nvidia` namespace package (`rel` is
 /// its path below one of `nvidia.__path__`), pip-installing the wheel when it is missing
 /// and we may install (root, or inside a virtualenv).
 pub fn wheel_tool(wheel: &str, rel: &str) -> Result<PathBuf> {
-    let find = || -> Option<PathBuf> {
-        let script = format!(
-            "import nvidia, os; print('\\n'.join(os.path.join(p, '{rel}') for p in nvidia.__path__))"
-        );
-        let out = Command::new("python3")
-            .args(["-c", &script])
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(PathBuf::from)
-            .find(|p| p.is_file())
-    };
-    if let Some(p) = find() {
+    if let Some(p) = tools::find_in_nvidia_wheel(rel) {
         return Ok(p);
     }
     if is_root() || std::env::var_os("VIRTUAL_ENV").is_some() {
         run(Command::new("python3").args(["-m", "pip", "install", "-q", wheel]))?;
-        if let Some(p) = find() {
+        if let Some(p) = tools::find_in_nvidia_wheel(rel) {
             return Ok(p);
         }
     }
     bail!("{rel} not found: `python3 -m pip install {wheel}` and retry")
 }
 
-/// An LLVM 22 tool (clang-22, ld.lld-22 or a tool under /usr/lib/llvm-22/bin).
+/// An LLVM 22 tool (`<tool>-22` on PATH, or under /usr/lib/llvm-22/bin), its Debian
+/// packages installed first when missing.
 pub fn llvm22(tool: &str) -> Result<PathBuf> {
-    ensure_debian_packages(&["clang-22", "lld-22", "llvm-22"])?;
-    let versioned = format!("{tool}-22");
-    which(&versioned)
-        .or_else(|| {
-            let p = PathBuf::from("/usr/lib/llvm-22/bin").join(tool);
-            p.is_file().then_some(p)
-        })
-        .with_context(|| format!("{tool} from LLVM 22 not found"))
+    llvm(22, tool)
 }
 
-/// An LLVM 16 tool (clang-16 etc.).
+/// An LLVM 16 tool (clang-16 etc.), like [`llvm22`].
 pub fn llvm16(tool: &str) -> Result<PathBuf> {
-    ensure_debian_packages(&["clang-16", "libomp-16-dev", "clang-tools-16", "libffi-dev"])?;
-    let versioned = format!("{tool}-16");
-    which(&versioned)
-        .or_else(|| {
-            let p = PathBuf::from("/usr/lib/llvm-16/bin").join(tool);
-            p.is_file().then_some(p)
-        })
-        .with_context(|| format!("{tool} from LLVM 16 not found"))
+    llvm(16, tool)
+}
+
+fn llvm(major: u32, tool: &str) -> Result<PathBuf> {
+    ensure_debian_packages(tools::llvm_packages(major))?;
+    Ok(tools::find_llvm(major, tool)?)
 }
 
 /// Print a section header so long logs read well.
