@@ -172,13 +172,38 @@ pub fn section(title: &str) {
 }
 
 /// The executable cargo built for target `name`, from its `--message-format=json` output
-/// (one JSON object per line; the target's `compiler-artifact` line names it).
+/// (one message per line; the target's `compiler-artifact` message names it).
 pub fn cargo_executable(json: &str, name: &str) -> Option<PathBuf> {
-    let target = format!("\"name\":\"{name}\"");
-    json.lines()
-        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains(&target))
-        .find_map(|l| {
-            let rest = &l[l.find("\"executable\":\"")? + "\"executable\":\"".len()..];
-            Some(PathBuf::from(&rest[..rest.find('"')?]))
+    cargo_metadata::Message::parse_stream(json.as_bytes())
+        .filter_map(Result::ok)
+        .find_map(|message| match message {
+            cargo_metadata::Message::CompilerArtifact(a) if a.target.name == name => {
+                a.executable.map(|e| e.into_std_path_buf())
+            }
+            _ => None,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages as cargo 1.95 prints them for `cargo test --no-run --message-format=json`
+    /// (every field; shorter paths): the library's artifact (no executable), the test's,
+    /// and the build-finished line.
+    const CARGO_JSON: &str = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/tests#e2e-tests@0.1.0","manifest_path":"/w/tests/Cargo.toml","target":{"kind":["lib"],"crate_types":["lib"],"name":"e2e_tests","src_path":"/w/tests/src/lib.rs","edition":"2021","doc":true,"doctest":true,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":false},"features":[],"filenames":["/w/target/debug/deps/libe2e_tests-1.rlib"],"executable":null,"fresh":true}
+{"reason":"compiler-artifact","package_id":"path+file:///w/tests#e2e-tests@0.1.0","manifest_path":"/w/tests/Cargo.toml","target":{"kind":["test"],"crate_types":["bin"],"name":"cuda_abi","src_path":"/w/tests/tests/cuda_abi.rs","edition":"2021","doc":false,"doctest":false,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":true},"features":[],"filenames":["/w/target/debug/deps/cuda_abi-2"],"executable":"/w/target/debug/deps/cuda_abi-2","fresh":false}
+{"reason":"build-finished","success":true}
+"#;
+
+    #[test]
+    fn the_executable_of_the_named_target() {
+        assert_eq!(
+            cargo_executable(CARGO_JSON, "cuda_abi"),
+            Some(PathBuf::from("/w/target/debug/deps/cuda_abi-2"))
+        );
+        // A target without an executable (a library), or one cargo did not build.
+        assert_eq!(cargo_executable(CARGO_JSON, "e2e_tests"), None);
+        assert_eq!(cargo_executable(CARGO_JSON, "cuda_indirect"), None);
+    }
 }
