@@ -25,12 +25,12 @@
 
 pub(crate) mod debian_source;
 mod load_proof;
-mod results;
+pub(crate) mod results;
 mod site_config;
 
 use crate::{plugin, util};
 use anyhow::{bail, Context, Result};
-use results::{Failure, Status, TestResult};
+use results::{Status, TestResult};
 use site_config::SiteConfig;
 pub(crate) use site_config::LLVM16_PREFIX;
 use std::fs;
@@ -73,7 +73,6 @@ pub struct LitSummary {
     /// Tests lit found (after the filter).
     pub total: usize,
     pub results: Vec<TestResult>,
-    pub failures: Vec<Failure>,
     /// The directory the plugins came from.
     pub plugin_dir: PathBuf,
     pub load_proof: load_proof::LoadProof,
@@ -231,16 +230,17 @@ fn run(options: &Options) -> Result<LitSummary> {
             .map(|n| n.get())
             .unwrap_or(2)
     });
-    let mut lit = lit_command(&lit_py, jobs, options.filter, &exec_root);
+    let report_path = run_dir.join("results.json");
+    let mut lit = lit_command(&lit_py, jobs, options.filter, &exec_root, &report_path);
     eprintln!(
         "lit: plugins from {} ({label}), {jobs} workers",
         plugin_dir.display()
     );
     let start = Instant::now();
-    let log = run_streaming(&mut lit, &run_dir.join("lit.log"))?;
+    run_streaming(&mut lit, &run_dir.join("lit.log"))?;
     let run_time = start.elapsed();
 
-    let (results, failures) = results::parse(&log);
+    let results = results::read(&report_path)?;
     if results.is_empty() {
         bail!(
             "lit reported no test results; see {}",
@@ -273,7 +273,6 @@ fn run(options: &Options) -> Result<LitSummary> {
         xfail: count(|s| s == Status::XFail),
         total: results.len(),
         results,
-        failures,
         plugin_dir,
         load_proof,
         run_time,
@@ -308,11 +307,20 @@ fn test_environment(
     Ok(env)
 }
 
-fn lit_command(lit_py: &Path, jobs: usize, filter: Option<&str>, exec_root: &Path) -> Command {
+fn lit_command(
+    lit_py: &Path,
+    jobs: usize,
+    filter: Option<&str>,
+    exec_root: &Path,
+    report: &Path,
+) -> Command {
     let mut lit = Command::new("python3");
     lit.arg(lit_py)
-        // Not succinct: one `STATUS: name (i of n)` line per test, all statuses.
-        .args(["-v", "--no-progress-bar", "-j", &jobs.to_string()]);
+        // For the log: one `STATUS: name (i of n)` line per test, each failure's output.
+        .args(["-v", "--no-progress-bar", "-j", &jobs.to_string()])
+        // For us: the JSON report, every test's result code and output.
+        .arg("-o")
+        .arg(report);
     if let Some(filter) = filter {
         lit.args(["--filter", filter]);
     }
@@ -328,8 +336,8 @@ fn lit_command(lit_py: &Path, jobs: usize, filter: Option<&str>, exec_root: &Pat
 }
 
 /// Runs `cmd`, echoing its stdout line by line and saving it to `log_path`. lit's exit
-/// status is not an error here: failing tests are read from the output.
-fn run_streaming(cmd: &mut Command, log_path: &Path) -> Result<String> {
+/// status is not an error here: failing tests are read from its report.
+fn run_streaming(cmd: &mut Command, log_path: &Path) -> Result<()> {
     eprintln!("+ {}", util::display(cmd));
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -337,20 +345,17 @@ fn run_streaming(cmd: &mut Command, log_path: &Path) -> Result<String> {
         .with_context(|| format!("could not start `{}`", util::display(cmd)))?;
     let stdout = child.stdout.take().context("lit's stdout")?;
     let mut log_file = fs::File::create(log_path)?;
-    let mut log = String::new();
     for line in BufReader::new(stdout).lines() {
         let line = line?;
         eprintln!("{line}");
         writeln!(log_file, "{line}")?;
-        log.push_str(&line);
-        log.push('\n');
     }
     let status = child.wait()?;
     // lit: 0 all passed, 1 some test failed; anything else is lit itself failing.
     if !matches!(status.code(), Some(0) | Some(1)) {
         bail!("lit failed with {status}; see {}", log_path.display());
     }
-    Ok(log)
+    Ok(())
 }
 
 fn report(s: &LitSummary) {
@@ -372,7 +377,7 @@ fn report(s: &LitSummary) {
          {} load-marker lines",
         p.processes, p.test_program_runs, p.tests_covered, p.marker_lines
     );
-    for f in &s.failures {
+    for f in s.results.iter().filter(|r| r.status.failed()) {
         const LIMIT: usize = 4000;
         let tail_start = f.output.len().saturating_sub(LIMIT);
         let tail_start = (tail_start..=f.output.len())

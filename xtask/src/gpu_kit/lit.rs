@@ -14,10 +14,11 @@
 //! on a GPU, and nothing ran), *not built* when a compile failed (its first error is
 //! kept), *unsupported* when lit skipped it for a feature (the reason lit gives, such
 //! as `libomptarget-debug`, which Debian's libomptarget lacks). Results come from lit's
-//! JSON report, which keeps every result code.
+//! JSON report ([`crate::lit::results`]), which keeps every result code.
 
 use super::script::{LIT_SITE_CFG, LIT_TOOL};
 use super::{build_dir, Kit, SM};
+use crate::lit::results::{self, Status, TestResult};
 use crate::lit::{debian_source, LLVM16_PREFIX};
 use crate::nvptx_program::NvptxBuild;
 use crate::util;
@@ -152,7 +153,7 @@ impl BuildSite<'_> {
 
     /// lit's JSON report of the build, from an earlier build with the same inputs when
     /// there is one (the build takes minutes).
-    fn results(&self) -> Result<Value> {
+    fn results(&self) -> Result<Vec<TestResult>> {
         let report = self.work.join("results.json");
         let stamp = self.work.join("inputs.hash");
         let key = self.inputs_hash()?;
@@ -164,8 +165,7 @@ impl BuildSite<'_> {
             self.run(&report)?;
             fs::write(&stamp, &key)?;
         }
-        let text = fs::read_to_string(&report)?;
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", report.display()))
+        results::read(&report)
     }
 
     fn tool(&self) -> PathBuf {
@@ -263,24 +263,23 @@ impl BuildSite<'_> {
 }
 
 /// Each test's outcome, by its path in the suite (`offloading/bug49334.cpp`).
-fn classify(results: &Value, store: &Path) -> Result<Vec<(String, Outcome)>> {
-    let tests = results["tests"]
-        .as_array()
-        .context("lit's report has no tests")?;
+fn classify(results: &[TestResult], store: &Path) -> Result<Vec<(String, Outcome)>> {
     let mut outcomes = Vec::new();
-    for t in tests {
-        let name = t["name"].as_str().context("a test without a name")?;
-        let path = name.rsplit(" :: ").next().unwrap_or(name).to_owned();
-        let code = t["code"].as_str().unwrap_or("");
-        let output = t["output"].as_str().unwrap_or("");
-        let outcome = match code {
-            "PASS" | "XPASS" => Outcome::Built,
-            "UNSUPPORTED" => Outcome::Unsupported(output.lines().next().unwrap_or("").to_owned()),
-            _ => {
-                Outcome::NotBuilt(first_compile_error(store, &path).unwrap_or_else(|| {
-                    format!("lit {code}: {}", output.lines().last().unwrap_or(""))
-                }))
+    for t in results {
+        let path = t.path().to_owned();
+        let output = &t.output;
+        let outcome = match t.status {
+            Status::Pass | Status::XPass => Outcome::Built,
+            Status::Unsupported => {
+                Outcome::Unsupported(output.lines().next().unwrap_or("").to_owned())
             }
+            _ => Outcome::NotBuilt(first_compile_error(store, &path).unwrap_or_else(|| {
+                format!(
+                    "lit {}: {}",
+                    t.status.code(),
+                    output.lines().last().unwrap_or("")
+                )
+            })),
         };
         outcomes.push((path, outcome));
     }
@@ -364,7 +363,7 @@ mod tests {
             {"name": "libomptarget :: nvptx64-nvidia-cuda :: offloading/b.c", "code": "FAIL", "output": "x\nexit 1"},
         ]});
         let store = std::env::temp_dir().join("no-such-kit-store");
-        let got = classify(&report, &store).unwrap();
+        let got = classify(&results::parse(&report.to_string()).unwrap(), &store).unwrap();
         assert_eq!(
             got[0],
             (
