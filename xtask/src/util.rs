@@ -48,12 +48,8 @@ pub fn display(cmd: &Command) -> String {
 }
 
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { geteuid() == 0 }
-}
-
-extern "C" {
-    fn geteuid() -> u32;
+    // SAFETY: geteuid has no preconditions, cannot fail and touches no memory of ours.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// Make sure the Debian packages are installed: installs the missing ones when running
