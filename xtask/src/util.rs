@@ -1,36 +1,26 @@
-//! Shared helpers for xtask: running commands, locating tools, installing prerequisites.
+//! Shared helpers for xtask: reading a command's output, locating tools, installing
+//! prerequisites. Commands run through xshell (`cmd!(sh, "...").run()` echoes each one
+//! as `$ <command>` on stderr, which CI logs show).
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Result};
 use std::path::PathBuf;
-use std::process::Command;
 use test_support::tools;
+use xshell::{cmd, Cmd, Shell};
 
 /// The workspace root, and cargo's target directory: where the tests look too.
 pub use test_support::workspace::{root, target_dir};
 /// An executable on PATH (or the path itself, when it is one).
 pub use tools::which;
 
-/// Print a command, run it, fail with its exit status if it fails.
-pub fn run(cmd: &mut Command) -> Result<()> {
-    eprintln!("+ {}", display(cmd));
-    let status = cmd
-        .status()
-        .with_context(|| format!("could not start `{}`", display(cmd)))?;
-    if !status.success() {
-        bail!("`{}` failed with {status}", display(cmd));
-    }
-    Ok(())
-}
-
-/// Run a command and capture its stdout as a string; fail (with stderr) if it fails.
-pub fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("could not start `{}`", display(cmd)))?;
+/// Runs `cmd` without echoing it and returns its stdout as text; a failure names the
+/// command, its exit status and what it wrote to stderr. (xshell's own `read` lets
+/// stderr through to the terminal and leaves it out of the error.)
+pub fn read(cmd: Cmd<'_>) -> Result<String> {
+    let shown = cmd.to_string();
+    let out = cmd.quiet().ignore_status().output()?;
     if !out.status.success() {
         bail!(
-            "`{}` failed with {}:\n{}",
-            display(cmd),
+            "`{shown}` failed with {}:\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
@@ -38,13 +28,20 @@ pub fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-pub fn display(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for a in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&a.to_string_lossy());
-    }
-    s
+/// The cargo that runs xtask (`$CARGO`), for the builds and tests xtask starts.
+pub fn cargo() -> PathBuf {
+    std::env::var_os("CARGO").map_or_else(|| "cargo".into(), PathBuf::from)
+}
+
+/// `cargo build --release -p <package> <target...>` in the workspace (with `sh`'s
+/// environment); returns `target/release/<file>`, which the build must have written.
+pub fn build_release(sh: &Shell, package: &str, target: &[&str], file: &str) -> Result<PathBuf> {
+    let cargo = cargo();
+    let _in_root = sh.push_dir(root());
+    cmd!(sh, "{cargo} build --release -p {package} {target...}").run()?;
+    let built = target_dir().join("release").join(file);
+    ensure!(built.is_file(), "cargo did not produce {}", built.display());
+    Ok(built)
 }
 
 pub fn is_root() -> bool {
@@ -59,6 +56,8 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
     // package does not go away while xtask runs, so each is asked of dpkg once.
     static INSTALLED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    let sh = Shell::new()?;
+    let status_format = "-f=${Status}";
     let missing: Vec<&str> = pkgs
         .iter()
         .copied()
@@ -66,11 +65,12 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
             if installed.iter().any(|i| i == p) {
                 return false;
             }
-            let present = Command::new("dpkg-query")
-                .args(["-W", "-f=${Status}", p])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-                .unwrap_or(false);
+            let present = cmd!(sh, "dpkg-query -W {status_format} {p}")
+                .quiet()
+                .ignore_status()
+                .ignore_stderr()
+                .read()
+                .is_ok_and(|status| status.contains("install ok installed"));
             if present {
                 installed.push(p.to_string());
             }
@@ -91,17 +91,17 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
     static UPDATED: std::sync::Once = std::sync::Once::new();
     let mut update_result = Ok(());
     UPDATED.call_once(|| {
-        update_result = run(Command::new("apt-get").args(["update", "-qq"]));
+        update_result = cmd!(sh, "apt-get update -qq").run();
     });
     update_result?;
     // A package that conflicts with one already installed (libomp-19-dev and
     // libomp-16-dev) must fail here, not silently uninstall the other: apt's simulation
     // lists the removals (`--no-remove` does not stop removals by conflict).
-    let plan = output(
-        Command::new("apt-get")
-            .args(["install", "-s", "--no-install-recommends"])
-            .args(&missing),
-    )?;
+    let packages = &missing;
+    let plan = read(cmd!(
+        sh,
+        "apt-get install -s --no-install-recommends {packages...}"
+    ))?;
     let removals: Vec<&str> = plan
         .lines()
         .filter_map(|l| l.strip_prefix("Remv "))
@@ -113,10 +113,12 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
             removals.join(", ")
         );
     }
-    run(Command::new("apt-get")
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(&missing)
-        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    cmd!(
+        sh,
+        "apt-get install -y -qq --no-install-recommends {packages...}"
+    )
+    .env("DEBIAN_FRONTEND", "noninteractive")
+    .run()?;
     installed.extend(missing.iter().map(|p| p.to_string()));
     Ok(())
 }
@@ -138,7 +140,8 @@ pub fn wheel_tool(wheel: &str, rel: &str) -> Result<PathBuf> {
         return Ok(p);
     }
     if is_root() || std::env::var_os("VIRTUAL_ENV").is_some() {
-        run(Command::new("python3").args(["-m", "pip", "install", "-q", wheel]))?;
+        let sh = Shell::new()?;
+        cmd!(sh, "python3 -m pip install -q {wheel}").run()?;
         if let Some(p) = tools::find_in_nvidia_wheel(rel) {
             return Ok(p);
         }
@@ -202,4 +205,45 @@ mod tests {
         assert_eq!(cargo_executable(CARGO_JSON, "e2e_tests"), None);
         assert_eq!(cargo_executable(CARGO_JSON, "cuda_indirect"), None);
     }
+}
+
+// The std::process::Command helpers, for the modules not yet moved to xshell.
+
+/// Print a command, run it, fail with its exit status if it fails.
+pub fn run(cmd: &mut std::process::Command) -> Result<()> {
+    use anyhow::Context;
+    eprintln!("+ {}", display(cmd));
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start `{}`", display(cmd)))?;
+    if !status.success() {
+        bail!("`{}` failed with {status}", display(cmd));
+    }
+    Ok(())
+}
+
+/// Run a command and capture its stdout as a string; fail (with stderr) if it fails.
+pub fn output(cmd: &mut std::process::Command) -> Result<String> {
+    use anyhow::Context;
+    let out = cmd
+        .output()
+        .with_context(|| format!("could not start `{}`", display(cmd)))?;
+    if !out.status.success() {
+        bail!(
+            "`{}` failed with {}:\n{}",
+            display(cmd),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+pub fn display(cmd: &std::process::Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
 }
