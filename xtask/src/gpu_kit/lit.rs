@@ -30,6 +30,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
+use xshell::{cmd, Shell};
 
 /// Where lit builds the tests here and runs them there: the same absolute path on both
 /// machines, because a test program may name a library of its test by its path
@@ -125,7 +126,9 @@ fn cuda_test_arch() -> &'static str {
 
 /// The lit features upstream's set_test_compiler_features() gives clang 16.
 fn compiler_features() -> Result<Vec<String>> {
-    let version = util::output(Command::new(util::llvm16("clang")?).arg("-dumpversion"))?;
+    let clang = util::llvm16("clang")?;
+    let sh = Shell::new()?;
+    let version = util::read(cmd!(sh, "{clang} -dumpversion"))?;
     let version = version.trim();
     let parts: Vec<&str> = version.split('.').collect();
     Ok(vec![
@@ -236,20 +239,22 @@ impl BuildSite<'_> {
         let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
         let lit_py = Path::new(LLVM16_PREFIX).join("build/utils/lit/lit.py");
         let log = fs::File::create(self.log())?;
-        let mut lit = Command::new("python3");
-        lit.arg(&lit_py)
-            .args(["-v", "--no-progress-bar", "-j", &jobs.to_string(), "-o"])
-            .arg(report)
-            .arg("--xunit-xml-output")
-            .arg(self.work.join("build.xml"))
-            .arg(&exec)
-            // What the compiles see is set in the site config.
-            .env_remove("LD_LIBRARY_PATH")
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        eprintln!("+ {} > {}", util::display(&lit), self.log().display());
+        let (jobs_arg, xunit) = (jobs.to_string(), self.work.join("build.xml"));
+        let sh = Shell::new()?;
+        let lit = cmd!(
+            sh,
+            "python3 {lit_py} -v --no-progress-bar -j {jobs_arg} -o {report} --xunit-xml-output {xunit} {exec}"
+        )
+        // What the compiles see is set in the site config.
+        .env_remove("LD_LIBRARY_PATH");
+        eprintln!("$ {lit} > {}", self.log().display());
         let start = Instant::now();
-        let status = lit.status().context("running lit")?;
+        // Through std: xshell cannot send a command's output to a file as it runs.
+        let status = Command::from(lit)
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .status()
+            .context("running lit")?;
         eprintln!(
             "lit build: {status} after {:.0} s ({jobs} workers)",
             start.elapsed().as_secs_f64()
@@ -330,20 +335,12 @@ fn pack(work: &Path, lit_package: &Path, tests: &Path, archive: &Path) -> Result
     link(tests, staging.join("tests"))?;
     link(&work.join("store"), staging.join("store"))?;
     let tar = work.join("lit.tar");
-    util::run(
-        Command::new("tar")
-            .args(["--create", "--dereference", "--sort=name", "--owner=0"])
-            .args([
-                "--group=0",
-                "--numeric-owner",
-                "--exclude=__pycache__",
-                "-f",
-            ])
-            .arg(&tar)
-            .arg("-C")
-            .arg(&staging)
-            .args(["lit", "tests", "store"]),
-    )?;
+    let sh = Shell::new()?;
+    cmd!(
+        sh,
+        "tar --create --dereference --sort=name --owner=0 --group=0 --numeric-owner --exclude=__pycache__ -f {tar} -C {staging} lit tests store"
+    )
+    .run()?;
     super::closure::xz(&tar, archive)?;
     fs::remove_file(&tar)?;
     Ok(())
