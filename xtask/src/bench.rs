@@ -333,13 +333,7 @@ fn results_json(
 
 /// Build a `[[bench]]` target of a package and return its executable.
 fn build_bench_binary(package: &str, name: &str) -> Result<PathBuf> {
-    let cargo = util::cargo();
-    let sh = Shell::new()?;
-    sh.change_dir(util::root());
-    let out = util::read(cmd!(
-        sh,
-        "{cargo} bench -p {package} --no-run --bench {name} --message-format=json-render-diagnostics"
-    ))?;
+    let out = util::cargo_messages(&["bench", "-p", package, "--no-run", "--bench", name])?;
     util::cargo_executable(&out, name)
         .with_context(|| format!("cargo did not report the executable of bench `{name}`"))
 }

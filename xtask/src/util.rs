@@ -170,6 +170,18 @@ pub fn section(title: &str) {
     eprintln!("\n==> {title}");
 }
 
+/// `cargo <args> --message-format=json-render-diagnostics` in the workspace (a build,
+/// or `test`/`bench --no-run`): cargo's JSON messages, for [`cargo_executable`].
+pub fn cargo_messages(args: &[&str]) -> Result<String> {
+    let cargo = cargo();
+    let sh = Shell::new()?;
+    sh.change_dir(root());
+    read(cmd!(
+        sh,
+        "{cargo} {args...} --message-format=json-render-diagnostics"
+    ))
+}
+
 /// The executable cargo built for target `name`, from its `--message-format=json` output
 /// (one message per line; the target's `compiler-artifact` message names it).
 pub fn cargo_executable(json: &str, name: &str) -> Option<PathBuf> {

@@ -493,13 +493,14 @@ pub fn check_kernel_on_host(driver: &Path) -> Result<()> {
 /// Build the host driver (release: it computes the reference results on the CPU).
 pub fn build_driver() -> Result<PathBuf> {
     util::section("gpu lookup bench: driver");
-    let cargo = util::cargo();
-    let sh = Shell::new()?;
-    sh.change_dir(util::root());
-    let json = util::read(cmd!(
-        sh,
-        "{cargo} build --release -p e2e-tests --bin gpu_lookup_bench --message-format=json"
-    ))?;
+    let json = util::cargo_messages(&[
+        "build",
+        "--release",
+        "-p",
+        "e2e-tests",
+        "--bin",
+        "gpu_lookup_bench",
+    ])?;
     util::cargo_executable(&json, "gpu_lookup_bench")
         .context("cargo reported no executable for gpu_lookup_bench")
 }

@@ -46,14 +46,9 @@ pub fn add(kit: &mut Kit, plugins: &Path) -> Result<()> {
     .run()?;
 
     util::section("gpu-bundle: test executables");
-    let test_targets: Vec<&str> = TESTS
-        .iter()
-        .flat_map(|(name, _)| ["--test", name])
-        .collect();
-    let json = util::read(cmd!(
-        sh,
-        "{cargo} test -p e2e-tests --no-run --message-format=json {test_targets...}"
-    ))?;
+    let mut build = vec!["test", "-p", "e2e-tests", "--no-run"];
+    build.extend(TESTS.iter().flat_map(|(name, _)| ["--test", name]));
+    let json = util::cargo_messages(&build)?;
     let mut tests = Vec::new();
     for (name, args) in TESTS {
         let exe = util::cargo_executable(&json, name)
