@@ -8,19 +8,14 @@ use offload_formats::image::find_images;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-fn clang(version: &str) -> std::path::PathBuf {
-    let p = std::path::PathBuf::from(format!("/usr/bin/clang-{version}"));
-    assert!(
-        p.is_file(),
-        "clang-{version} missing: `apt-get install -y clang-{version}`"
-    );
-    p
+fn clang(major: u32) -> std::path::PathBuf {
+    find_llvm(major, "clang").unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Compile the test program with clang-`version`; `-c` objects, or linked executables.
-fn build(dir: &std::path::Path, version: &str, source: &str, extra: &[&str]) -> String {
+/// Compile the test program with clang-`major`; `-c` objects, or linked executables.
+fn build(dir: &std::path::Path, major: u32, source: &str, extra: &[&str]) -> String {
     let out = format!("out{}", extra.join("_"));
-    compile_openmp_x86(&clang(version), dir, source, &out, extra)
+    compile_openmp_x86(&clang(major), dir, source, &out, extra)
 }
 
 /// Symbol -> address, from llvm-nm (an independent reader).
@@ -96,13 +91,13 @@ fn check_clang22(path: &str, linked: bool) -> Vec<OffloadEntry> {
 #[test]
 fn clang22_object() {
     let dir = scratch("entries_obj22");
-    check_clang22(&build(&dir, "22", INDIRECT_PROGRAM, &["-c"]), false);
+    check_clang22(&build(&dir, 22, INDIRECT_PROGRAM, &["-c"]), false);
 }
 
 #[test]
 fn clang22_pie_executable_and_device_symbols() {
     let dir = scratch("entries_pie22");
-    let exe = build(&dir, "22", INDIRECT_PROGRAM, &["-fPIE", "-pie"]);
+    let exe = build(&dir, 22, INDIRECT_PROGRAM, &["-fPIE", "-pie"]);
     let entries = check_clang22(&exe, true);
     // Every indirect entry's name is a symbol of the embedded device image.
     let bytes = std::fs::read(&exe).unwrap();
@@ -149,7 +144,7 @@ fn clang22_pie_linked_by_lld_needs_relocations() {
     let dir = scratch("entries_lld22");
     let exe = build(
         &dir,
-        "22",
+        22,
         INDIRECT_PROGRAM,
         &["-fPIE", "-pie", "-fuse-ld=lld"],
     );
@@ -171,7 +166,7 @@ fn clang22_pie_linked_by_lld_needs_relocations() {
 fn clang22_non_pie_executable() {
     let dir = scratch("entries_nopie22");
     check_clang22(
-        &build(&dir, "22", INDIRECT_PROGRAM, &["-fno-pie", "-no-pie"]),
+        &build(&dir, 22, INDIRECT_PROGRAM, &["-fno-pie", "-no-pie"]),
         true,
     );
 }
@@ -185,7 +180,7 @@ fn clang16_legacy_entries() {
         "#pragma omp begin declare target",
     );
     for extra in [&["-c"][..], &[][..]] {
-        let path = build(&dir, "16", &source, extra);
+        let path = build(&dir, 16, &source, extra);
         let entries = read_host_entries(&std::fs::read(&path).unwrap()).unwrap();
         assert!(
             entries.iter().all(|e| e.layout == EntryLayout::Legacy32),
@@ -216,7 +211,7 @@ fn clang16_legacy_entries() {
 #[test]
 fn clang22_gpu_host_object() {
     let dir = scratch("entries_gpu22");
-    let cuda = fake_cuda_path(&dir);
+    let cuda = test_support::cuda::folder_for_clang(&ptxas(), &dir.join("cuda")).unwrap();
     let src = file(&dir, "indirect.c", INDIRECT_PROGRAM.as_bytes());
     let obj = dir.join("gpu.o").to_str().unwrap().to_owned();
     let path = format!(
@@ -225,7 +220,7 @@ fn clang22_gpu_host_object() {
         std::env::var("PATH").unwrap_or_default()
     );
     run_ok(
-        Command::new(clang("22"))
+        Command::new(clang(22))
             .args([
                 "-fopenmp",
                 "--offload-arch=sm_90,gfx90a:xnack+",

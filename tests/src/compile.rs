@@ -2,7 +2,7 @@
 
 use crate::paths::root;
 use crate::process::run_ok;
-use crate::tools::clang16;
+use crate::tools::{clang16, llvm16};
 use std::path::Path;
 use std::process::Command;
 
@@ -25,11 +25,7 @@ pub fn compile_offload_sources(
     let is_cxx = sources
         .iter()
         .any(|s| s.extension().and_then(|e| e.to_str()) == Some("cpp"));
-    let driver = if is_cxx {
-        clang16().with_file_name("clang++-16")
-    } else {
-        clang16()
-    };
+    let driver = if is_cxx { llvm16("clang++") } else { clang16() };
     let mut cmd = Command::new(driver);
     cmd.args(["-O1", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"])
         .arg("-I")

@@ -6,4 +6,6 @@ pub mod compile;
 pub mod paths;
 pub mod plugin;
 pub mod process;
-pub mod tools;
+/// The toolchains the tests compile fixtures with (shared with offload-formats' tests
+/// and xtask); each lookup fails with the command that installs the tool.
+pub use test_support::tools;

@@ -1,23 +1,12 @@
 //! Where things are: the workspace, its target directory, fixtures, built artifacts,
 //! and fresh scratch directories for a test's own files.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The workspace root (tests/ is one of its members).
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ lives in the workspace root")
-        .to_path_buf()
-}
-
-/// Cargo's target directory, where xtask writes the artifacts the tests use.
-pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
-}
+/// The workspace root, and cargo's target directory (where xtask writes the artifacts
+/// the tests use).
+pub use test_support::workspace::{root, target_dir};
 
 /// A file under tests/fixtures/.
 pub fn fixture(relative: &str) -> PathBuf {

@@ -7,7 +7,7 @@
 //! `cargo xtask install --prefix target/install` before `cargo test`.
 use e2e_tests::paths::{fixture, require_file, scratch, target_dir};
 use e2e_tests::process::run_ok;
-use e2e_tests::tools::{clang16, llvm22};
+use e2e_tests::tools::{clang16, llvm16, llvm22};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -36,11 +36,7 @@ fn build(config: &Path, opt: &str, sources: &[PathBuf], extra: &[&str], name: &s
     let cxx = sources
         .iter()
         .any(|s| s.extension().is_some_and(|e| e == "cpp"));
-    let driver = if cxx {
-        clang16().with_file_name("clang++-16")
-    } else {
-        clang16()
-    };
+    let driver = if cxx { llvm16("clang++") } else { clang16() };
     let exe = scratch("compiler-plugin", name).join(name);
     let out = run_ok(
         Command::new(driver)
@@ -254,7 +250,7 @@ fn device_ir(source: &str, file_name: &str, opt: &str, name: &str) -> String {
     fs::write(&src, source).unwrap();
     let ll = dir.join("prog.ll");
     let driver = if file_name.ends_with(".cpp") {
-        clang16().with_file_name("clang++-16")
+        llvm16("clang++")
     } else {
         clang16()
     };

@@ -16,6 +16,7 @@ use host_plugin::{Backend, Plugin, PluginKind};
 use object::read::{Object, ObjectSymbol};
 use object::SymbolKind;
 use std::process::Command;
+use test_support::cuda::folder_for_clang;
 
 #[test]
 fn backend_reports_a_reason_exactly_when_it_has_no_devices() {
@@ -187,23 +188,7 @@ fn clang16_nvptx_images_have_what_the_backend_reads() {
     use object::read::{ObjectSection, ObjectSymbol};
 
     let dir = scratch("cuda-tests", "clang16-nvptx");
-    // A --cuda-path clang 16 accepts: bin/{ptxas,nvlink}, include/cuda.h with
-    // CUDA_VERSION, nvvm/libdevice.
-    let cuda = dir.join("cuda");
-    let wheel = ptxas()
-        .parent()
-        .and_then(|b| b.parent())
-        .unwrap()
-        .to_path_buf();
-    for sub in ["bin", "include", "nvvm"] {
-        std::fs::create_dir_all(cuda.join(sub)).unwrap();
-    }
-    for tool in ["ptxas", "nvlink"] {
-        std::os::unix::fs::symlink(wheel.join("bin").join(tool), cuda.join("bin").join(tool))
-            .unwrap();
-    }
-    std::os::unix::fs::symlink(wheel.join("nvvm/libdevice"), cuda.join("nvvm/libdevice")).unwrap();
-    std::fs::write(cuda.join("include/cuda.h"), "#define CUDA_VERSION 12080\n").unwrap();
+    let cuda = folder_for_clang(&ptxas(), &dir.join("cuda")).expect("a --cuda-path folder");
     let source = dir.join("prog.c");
     std::fs::write(
         &source,

@@ -26,6 +26,7 @@ use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use xshell::{cmd, Shell};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -148,12 +149,11 @@ fn cpu(args: CpuArgs) -> Result<()> {
     if args.rounds > 0 {
         util::section("fastest of interleaved rounds: time per lookup");
         let counter = build_bench_binary("device-rtl", "lookup_count")?;
+        let sh = Shell::new()?;
+        let rounds = args.rounds.to_string();
         for (size, workload) in cases(&counter)? {
-            let out = util::output(Command::new(&counter).args([
-                &size.to_string(),
-                &workload,
-                &args.rounds.to_string(),
-            ]))?;
+            let size_arg = size.to_string();
+            let out = util::read(cmd!(sh, "{counter} {size_arg} {workload} {rounds}"))?;
             for line in out.lines() {
                 let Some((imp, ns)) = line.strip_prefix("time ").and_then(|l| l.split_once(' '))
                 else {
@@ -222,8 +222,10 @@ fn memory_per_entry() -> Result<BTreeMap<(usize, &'static str), f64>> {
     let sizes: Vec<usize> = cases(&counter)?.into_iter().map(|(s, _)| s).collect();
     let mut sizes = sizes;
     sizes.dedup();
+    let sh = Shell::new()?;
     for size in sizes {
-        let out = util::output(Command::new(&counter).args([&size.to_string(), "hits"]))?;
+        let size_arg = size.to_string();
+        let out = util::read(cmd!(sh, "{counter} {size_arg} hits"))?;
         for line in out.lines() {
             let Some((imp, bytes)) = line.strip_prefix("memory ").and_then(|l| l.split_once(' '))
             else {
@@ -331,23 +333,15 @@ fn results_json(
 
 /// Build a `[[bench]]` target of a package and return its executable.
 fn build_bench_binary(package: &str, name: &str) -> Result<PathBuf> {
-    let out = util::output(
-        Command::new(cargo())
-            .current_dir(util::root())
-            .args(["bench", "-p", package, "--no-run", "--bench", name])
-            .args(["--message-format=json-render-diagnostics"]),
-    )?;
+    let out = util::cargo_messages(&["bench", "-p", package, "--no-run", "--bench", name])?;
     util::cargo_executable(&out, name)
         .with_context(|| format!("cargo did not report the executable of bench `{name}`"))
 }
 
-fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
-}
-
 /// The (size, workload) pairs the bench defines (`lookup_count --list`).
 fn cases(counter: &Path) -> Result<Vec<(usize, String)>> {
-    util::output(Command::new(counter).arg("--list"))?
+    let sh = Shell::new()?;
+    util::read(cmd!(sh, "{counter} --list"))?
         .lines()
         .map(|l| {
             let (size, workload) = l.split_once(' ').context("bad --list line")?;
@@ -367,14 +361,12 @@ fn count_instructions(
     let dir = util::target_dir().join("bench/callgrind");
     std::fs::create_dir_all(&dir)?;
     let out_file = dir.join(format!("{size}-{workload}.out"));
-    let stdout = util::output(
-        Command::new("valgrind")
-            .args(["--tool=callgrind", "--dump-instr=no"])
-            .args(["--compress-strings=no", "--compress-pos=no"])
-            .arg(format!("--callgrind-out-file={}", out_file.display()))
-            .arg(counter)
-            .args([&size.to_string(), workload]),
-    )?;
+    let size_arg = size.to_string();
+    let sh = Shell::new()?;
+    let stdout = util::read(cmd!(
+        sh,
+        "valgrind --tool=callgrind --dump-instr=no --compress-strings=no --compress-pos=no --callgrind-out-file={out_file} {counter} {size_arg} {workload}"
+    ))?;
     let keys: f64 = stdout
         .lines()
         .find_map(|l| l.strip_prefix("keys "))
@@ -432,16 +424,25 @@ fn inclusive_costs(profile: &str) -> BTreeMap<String, u64> {
 fn run_criterion(args: &CpuArgs) -> Result<Vec<(Key, f64)>> {
     // benches/common/mod.rs LOOKUPS.
     const LOOKUPS_PER_ITER: f64 = 65536.0;
-    let mut cmd = Command::new(cargo());
-    cmd.current_dir(util::root())
-        .args(["bench", "-p", "device-rtl", "--bench", "lookup", "--"])
-        .args(["--output-format", "bencher", "--noplot"])
-        .args(["--warm-up-time", &args.warm_up_time.to_string()])
-        .args(["--measurement-time", &args.measurement_time.to_string()])
-        .args(["--sample-size", &args.sample_size.to_string()])
-        .stdout(Stdio::piped());
-    eprintln!("+ {}", util::display(&cmd));
-    let mut child = cmd.spawn().context("could not start cargo bench")?;
+    let cargo = util::cargo();
+    let (warm_up, measurement, samples) = (
+        args.warm_up_time.to_string(),
+        args.measurement_time.to_string(),
+        args.sample_size.to_string(),
+    );
+    let sh = Shell::new()?;
+    sh.change_dir(util::root());
+    let bench = cmd!(
+        sh,
+        "{cargo} bench -p device-rtl --bench lookup -- --output-format bencher --noplot --warm-up-time {warm_up} --measurement-time {measurement} --sample-size {samples}"
+    );
+    eprintln!("$ {bench}");
+    // Through std: the lines are shown as criterion prints them (xshell gives the output
+    // only at the end).
+    let mut child = Command::from(bench)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("could not start cargo bench")?;
     let stdout = child.stdout.take().context("no stdout")?;
     let mut rows = Vec::new();
     for line in BufReader::new(stdout).lines() {
@@ -577,7 +578,8 @@ fn load_average() -> String {
 
 /// Machine, date, load and the command that reproduces the run.
 fn run_header(args: &CpuArgs, load_before: &str, load_after: &str) -> Result<String> {
-    let rustc = util::output(Command::new("rustc").arg("--version"))?;
+    let sh = Shell::new()?;
+    let rustc = util::read(cmd!(sh, "rustc --version"))?;
     Ok(format!(
         "- Machine: {}\n\
          - Date: {}\n\
@@ -633,7 +635,10 @@ fn write_docs_section(begin_mark: &str, end_mark: &str, generated: &str) -> Resu
 
 /// The machine: CPU model, count, architecture and hypervisor, from lscpu.
 fn machine_line() -> String {
-    let lscpu = util::output(&mut Command::new("lscpu")).unwrap_or_default();
+    let lscpu = Shell::new()
+        .map_err(anyhow::Error::from)
+        .and_then(|sh| util::read(cmd!(sh, "lscpu")))
+        .unwrap_or_default();
     let field = |name: &str| {
         lscpu
             .lines()
@@ -652,11 +657,9 @@ fn machine_line() -> String {
 
 /// The current UTC date and time, for run headers.
 pub(crate) fn utc_now() -> Result<String> {
-    Ok(
-        util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))?
-            .trim()
-            .to_string(),
-    )
+    let sh = Shell::new()?;
+    let format = "+%Y-%m-%d %H:%M UTC";
+    Ok(util::read(cmd!(sh, "date -u {format}"))?.trim().to_string())
 }
 
 /// The fastest and the median of some samples (None when there are none).

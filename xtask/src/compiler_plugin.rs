@@ -4,9 +4,9 @@
 //! Contract used by other xtask modules:
 //! - `build()` builds and returns target/release/libcompiler_plugin.so.
 use crate::util;
-use anyhow::{ensure, Result};
+use anyhow::Result;
 use std::path::PathBuf;
-use std::process::Command;
+use xshell::Shell;
 
 /// Debian packages the plugin builds against: LLVM 16's headers and llvm-config, clang
 /// 16's headers, and the libclang-cpp.so link name.
@@ -19,14 +19,7 @@ pub fn build() -> Result<PathBuf> {
     util::section("build compiler plugin (clang 16: AST glue + LLVM pass)");
     util::ensure_debian_packages(DEBIAN_PACKAGES)?;
     util::llvm16("clang")?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    util::run(
-        Command::new(cargo)
-            .current_dir(util::root())
-            .args(["build", "--release", "-p", "compiler-plugin", "--lib"])
-            .env("LLVM_SYS_160_PREFIX", LLVM16_PREFIX),
-    )?;
-    let built = util::target_dir().join("release/libcompiler_plugin.so");
-    ensure!(built.is_file(), "cargo did not produce {}", built.display());
-    Ok(built)
+    let sh = Shell::new()?;
+    sh.set_var("LLVM_SYS_160_PREFIX", LLVM16_PREFIX);
+    util::build_release(&sh, "compiler-plugin", &["--lib"], "libcompiler_plugin.so")
 }

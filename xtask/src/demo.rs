@@ -13,6 +13,7 @@ use anyhow::{bail, ensure, Context, Result};
 use std::fs;
 use std::path::Path;
 use std::process::Command;
+use xshell::{cmd, Shell};
 
 /// The example's indirect-function pointers (`OMP_DECLARE_INDIRECT`), which its nvptx
 /// image must define.
@@ -108,8 +109,10 @@ fn nvidia_gpu_sm() -> Result<Option<String>> {
     let Some(smi) = util::which("nvidia-smi") else {
         return Ok(None);
     };
-    let out = Command::new(smi)
-        .args(["--query-gpu=compute_cap", "--format=csv,noheader"])
+    let sh = Shell::new()?;
+    let out = cmd!(sh, "{smi} --query-gpu=compute_cap --format=csv,noheader")
+        .quiet()
+        .ignore_status()
         .output()
         .context("running nvidia-smi")?;
     if !out.status.success() {
@@ -131,17 +134,19 @@ fn run(exe: &Path, plugins: &Path, out_dir: &Path, kind: &str, target: &Target) 
     util::section("demo: run it through libomptarget 16 and our plugin");
     let marker = out_dir.join("load-marker.txt");
     let _ = fs::remove_file(&marker);
-    eprintln!(
-        "+ LD_LIBRARY_PATH={} LIBOMPTARGET_INFO=16 OMPTARGET_RS_LOAD_MARKER={} {}",
-        plugins.display(),
-        marker.display(),
-        exe.display()
-    );
-    let child = Command::new(exe)
+    let sh = Shell::new()?;
+    let program = cmd!(sh, "{exe}")
         .env("LD_LIBRARY_PATH", plugins)
         // Bit 0x10 (plugin information): our plugin prints the table it installed.
         .env("LIBOMPTARGET_INFO", "16")
-        .env("OMPTARGET_RS_LOAD_MARKER", &marker)
+        .env("OMPTARGET_RS_LOAD_MARKER", &marker);
+    eprintln!(
+        "$ LD_LIBRARY_PATH={} LIBOMPTARGET_INFO=16 OMPTARGET_RS_LOAD_MARKER={} {program}",
+        plugins.display(),
+        marker.display(),
+    );
+    // Spawned through std: the marker's lines are told apart by the process's pid.
+    let child = Command::from(program)
         .spawn()
         .with_context(|| format!("running {}", exe.display()))?;
     let pid = child.id();

@@ -23,8 +23,8 @@ use crate::util;
 use anyhow::{bail, ensure, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Instant, SystemTime};
+use xshell::{cmd, Shell};
 
 #[derive(clap::Args, Default)]
 pub struct Args {
@@ -241,7 +241,8 @@ impl Toolchain {
         let Some(rustup) = util::which("rustup").or_else(home_rustup) else {
             return Ok(None);
         };
-        let Ok(list) = util::output(Command::new(&rustup).args(["toolchain", "list"])) else {
+        let sh = Shell::new()?;
+        let Ok(list) = util::read(cmd!(sh, "{rustup} toolchain list")) else {
             return Ok(None);
         };
         let mut names: Vec<String> = list
@@ -252,7 +253,7 @@ impl Toolchain {
         names.sort_by_key(|n| !n.starts_with("nightly"));
         for name in names {
             let which = |tool: &str| {
-                util::output(Command::new(&rustup).args(["which", "--toolchain", &name, tool]))
+                util::read(cmd!(sh, "{rustup} which --toolchain {name} {tool}"))
                     .map(|s| PathBuf::from(s.trim()))
             };
             let (Ok(rustc), Ok(cargo)) = (which("rustc"), which("cargo")) else {
@@ -291,7 +292,8 @@ impl Toolchain {
             "{} does not list {NVPTX_TRIPLE} and {AMDGCN_TRIPLE}",
             rustc.display()
         );
-        let version = util::output(Command::new(&rustc).arg("--version"))?;
+        let sh = Shell::new()?;
+        let version = util::read(cmd!(sh, "{rustc} --version"))?;
         Ok(Toolchain {
             description: format!("Debian rustc-web + rust-web-src, {}", version.trim()),
             cargo,
@@ -309,14 +311,16 @@ fn home_rustup() -> Option<PathBuf> {
 }
 
 fn has_library_source(rustc: &Path) -> Result<bool> {
-    let sysroot = util::output(Command::new(rustc).args(["--print", "sysroot"]))?;
+    let sh = Shell::new()?;
+    let sysroot = util::read(cmd!(sh, "{rustc} --print sysroot"))?;
     Ok(Path::new(sysroot.trim())
         .join("lib/rustlib/src/rust/library/core/Cargo.toml")
         .is_file())
 }
 
 fn knows_gpu_targets(rustc: &Path) -> Result<bool> {
-    let list = util::output(Command::new(rustc).args(["--print", "target-list"]))?;
+    let sh = Shell::new()?;
+    let list = util::read(cmd!(sh, "{rustc} --print target-list"))?;
     Ok([NVPTX_TRIPLE, AMDGCN_TRIPLE]
         .iter()
         .all(|t| list.lines().any(|l| l.trim() == *t)))
@@ -340,33 +344,31 @@ fn build_target(toolchain: &Toolchain, target: &DeviceTarget) -> Result<()> {
         // The library goes into shared objects (offload device images).
         rustflags.push("-Crelocation-model=pic".into());
     }
-    let mut cmd = Command::new(&toolchain.cargo);
-    cmd.current_dir(util::root())
-        .args([
-            "rustc",
-            "-p",
-            "device-rtl",
-            "--release",
-            "--target",
-            target.triple,
-        ])
-        .args([
-            "-Zbuild-std=core",
-            "--config",
-            "profile.release.panic=\"abort\"",
-        ])
-        // No DWARF in device bitcode: it only gets in the way of the kernels' own.
-        .args(["--config", "profile.release.debug=false"]);
-    if target.artifact == Artifact::StaticLib {
-        cmd.args(["--crate-type", "staticlib"]);
-    }
-    cmd.args(["--", "--cfg", "device_rtl_artifact"]);
-    if let Some((_, cfg)) = target.variant {
-        cmd.args(["--cfg", cfg]);
-    }
-    if target.artifact == Artifact::Bitcode {
-        cmd.arg("--emit=llvm-bc,link");
-    }
+    let crate_type: &[&str] = match target.artifact {
+        Artifact::StaticLib => &["--crate-type", "staticlib"],
+        Artifact::Bitcode => &[],
+    };
+    let variant_cfg: Vec<&str> = target
+        .variant
+        .iter()
+        .flat_map(|&(_, cfg)| ["--cfg", cfg])
+        .collect();
+    let emit: &[&str] = match target.artifact {
+        Artifact::Bitcode => &["--emit=llvm-bc,link"],
+        Artifact::StaticLib => &[],
+    };
+    let (cargo, triple, panic) = (
+        &toolchain.cargo,
+        target.triple,
+        "profile.release.panic=\"abort\"",
+    );
+    let sh = Shell::new()?;
+    sh.change_dir(util::root());
+    // No DWARF in device bitcode: it only gets in the way of the kernels' own.
+    let mut cmd = cmd!(
+        sh,
+        "{cargo} rustc -p device-rtl --release --target {triple} -Zbuild-std=core --config {panic} --config profile.release.debug=false {crate_type...} -- --cfg device_rtl_artifact {variant_cfg...} {emit...}"
+    );
     // Only what we set: the calling cargo's (rustup's) settings must not leak in.
     for var in [
         "RUSTUP_TOOLCHAIN",
@@ -377,13 +379,13 @@ fn build_target(toolchain: &Toolchain, target: &DeviceTarget) -> Result<()> {
         "CARGO_BUILD_TARGET",
         "CARGO_BUILD_RUSTFLAGS",
     ] {
-        cmd.env_remove(var);
+        cmd = cmd.env_remove(var);
     }
     cmd.env("RUSTC", &toolchain.rustc)
         .env("RUSTC_BOOTSTRAP", "1")
         .env("CARGO_TARGET_DIR", &build_dir)
-        .env("RUSTFLAGS", rustflags.join(" "));
-    util::run(&mut cmd)?;
+        .env("RUSTFLAGS", rustflags.join(" "))
+        .run()?;
 
     let release = build_dir.join(target.triple).join("release");
     let built = match target.artifact {
@@ -424,11 +426,8 @@ const LIBC_SYMBOLS: &[&str] = &["memcpy", "memmove", "memset", "memcmp", "bcmp",
 /// the device); the static library needs at most a few libc functions.
 fn check_symbols(path: &Path, artifact: Artifact) -> Result<()> {
     let nm = util::llvm22("llvm-nm")?;
-    let defined = util::output(
-        Command::new(&nm)
-            .args(["--defined-only", "--format=just-symbols"])
-            .arg(path),
-    )?;
+    let sh = Shell::new()?;
+    let defined = util::read(cmd!(sh, "{nm} --defined-only --format=just-symbols {path}"))?;
     for sym in EXPORTED_SYMBOLS {
         ensure!(
             defined.lines().any(|l| l.trim() == *sym),
@@ -436,11 +435,10 @@ fn check_symbols(path: &Path, artifact: Artifact) -> Result<()> {
             path.display()
         );
     }
-    let undefined = util::output(
-        Command::new(&nm)
-            .args(["--undefined-only", "--format=just-symbols"])
-            .arg(path),
-    )?;
+    let undefined = util::read(cmd!(
+        sh,
+        "{nm} --undefined-only --format=just-symbols {path}"
+    ))?;
     let defined: std::collections::HashSet<&str> = defined.lines().map(str::trim).collect();
     let unresolved: Vec<&str> = undefined
         .lines()
@@ -475,30 +473,17 @@ fn assemble_one(target: &DeviceTarget, sm: &str) -> Result<()> {
     let nm = util::llvm22("llvm-nm")?;
     let ptxas = util::ptxas()?;
     let (ptx, cubin) = nvptx_outputs(target, sm);
-    util::run(
-        Command::new(&llc)
-            .args([
-                "-O2",
-                "-mtriple",
-                NVPTX_TRIPLE,
-                "-mcpu",
-                sm,
-                "-mattr",
-                PTX_FEATURE,
-            ])
-            .arg(&bc)
-            .arg("-o")
-            .arg(&ptx),
-    )?;
+    let sh = Shell::new()?;
+    cmd!(
+        sh,
+        "{llc} -O2 -mtriple {NVPTX_TRIPLE} -mcpu {sm} -mattr {PTX_FEATURE} {bc} -o {ptx}"
+    )
+    .run()?;
+    // Its stderr is looked at: a ptxas that cannot target `sm` is retried with CUDA 12's.
     let assemble = |ptxas: &Path| {
-        let mut cmd = Command::new(ptxas);
-        cmd.args(["--compile-only", "-arch", sm])
-            .arg(&ptx)
-            .arg("-o")
-            .arg(&cubin);
-        eprintln!("+ {}", util::display(&cmd));
-        cmd.output()
-            .with_context(|| format!("could not start {}", ptxas.display()))
+        let cmd = cmd!(sh, "{ptxas} --compile-only -arch {sm} {ptx} -o {cubin}");
+        eprintln!("$ {cmd}");
+        cmd.quiet().ignore_status().output()
     };
     let mut result = assemble(&ptxas)?;
     let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
@@ -516,7 +501,7 @@ fn assemble_one(target: &DeviceTarget, sm: &str) -> Result<()> {
         bc.display(),
         String::from_utf8_lossy(&result.stderr)
     );
-    let syms = util::output(Command::new(&nm).arg("--defined-only").arg(&cubin))?;
+    let syms = util::read(cmd!(sh, "{nm} --defined-only {cubin}"))?;
     ensure!(
         syms.contains("__kmpc_target_translate_fptr"),
         "ptxas output {} lacks __kmpc_target_translate_fptr",

@@ -6,10 +6,10 @@
 //! fuzzed entries against a real clang-16 device image.
 
 use crate::device;
-use crate::util::{llvm16, llvm22, output, root, run, section, target_dir, which};
+use crate::util::{llvm16, llvm22, read, root, section, target_dir, which};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use xshell::{cmd, Cmd, Shell};
 
 /// The fuzz targets of `fuzz/Cargo.toml`: one per parser, then the plugin's image loading.
 pub const TARGETS: &[&str] = &[
@@ -78,8 +78,10 @@ fn run_with(seconds: u64, only: &[String], sweep_images: u64) -> Result<Vec<Fuzz
     ensure_cargo_fuzz()?;
     let fuzz_dir = root().join("fuzz");
     let build_dir = target_dir().join("fuzz");
+    let sh = Shell::new()?;
+    sh.change_dir(&fuzz_dir);
     section("fuzz: building targets");
-    run(cargo_fuzz(&fuzz_dir, &build_dir).args(["build", "-O"]))?;
+    cargo_fuzz(&sh, &build_dir).args(["build", "-O"]).run()?;
     section("fuzz: seed corpus from the LLVM 22 tools and clang 16");
     let corpus_root = target_dir().join("fuzz-corpus");
     let seeds = make_seeds(&corpus_root.join("seeds"))?;
@@ -97,7 +99,7 @@ fn run_with(seconds: u64, only: &[String], sweep_images: u64) -> Result<Vec<Fuzz
         }
         let artifacts = corpus_root.join("artifacts").join(target);
         std::fs::create_dir_all(&artifacts)?;
-        let out = cargo_fuzz(&fuzz_dir, &build_dir)
+        let out = cargo_fuzz(&sh, &build_dir)
             .args(["run", "-O", target])
             .arg(&corpus)
             .arg("--")
@@ -108,6 +110,8 @@ fn run_with(seconds: u64, only: &[String], sweep_images: u64) -> Result<Vec<Fuzz
             .arg("-print_final_stats=1")
             .arg(format!("-artifact_prefix={}/", artifacts.display()))
             .env(LOAD_IMAGE_VAR, &seeds.load_image)
+            .quiet()
+            .ignore_status()
             .output()
             .context("could not run cargo fuzz")?;
         let log = String::from_utf8_lossy(&out.stderr);
@@ -150,39 +154,25 @@ fn run_with(seconds: u64, only: &[String], sweep_images: u64) -> Result<Vec<Fuzz
     Ok(results)
 }
 
-fn cargo_fuzz(fuzz_dir: &Path, build_dir: &Path) -> Command {
-    let mut c = Command::new("cargo");
-    c.args(["+nightly", "fuzz"])
-        .current_dir(fuzz_dir)
-        .env("CARGO_TARGET_DIR", build_dir);
-    c
+/// `cargo +nightly fuzz` in `sh`'s folder (fuzz/), building into `build_dir`.
+fn cargo_fuzz<'a>(sh: &'a Shell, build_dir: &Path) -> Cmd<'a> {
+    cmd!(sh, "cargo +nightly fuzz").env("CARGO_TARGET_DIR", build_dir)
 }
 
 /// cargo-fuzz needs a nightly toolchain and the cargo-fuzz subcommand; install the
 /// subcommand from the registry when it is missing.
 fn ensure_cargo_fuzz() -> Result<()> {
-    let nightly = Command::new("cargo")
-        .args(["+nightly", "--version"])
-        .output();
-    if !nightly.map(|o| o.status.success()).unwrap_or(false) {
+    let sh = Shell::new()?;
+    let succeeds = |cmd: Cmd<'_>| cmd.quiet().ignore_stdout().ignore_stderr().run().is_ok();
+    if !succeeds(cmd!(sh, "cargo +nightly --version")) {
         eprintln!("no nightly toolchain: trying `rustup toolchain install nightly`");
-        run(Command::new("rustup").args([
-            "toolchain",
-            "install",
-            "nightly",
-            "--profile",
-            "minimal",
-        ]))
-        .context("cargo-fuzz needs a nightly Rust toolchain")?;
+        cmd!(sh, "rustup toolchain install nightly --profile minimal")
+            .run()
+            .context("cargo-fuzz needs a nightly Rust toolchain")?;
     }
-    let has_fuzz = Command::new("cargo")
-        .args(["+nightly", "fuzz", "--version"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !has_fuzz {
+    if !succeeds(cmd!(sh, "cargo +nightly fuzz --version")) {
         section("fuzz: installing cargo-fuzz");
-        run(Command::new("cargo").args(["install", "--locked", "cargo-fuzz"]))?;
+        cmd!(sh, "cargo install --locked cargo-fuzz").run()?;
     }
     if which("c++").is_none() {
         crate::util::ensure_debian_packages(&["g++"])?;
@@ -251,18 +241,24 @@ fn make_seeds(dir: &Path) -> Result<Seeds> {
         .collect::<std::io::Result<_>>()?;
     let bundler = llvm22("clang-offload-bundler")?;
     let targets = "-targets=host-x86_64-unknown-linux-gnu,openmp-nvptx64-nvidia-cuda--sm_90,hip-amdgcn-amd-amdhsa--gfx90a:xnack+";
+    let input_args: &Vec<String> = &inputs
+        .iter()
+        .map(|i| format!("-input={}", i.display()))
+        .collect();
+    let sh = Shell::new()?;
     let bundle = |ty: &str, out: &Path, version: Option<&str>| -> Result<()> {
-        let mut c = Command::new(&bundler);
-        c.arg(format!("-type={ty}")).arg(targets);
-        for i in &inputs {
-            c.arg(format!("-input={}", i.display()));
+        let c = cmd!(
+            sh,
+            "{bundler} -type={ty} {targets} {input_args...} -output={out}"
+        );
+        match version {
+            Some(v) => c
+                .arg("-compress")
+                .env("COMPRESSED_BUNDLE_FORMAT_VERSION", v)
+                .run()?,
+            None => c.run()?,
         }
-        c.arg(format!("-output={}", out.display()));
-        if let Some(v) = version {
-            c.arg("-compress")
-                .env("COMPRESSED_BUNDLE_FORMAT_VERSION", v);
-        }
-        run(&mut c)
+        Ok(())
     };
     let mut s = Seeds {
         bundles: vec![p("bundle.bc"), p("bundle_aligned.bc")],
@@ -276,31 +272,30 @@ fn make_seeds(dir: &Path) -> Result<Seeds> {
         load_image: p("device16_rtl.so"),
     };
     bundle("bc", &s.bundles[0], None)?;
-    run(Command::new(&bundler)
-        .args(["-type=bc", targets, "-bundle-align=64"])
-        .args(inputs.iter().map(|i| format!("-input={}", i.display())))
-        .arg(format!("-output={}", s.bundles[1].display())))?;
+    let aligned = &s.bundles[1];
+    cmd!(
+        sh,
+        "{bundler} -type=bc {targets} -bundle-align=64 {input_args...} -output={aligned}"
+    )
+    .run()?;
     bundle("ll", &s.text_bundles[0], None)?;
     bundle("s", &s.text_bundles[1], None)?;
     bundle("bc", &s.compressed[0], Some("2"))?;
     bundle("bc", &s.compressed[1], Some("3"))?;
-    run(Command::new(llvm22("llvm-offload-binary")?)
-        .arg("-o")
-        .arg(&s.offload_binaries[0])
-        .arg(format!(
-            "--image=file={},triple=nvptx64-nvidia-cuda,arch=sm_90,kind=openmp",
-            inputs[1].display()
-        ))
-        .arg(format!(
-            "--image=file={},triple=amdgcn-amd-amdhsa,arch=gfx90a:xnack+,kind=hip",
-            inputs[2].display()
-        )))?;
+    let offload_binary = llvm22("llvm-offload-binary")?;
+    let (images, nvptx, amdgcn) = (&s.offload_binaries[0], &inputs[1], &inputs[2]);
+    cmd!(
+        sh,
+        "{offload_binary} -o {images} --image=file={nvptx},triple=nvptx64-nvidia-cuda,arch=sm_90,kind=openmp --image=file={amdgcn},triple=amdgcn-amd-amdhsa,arch=gfx90a:xnack+,kind=hip"
+    )
+    .run()?;
     let program = root().join("offload-formats/tests/data/indirect.c");
-    run(Command::new(llvm22("clang")?)
-        .args(["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-c"])
-        .arg(&program)
-        .arg("-o")
-        .arg(&s.elf[0]))?;
+    let (clang22, host22, host16) = (llvm22("clang")?, &s.elf[0], &s.elf[1]);
+    cmd!(
+        sh,
+        "{clang22} -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -c {program} -o {host22}"
+    )
+    .run()?;
     // clang-16 has no `declare target indirect`: compile a copy without it.
     let legacy_src = p("legacy.c");
     let text = std::fs::read_to_string(&program)?.replace(
@@ -309,12 +304,12 @@ fn make_seeds(dir: &Path) -> Result<Seeds> {
     );
     std::fs::write(&legacy_src, text)?;
     let clang16 = llvm16("clang")?;
-    let _ = output(Command::new(&clang16).arg("--version"))?;
-    run(Command::new(&clang16)
-        .args(["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-c"])
-        .arg(&legacy_src)
-        .arg("-o")
-        .arg(&s.elf[1]))?;
+    let _ = read(cmd!(sh, "{clang16} --version"))?;
+    cmd!(
+        sh,
+        "{clang16} -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -c {legacy_src} -o {host16}"
+    )
+    .run()?;
     device_image_seeds(dir, &clang16, &legacy_src, &mut s)?;
     for (i, id) in [
         "gfx90a:sramecc+:xnack-|gfx90a:xnack-",
@@ -341,19 +336,26 @@ fn device_image_seeds(dir: &Path, clang16: &Path, program: &Path, s: &mut Seeds)
     let fixture = root().join("tests/fixtures/plugin/device_image.c");
     let rtl = device::host_staticlib()?;
     let clang22 = llvm22("clang")?;
+    let sh = Shell::new()?;
     for (clang, tag) in [(clang16, "16"), (clang22.as_path(), "22")] {
         for with_rtl in [true, false] {
             let out = dir.join(format!(
                 "device{tag}{}.so",
                 if with_rtl { "_rtl" } else { "" }
             ));
-            let mut c = Command::new(clang);
-            c.args(["-O1", "-shared", "-fPIC"]).arg(&fixture);
-            if with_rtl {
-                c.arg("-Wl,--undefined=__kmpc_target_translate_fptr")
-                    .arg(&rtl);
-            }
-            run(c.arg("-o").arg(&out))?;
+            let rtl_args: &[&Path] = if with_rtl {
+                &[
+                    Path::new("-Wl,--undefined=__kmpc_target_translate_fptr"),
+                    &rtl,
+                ]
+            } else {
+                &[]
+            };
+            cmd!(
+                sh,
+                "{clang} -O1 -shared -fPIC {fixture} {rtl_args...} -o {out}"
+            )
+            .run()?;
             s.shared_objects.push(out);
         }
     }
@@ -421,6 +423,7 @@ fn dlopen_sweep(binary: &Path, image_path: &Path, dir: &Path, images: u64) -> Re
         ImageLayout::of(&image).context("the sweep image is not an ELF64 with segments")?;
     let (mut rejected, mut loaded, mut failed) = (0, 0, 0);
     let mut crashes = Vec::new();
+    let sh = Shell::new()?;
     let mut verdicts = Vec::new();
     for n in 0..images {
         let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ (n + 1).wrapping_mul(0x2545_f491_4f6c_dd1d));
@@ -441,12 +444,13 @@ fn dlopen_sweep(binary: &Path, image_path: &Path, dir: &Path, images: u64) -> Re
         }
         let path = dir.join(format!("mutant{n:03}.so"));
         std::fs::write(&path, &mutant)?;
-        let out = Command::new(binary)
-            .arg(&path)
+        let out = cmd!(sh, "{binary} {path}")
             .env("OMPTARGET_RS_FUZZ_DLOPEN_MUTATED", "1")
             // A child that dies inside dlopen leaves its image file: keep it here.
             .env("TMPDIR", dir)
             .env(LOAD_IMAGE_VAR, image_path)
+            .quiet()
+            .ignore_status()
             .output()
             .with_context(|| format!("could not run {}", binary.display()))?;
         let log = String::from_utf8_lossy(&out.stderr);

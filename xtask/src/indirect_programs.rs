@@ -19,7 +19,7 @@ use offload_formats::image::{find_images, ImageKind};
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use xshell::{cmd, Shell};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -155,14 +155,14 @@ pub fn build_gpu_programs(prefix: &Path, out_dir: &Path, sm: &str) -> Result<Vec
 }
 
 fn compile(config: &Path, args: &[String], sources: &[PathBuf], out: &Path) -> Result<()> {
-    util::run(
-        Command::new(util::llvm16("clang")?)
-            .arg(format!("--config={}", config.display()))
-            .args(args)
-            .args(sources)
-            .arg("-o")
-            .arg(out),
+    let clang = util::llvm16("clang")?;
+    let sh = Shell::new()?;
+    cmd!(
+        sh,
+        "{clang} --config={config} {args...} {sources...} -o {out}"
     )
+    .run()?;
+    Ok(())
 }
 
 /// What a final device image holds.

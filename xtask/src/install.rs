@@ -23,7 +23,7 @@ use crate::{compiler_plugin, device, nvptx_program, plugin, util};
 use anyhow::{ensure, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use xshell::{cmd, Shell};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -118,18 +118,13 @@ pub fn install(prefix: &Path) -> Result<PathBuf> {
 }
 
 fn build_offload_inspect() -> Result<PathBuf> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    util::run(Command::new(cargo).current_dir(util::root()).args([
-        "build",
-        "--release",
-        "-p",
+    let sh = Shell::new()?;
+    util::build_release(
+        &sh,
         "offload-formats",
-        "--bin",
+        &["--bin", "offload-inspect"],
         "offload-inspect",
-    ]))?;
-    let built = util::target_dir().join("release/offload-inspect");
-    ensure!(built.is_file(), "cargo did not produce {}", built.display());
-    Ok(built)
+    )
 }
 
 /// The six plugin copies, each stripped of debug info and linked to one debug file.
@@ -137,12 +132,8 @@ fn install_plugins(plugins: &Path, lib: &Path) -> Result<()> {
     let built = plugins.join(plugin::plugin_file_names(plugin::PLUGIN_KINDS[0])[0].as_str());
     let debug = lib.join(".debug").join(PLUGIN_DEBUG_FILE);
     let objcopy = util::llvm22("llvm-objcopy")?;
-    util::run(
-        Command::new(&objcopy)
-            .arg("--only-keep-debug")
-            .arg(&built)
-            .arg(&debug),
-    )?;
+    let sh = Shell::new()?;
+    cmd!(sh, "{objcopy} --only-keep-debug {built} {debug}").run()?;
     for kind in plugin::PLUGIN_KINDS {
         for name in plugin::plugin_file_names(kind) {
             let to = lib.join(&name);
@@ -166,25 +157,20 @@ fn install_stripped(from: &Path, to: &Path, debug_name: &str) -> Result<()> {
         .context("an installed file lives in a folder")?
         .join(".debug")
         .join(debug_name);
-    util::run(
-        Command::new(&objcopy)
-            .arg("--only-keep-debug")
-            .arg(from)
-            .arg(&debug),
-    )?;
+    let sh = Shell::new()?;
+    cmd!(sh, "{objcopy} --only-keep-debug {from} {debug}").run()?;
     strip_with_debuglink(&objcopy, from, to, &debug)
 }
 
 /// Through a temporary name: a running program keeps the old file's pages.
 fn strip_with_debuglink(objcopy: &Path, from: &Path, to: &Path, debug: &Path) -> Result<()> {
     let tmp = to.with_extension("tmp");
-    util::run(
-        Command::new(objcopy)
-            .arg("--strip-debug")
-            .arg(format!("--add-gnu-debuglink={}", debug.display()))
-            .arg(from)
-            .arg(&tmp),
-    )?;
+    let sh = Shell::new()?;
+    cmd!(
+        sh,
+        "{objcopy} --strip-debug --add-gnu-debuglink={debug} {from} {tmp}"
+    )
+    .run()?;
     fs::rename(&tmp, to).with_context(|| format!("renaming to {}", to.display()))
 }
 
@@ -241,14 +227,14 @@ fn install_device_rtl(dir: &Path) -> Result<()> {
 /// A relocatable AMDGPU object from the device bitcode (LLVM 22's, which clang 16's
 /// LTO cannot read; lld 16 links the object), code object version 4 like clang 16's.
 fn amdgpu_object(bitcode: &Path, gfx: &str, out: &Path) -> Result<()> {
-    util::run(
-        Command::new(util::llvm22("llc")?)
-            .args(["-O2", "-mtriple=amdgcn-amd-amdhsa", &format!("-mcpu={gfx}")])
-            .args(["--amdhsa-code-object-version=4", "-filetype=obj"])
-            .arg(bitcode)
-            .arg("-o")
-            .arg(out),
+    let llc = util::llvm22("llc")?;
+    let sh = Shell::new()?;
+    cmd!(
+        sh,
+        "{llc} -O2 -mtriple=amdgcn-amd-amdhsa -mcpu={gfx} --amdhsa-code-object-version=4 -filetype=obj {bitcode} -o {out}"
     )
+    .run()?;
+    Ok(())
 }
 
 /// A host object whose `.llvm.offloading` section carries `image` for one (triple,
@@ -256,32 +242,25 @@ fn amdgpu_object(bitcode: &Path, gfx: &str, out: &Path) -> Result<()> {
 fn offload_object(image: &Path, triple: &str, arch: &str, scratch: &Path) -> Result<PathBuf> {
     let arch_tag = format!("{}-{arch}", triple.split('-').next().unwrap_or(triple));
     let packed = scratch.join(format!("omptarget-indirect-{arch_tag}.offload"));
-    util::run(
-        Command::new(util::llvm16("clang-offload-packager")?)
-            .arg("-o")
-            .arg(&packed)
-            .arg(format!(
-                "--image=file={},triple={triple},arch={arch},kind=openmp",
-                image.display()
-            )),
-    )?;
+    let packager = util::llvm16("clang-offload-packager")?;
+    let clang = util::llvm16("clang")?;
+    let sh = Shell::new()?;
+    cmd!(
+        sh,
+        "{packager} -o {packed} --image=file={image},triple={triple},arch={arch},kind=openmp"
+    )
+    .run()?;
     let holder = scratch.join("omptarget-indirect-holder.c");
     fs::write(
         &holder,
         "/* holds the omptarget-indirect device RTL's offload image */\n",
     )?;
     let object = scratch.join(format!("omptarget-indirect-{arch_tag}.o"));
-    util::run(
-        Command::new(util::llvm16("clang")?)
-            .arg("-c")
-            .arg(&holder)
-            .arg(format!(
-                "-Xclang=-fembed-offload-object={}",
-                packed.display()
-            ))
-            .arg("-o")
-            .arg(&object),
-    )?;
+    cmd!(
+        sh,
+        "{clang} -c {holder} -Xclang=-fembed-offload-object={packed} -o {object}"
+    )
+    .run()?;
     Ok(object)
 }
 
@@ -306,12 +285,9 @@ fn devicertl_archive(members: &[PathBuf], out: &Path) -> Result<()> {
     );
     let tmp = out.with_extension("tmp");
     fs::copy(llvm, &tmp).with_context(|| format!("copying {}", llvm.display()))?;
-    util::run(
-        Command::new(util::llvm22("llvm-ar")?)
-            .arg("qs")
-            .arg(&tmp)
-            .args(members),
-    )?;
+    let ar = util::llvm22("llvm-ar")?;
+    let sh = Shell::new()?;
+    cmd!(sh, "{ar} qs {tmp} {members...}").run()?;
     fs::rename(&tmp, out).with_context(|| format!("renaming to {}", out.display()))?;
     Ok(())
 }

@@ -25,12 +25,12 @@
 
 pub(crate) mod debian_source;
 mod load_proof;
-mod results;
+pub(crate) mod results;
 mod site_config;
 
 use crate::{plugin, util};
 use anyhow::{bail, Context, Result};
-use results::{Failure, Status, TestResult};
+use results::{Status, TestResult};
 use site_config::SiteConfig;
 pub(crate) use site_config::LLVM16_PREFIX;
 use std::fs;
@@ -38,6 +38,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use xshell::{cmd, Cmd, Shell};
 
 /// The target this suite runs for (the plugin we test is the x86_64 one).
 const TARGET: &str = "x86_64-pc-linux-gnu";
@@ -73,7 +74,6 @@ pub struct LitSummary {
     /// Tests lit found (after the filter).
     pub total: usize,
     pub results: Vec<TestResult>,
-    pub failures: Vec<Failure>,
     /// The directory the plugins came from.
     pub plugin_dir: PathBuf,
     pub load_proof: load_proof::LoadProof,
@@ -209,7 +209,9 @@ fn run(options: &Options) -> Result<LitSummary> {
     let marker = run_dir.join("plugin-load-marker.txt");
 
     let environment = test_environment(ours.then_some(&*plugin_dir), &ld_debug_dir, &marker)?;
-    let clang_version = util::output(Command::new(util::llvm16("clang")?).arg("-dumpversion"))?;
+    let clang = util::llvm16("clang")?;
+    let sh = Shell::new()?;
+    let clang_version = util::read(cmd!(sh, "{clang} -dumpversion"))?;
     let site = SiteConfig {
         tests: &tests,
         exec_root: &exec_root,
@@ -231,16 +233,17 @@ fn run(options: &Options) -> Result<LitSummary> {
             .map(|n| n.get())
             .unwrap_or(2)
     });
-    let mut lit = lit_command(&lit_py, jobs, options.filter, &exec_root);
+    let report_path = run_dir.join("results.json");
+    let lit = lit_command(&sh, &lit_py, jobs, options.filter, &exec_root, &report_path);
     eprintln!(
         "lit: plugins from {} ({label}), {jobs} workers",
         plugin_dir.display()
     );
     let start = Instant::now();
-    let log = run_streaming(&mut lit, &run_dir.join("lit.log"))?;
+    run_streaming(lit, &run_dir.join("lit.log"))?;
     let run_time = start.elapsed();
 
-    let (results, failures) = results::parse(&log);
+    let results = results::read(&report_path)?;
     if results.is_empty() {
         bail!(
             "lit reported no test results; see {}",
@@ -273,7 +276,6 @@ fn run(options: &Options) -> Result<LitSummary> {
         xfail: count(|s| s == Status::XFail),
         total: results.len(),
         results,
-        failures,
         plugin_dir,
         load_proof,
         run_time,
@@ -308,49 +310,54 @@ fn test_environment(
     Ok(env)
 }
 
-fn lit_command(lit_py: &Path, jobs: usize, filter: Option<&str>, exec_root: &Path) -> Command {
-    let mut lit = Command::new("python3");
-    lit.arg(lit_py)
-        // Not succinct: one `STATUS: name (i of n)` line per test, all statuses.
-        .args(["-v", "--no-progress-bar", "-j", &jobs.to_string()]);
-    if let Some(filter) = filter {
-        lit.args(["--filter", filter]);
-    }
-    lit.arg(exec_root)
-        // What the tests see is set in lit.site.cfg; keep the caller's loader settings
-        // from leaking in through lit's pass-through list.
-        .env_remove("LD_LIBRARY_PATH")
-        .env_remove("LD_PRELOAD")
-        .env_remove("LIBOMPTARGET_NEXTGEN_PLUGINS")
-        .env_remove("OMP_TARGET_OFFLOAD")
-        .env_remove("LIBOMPTARGET_DEBUG");
-    lit
+/// lit -v (for the log: one `STATUS: name (i of n)` line per test, each failure's
+/// output) with its JSON report `-o` (for us: every test's result code and output).
+fn lit_command<'a>(
+    sh: &'a Shell,
+    lit_py: &Path,
+    jobs: usize,
+    filter: Option<&str>,
+    exec_root: &Path,
+    report: &Path,
+) -> Cmd<'a> {
+    let jobs = jobs.to_string();
+    let filter: Vec<&str> = filter.into_iter().flat_map(|f| ["--filter", f]).collect();
+    cmd!(
+        sh,
+        "python3 {lit_py} -v --no-progress-bar -j {jobs} -o {report} {filter...} {exec_root}"
+    )
+    // What the tests see is set in lit.site.cfg; keep the caller's loader settings
+    // from leaking in through lit's pass-through list.
+    .env_remove("LD_LIBRARY_PATH")
+    .env_remove("LD_PRELOAD")
+    .env_remove("LIBOMPTARGET_NEXTGEN_PLUGINS")
+    .env_remove("OMP_TARGET_OFFLOAD")
+    .env_remove("LIBOMPTARGET_DEBUG")
 }
 
-/// Runs `cmd`, echoing its stdout line by line and saving it to `log_path`. lit's exit
-/// status is not an error here: failing tests are read from the output.
-fn run_streaming(cmd: &mut Command, log_path: &Path) -> Result<String> {
-    eprintln!("+ {}", util::display(cmd));
-    let mut child = cmd
+/// Runs `cmd`, echoing its stdout line by line as it comes (through std: xshell gives
+/// the output only at the end) and saving it to `log_path`. lit's exit status is not an
+/// error here: failing tests are read from its report.
+fn run_streaming(cmd: Cmd<'_>, log_path: &Path) -> Result<()> {
+    eprintln!("$ {cmd}");
+    let shown = cmd.to_string();
+    let mut child = Command::from(cmd)
         .stdout(Stdio::piped())
         .spawn()
-        .with_context(|| format!("could not start `{}`", util::display(cmd)))?;
+        .with_context(|| format!("could not start `{shown}`"))?;
     let stdout = child.stdout.take().context("lit's stdout")?;
     let mut log_file = fs::File::create(log_path)?;
-    let mut log = String::new();
     for line in BufReader::new(stdout).lines() {
         let line = line?;
         eprintln!("{line}");
         writeln!(log_file, "{line}")?;
-        log.push_str(&line);
-        log.push('\n');
     }
     let status = child.wait()?;
     // lit: 0 all passed, 1 some test failed; anything else is lit itself failing.
     if !matches!(status.code(), Some(0) | Some(1)) {
         bail!("lit failed with {status}; see {}", log_path.display());
     }
-    Ok(log)
+    Ok(())
 }
 
 fn report(s: &LitSummary) {
@@ -372,7 +379,7 @@ fn report(s: &LitSummary) {
          {} load-marker lines",
         p.processes, p.test_program_runs, p.tests_covered, p.marker_lines
     );
-    for f in &s.failures {
+    for f in s.results.iter().filter(|r| r.status.failed()) {
         const LIMIT: usize = 4000;
         let tail_start = f.output.len().saturating_sub(LIMIT);
         let tail_start = (tail_start..=f.output.len())

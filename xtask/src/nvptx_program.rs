@@ -12,7 +12,8 @@ use anyhow::{ensure, Context, Result};
 use offload_formats::image::{find_images, ImageKind};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use test_support::cuda;
+use xshell::{cmd, Shell};
 
 /// What every program built for one GPU architecture shares: the compilers, a CUDA
 /// folder clang 16 accepts, and the host object that carries the device RTL.
@@ -31,24 +32,20 @@ impl NvptxBuild {
         fs::create_dir_all(scratch)?;
         let rtl_cubin = device_rtl_cubin_for(sm, scratch)?;
         let packed = scratch.join(format!("device_rtl.{sm}.offload"));
-        util::run(Command::new(&packager).arg("-o").arg(&packed).arg(format!(
-            "--image=file={},triple=nvptx64-nvidia-cuda,arch={sm},kind=openmp",
-            rtl_cubin.display()
-        )))?;
+        let sh = Shell::new()?;
+        cmd!(
+            sh,
+            "{packager} -o {packed} --image=file={rtl_cubin},triple=nvptx64-nvidia-cuda,arch={sm},kind=openmp"
+        )
+        .run()?;
         let empty = scratch.join("device_rtl_holder.c");
         fs::write(&empty, "/* holds the device RTL's offload image */\n")?;
         let rtl_holder = scratch.join(format!("device_rtl.{sm}.o"));
-        util::run(
-            Command::new(&clang)
-                .arg("-c")
-                .arg(&empty)
-                .arg(format!(
-                    "-Xclang=-fembed-offload-object={}",
-                    packed.display()
-                ))
-                .arg("-o")
-                .arg(&rtl_holder),
-        )?;
+        cmd!(
+            sh,
+            "{clang} -c {empty} -Xclang=-fembed-offload-object={packed} -o {rtl_holder}"
+        )
+        .run()?;
         Ok(NvptxBuild {
             sm: sm.to_owned(),
             cuda_path: cuda_path_for_clang16()?,
@@ -73,17 +70,15 @@ impl NvptxBuild {
     pub fn compile(&self, source: &Path, output: &Path) -> Result<()> {
         let is_cxx = source.extension().is_some_and(|e| e == "cpp");
         let compiler = util::llvm16(if is_cxx { "clang++" } else { "clang" })?;
-        util::run(
-            Command::new(compiler)
-                .args(["-O1", "-fopenmp", "-fopenmp-targets=nvptx64-nvidia-cuda"])
-                .args(self.offload_flags())
-                .arg("-I")
-                .arg(util::root().join("host-plugin/include"))
-                .arg(source)
-                .arg(&self.rtl_holder)
-                .arg("-o")
-                .arg(output),
+        let (offload_flags, rtl_holder) = (self.offload_flags(), &self.rtl_holder);
+        let include = util::root().join("host-plugin/include");
+        let sh = Shell::new()?;
+        cmd!(
+            sh,
+            "{compiler} -O1 -fopenmp -fopenmp-targets=nvptx64-nvidia-cuda {offload_flags...} -I {include} {source} {rtl_holder} -o {output}"
         )
+        .run()?;
+        Ok(())
     }
 }
 
@@ -97,13 +92,9 @@ pub fn device_rtl_cubin_for(sm: &str, scratch: &Path) -> Result<PathBuf> {
         return Ok(cubin);
     }
     let out = scratch.join(format!("device_rtl.{sm}.cubin"));
-    util::run(
-        Command::new(util::ptxas()?)
-            .args(["--compile-only", "-arch", sm])
-            .arg(&ptx)
-            .arg("-o")
-            .arg(&out),
-    )?;
+    let ptxas = util::ptxas()?;
+    let sh = Shell::new()?;
+    cmd!(sh, "{ptxas} --compile-only -arch {sm} {ptx} -o {out}").run()?;
     Ok(out)
 }
 
@@ -132,34 +123,16 @@ pub fn rtl_family_of(sm: &str) -> Result<&'static str> {
 
 /// A `--cuda-path` for clang 16: the CUDA installation ptxas comes from when it has
 /// `include/cuda.h`, else a folder of links into the `nvidia-cuda-nvcc` wheel (ptxas,
-/// nvlink, libdevice) with a `cuda.h` that states a version clang 16 accepts.
+/// nvlink, libdevice) with a `cuda.h` that states a version clang 16 accepts (the same
+/// folder the tests build, from test-support).
 pub fn cuda_path_for_clang16() -> Result<PathBuf> {
     let ptxas = util::ptxas()?;
-    let root = ptxas
-        .parent()
-        .and_then(Path::parent)
-        .context("ptxas has no bin/ parent")?
-        .to_path_buf();
-    if root.join("include/cuda.h").is_file() && root.join("nvvm/libdevice").is_dir() {
-        return Ok(root);
+    if let Some(installation) = cuda::complete_installation(&ptxas) {
+        return Ok(installation);
     }
-    let dir = util::target_dir().join("nvptx/cuda-for-clang16");
-    let _ = fs::remove_dir_all(&dir);
-    for sub in ["bin", "include", "nvvm"] {
-        fs::create_dir_all(dir.join(sub))?;
-    }
-    let link = |from: PathBuf, to: PathBuf| -> Result<()> {
-        ensure!(from.exists(), "{} is missing", from.display());
-        std::os::unix::fs::symlink(&from, &to)
-            .with_context(|| format!("linking {} to {}", to.display(), from.display()))
-    };
-    link(root.join("bin/ptxas"), dir.join("bin/ptxas"))?;
-    link(root.join("bin/nvlink"), dir.join("bin/nvlink"))?;
-    link(root.join("nvvm/libdevice"), dir.join("nvvm/libdevice"))?;
-    // clang 16 reads the version from cuda.h; 12.8 is past what it knows (a warning,
-    // silenced by -Wno-unknown-cuda-version), and it then uses its newest PTX ISA.
-    fs::write(dir.join("include/cuda.h"), "#define CUDA_VERSION 12080\n")?;
-    Ok(dir)
+    let folder = util::target_dir().join("nvptx/cuda-for-clang16");
+    cuda::folder_for_clang(&ptxas, &folder)
+        .with_context(|| format!("making the --cuda-path folder {}", folder.display()))
 }
 
 /// The program carries one cubin for `sm` that defines the lookup, both table globals

@@ -8,10 +8,10 @@
 //! so the build compiles once and copies the library six times (copies, not links: one
 //! inode would be one dlopen handle, i.e. one plugin for all kinds).
 use crate::{device, util};
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use xshell::{cmd, Shell};
 
 #[derive(clap::Args, Default)]
 pub struct BuildArgs {}
@@ -45,16 +45,8 @@ pub fn build_plugins() -> Result<PathBuf> {
     // with util::llvm16's packages.
     util::ensure_debian_packages(&["libffi-dev"])?;
     util::llvm16("clang")?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    util::run(Command::new(cargo).current_dir(util::root()).args([
-        "build",
-        "--release",
-        "-p",
-        "host-plugin",
-        "--lib",
-    ]))?;
-    let built = util::target_dir().join("release/libhost_plugin.so");
-    ensure!(built.is_file(), "cargo did not produce {}", built.display());
+    let sh = Shell::new()?;
+    let built = util::build_release(&sh, "host-plugin", &["--lib"], "libhost_plugin.so")?;
 
     let dir = plugin_dir();
     fs::create_dir_all(&dir)?;
@@ -89,16 +81,13 @@ fn install_copy(from: &Path, to: &Path) -> Result<()> {
 pub fn compile_offload_program(source: &Path, output: &Path) -> Result<()> {
     let clang = util::llvm16("clang")?;
     let rtl = device::host_staticlib()?;
+    let include = util::root().join("host-plugin/include");
     let x = "-Xoffload-linker-x86_64-pc-linux-gnu";
-    util::run(
-        Command::new(clang)
-            .args(["-O1", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"])
-            .arg("-I")
-            .arg(util::root().join("host-plugin/include"))
-            .args([x, "--undefined=__kmpc_target_translate_fptr", x])
-            .arg(&rtl)
-            .arg(source)
-            .arg("-o")
-            .arg(output),
+    let sh = Shell::new()?;
+    cmd!(
+        sh,
+        "{clang} -O1 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -I {include} {x} --undefined=__kmpc_target_translate_fptr {x} {rtl} {source} -o {output}"
     )
+    .run()?;
+    Ok(())
 }

@@ -11,8 +11,9 @@ use std::fmt::Write as _;
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Instant;
+use xshell::{cmd, Shell};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -81,25 +82,23 @@ fn build_programs() -> Result<(Programs, PathBuf)> {
     plugin::compile_offload_program(&util::root().join("examples/indirect_calls.c"), &p.example)?;
     let clang = util::llvm16("clang")?;
     let x = "-Xoffload-linker-x86_64-pc-linux-gnu";
-    util::run(
-        Command::new(&clang)
-            .args(["-O1", "-fPIC", "-shared", "-fopenmp"])
-            .arg("-fopenmp-targets=x86_64-pc-linux-gnu")
-            .arg("-I")
-            .arg(util::root().join("host-plugin/include"))
-            .args([x, "--undefined=__kmpc_target_translate_fptr", x])
-            .arg(device::host_staticlib()?)
-            .arg(fixture("offload_lib.c"))
-            .arg("-o")
-            .arg(&p.library),
-    )?;
-    util::run(
-        Command::new(&clang)
-            .args(["-O1", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"])
-            .arg(fixture("dlopen_cycles.c"))
-            .arg("-o")
-            .arg(&p.cycles),
-    )?;
+    let (include, rtl) = (
+        util::root().join("host-plugin/include"),
+        device::host_staticlib()?,
+    );
+    let (library_source, cycles_source) = (fixture("offload_lib.c"), fixture("dlopen_cycles.c"));
+    let (library, cycles) = (&p.library, &p.cycles);
+    let sh = Shell::new()?;
+    cmd!(
+        sh,
+        "{clang} -O1 -fPIC -shared -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -I {include} {x} --undefined=__kmpc_target_translate_fptr {x} {rtl} {library_source} -o {library}"
+    )
+    .run()?;
+    cmd!(
+        sh,
+        "{clang} -O1 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu {cycles_source} -o {cycles}"
+    )
+    .run()?;
     Ok((p, plugins))
 }
 
@@ -140,31 +139,31 @@ impl Run {
 }
 
 fn run(which: Which, plugins: &Path, prefix: &[&str], exe: &Path, args: &[&str]) -> Result<Run> {
-    let mut cmd = match prefix.split_first() {
-        Some((first, rest)) => {
-            let mut c = Command::new(first);
-            c.args(rest).arg(exe);
-            c
-        }
-        None => Command::new(exe),
+    // `prefix` (valgrind and its options) runs the program, when given.
+    let (program, prefix_args, exe_arg) = match prefix.split_first() {
+        Some((first, rest)) => (Path::new(first), rest, Some(exe)),
+        None => (exe, &[][..], None),
     };
-    cmd.args(args).env("LIBOMPTARGET_INFO", "0");
-    if which == Which::Ours {
-        cmd.env("LD_LIBRARY_PATH", plugins);
+    let sh = Shell::new()?;
+    let cmd =
+        cmd!(sh, "{program} {prefix_args...} {exe_arg...} {args...}").env("LIBOMPTARGET_INFO", "0");
+    let cmd = if which == Which::Ours {
+        cmd.env("LD_LIBRARY_PATH", plugins)
     } else {
-        cmd.env_remove("LD_LIBRARY_PATH");
-    }
+        cmd.env_remove("LD_LIBRARY_PATH")
+    };
     eprintln!(
-        "+ {}{}",
+        "$ {}{cmd}",
         if which == Which::Ours {
             format!("LD_LIBRARY_PATH={} ", plugins.display())
         } else {
             String::new()
         },
-        util::display(&cmd)
     );
     let start = Instant::now();
     let out = cmd
+        .quiet()
+        .ignore_status()
         .output()
         .with_context(|| format!("running {}", exe.display()))?;
     let r = Run {
@@ -455,40 +454,29 @@ fn valgrind() -> Result<()> {
 
 fn asan() -> Result<()> {
     util::section("reliability: parser and table unit tests under AddressSanitizer");
-    let has_nightly = Command::new("rustup")
-        .args(["run", "nightly", "rustc", "--version"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
+    let sh = Shell::new()?;
+    let has_nightly = cmd!(sh, "rustup run nightly rustc --version")
+        .quiet()
+        .ignore_stdout()
+        .ignore_stderr()
+        .run()
+        .is_ok();
     if !has_nightly {
         bail!("--asan needs a nightly toolchain (`rustup toolchain install nightly`)");
     }
     // Its own target dir: sanitizer flags change every crate's build. `--target` keeps
     // the flags off build scripts and proc macros, which cannot be instrumented.
-    util::run(
-        Command::new("cargo")
-            .current_dir(util::root())
-            .args([
-                "+nightly",
-                "test",
-                "--target",
-                "x86_64-unknown-linux-gnu",
-                "--lib",
-            ])
-            .args([
-                "-p",
-                "host-plugin",
-                "-p",
-                "device-rtl",
-                "-p",
-                "offload-formats",
-            ])
-            .env("RUSTFLAGS", "-Zsanitizer=address")
-            .env("RUSTDOCFLAGS", "-Zsanitizer=address")
-            .env("CARGO_TARGET_DIR", util::target_dir().join("asan"))
-            .env_remove("RUSTUP_TOOLCHAIN")
-            .env_remove("CARGO"),
-    )?;
+    sh.change_dir(util::root());
+    cmd!(
+        sh,
+        "cargo +nightly test --target x86_64-unknown-linux-gnu --lib -p host-plugin -p device-rtl -p offload-formats"
+    )
+    .env("RUSTFLAGS", "-Zsanitizer=address")
+    .env("RUSTDOCFLAGS", "-Zsanitizer=address")
+    .env("CARGO_TARGET_DIR", util::target_dir().join("asan"))
+    .env_remove("RUSTUP_TOOLCHAIN")
+    .env_remove("CARGO")
+    .run()?;
     println!("AddressSanitizer: host-plugin, device-rtl and offload-formats unit tests passed");
     Ok(())
 }

@@ -18,8 +18,8 @@
 
 use crate::{device, fuzz, indirect_programs, install, lit, plugin, util};
 use anyhow::{bail, Result};
-use std::process::Command;
 use std::time::Instant;
+use xshell::{cmd, Shell};
 
 #[derive(clap::Args, Default)]
 pub struct Args {
@@ -78,10 +78,6 @@ fn install_prefix() -> std::path::PathBuf {
     util::target_dir().join("install")
 }
 
-fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-}
-
 struct Step {
     name: &'static str,
     result: Result<()>,
@@ -102,6 +98,8 @@ fn timed(name: &'static str, f: impl FnOnce() -> Result<()>) -> Step {
 
 pub fn main(args: Args) -> Result<()> {
     let mut steps = Vec::new();
+    let sh = Shell::new()?;
+    let cargo = util::cargo();
 
     // Build steps: each later step needs what these produce, so stop at the first failure.
     type BuildStep = (&'static str, Box<dyn FnOnce() -> Result<()>>);
@@ -135,21 +133,18 @@ pub fn main(args: Args) -> Result<()> {
 
     if !args.skip_lint {
         steps.push(timed("cargo fmt --check", || {
-            util::run(cargo().args(["fmt", "--all", "--check"]))
+            Ok(cmd!(sh, "{cargo} fmt --all --check").run()?)
         }));
         steps.push(timed("cargo clippy -D warnings", || {
-            util::run(cargo().args([
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ]))
+            Ok(cmd!(
+                sh,
+                "{cargo} clippy --workspace --all-targets -- -D warnings"
+            )
+            .run()?)
         }));
     }
     steps.push(timed("cargo test --workspace", || {
-        util::run(cargo().args(["test", "--workspace", "--no-fail-fast"]))
+        Ok(cmd!(sh, "{cargo} test --workspace --no-fail-fast").run()?)
     }));
     // The demo program for an NVIDIA GPU, compiled by clang 16 with the device RTL
     // linked in by nvlink, its image checked (it runs only where a GPU is).

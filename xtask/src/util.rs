@@ -1,45 +1,26 @@
-//! Shared helpers for xtask: running commands, locating tools, installing prerequisites.
+//! Shared helpers for xtask: reading a command's output, locating tools, installing
+//! prerequisites. Commands run through xshell (`cmd!(sh, "...").run()` echoes each one
+//! as `$ <command>` on stderr, which CI logs show).
 
-use anyhow::{bail, Context, Result};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use anyhow::{bail, ensure, Result};
+use std::path::PathBuf;
+use test_support::tools;
+use xshell::{cmd, Cmd, Shell};
 
-/// The workspace root (the parent of `xtask/`).
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives one level below the workspace root")
-        .to_path_buf()
-}
+/// The workspace root, and cargo's target directory: where the tests look too.
+pub use test_support::workspace::{root, target_dir};
+/// An executable on PATH (or the path itself, when it is one).
+pub use tools::which;
 
-/// `target/` of the workspace (honours CARGO_TARGET_DIR).
-pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
-}
-
-/// Print a command, run it, fail with its exit status if it fails.
-pub fn run(cmd: &mut Command) -> Result<()> {
-    eprintln!("+ {}", display(cmd));
-    let status = cmd
-        .status()
-        .with_context(|| format!("could not start `{}`", display(cmd)))?;
-    if !status.success() {
-        bail!("`{}` failed with {status}", display(cmd));
-    }
-    Ok(())
-}
-
-/// Run a command and capture its stdout as a string; fail (with stderr) if it fails.
-pub fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("could not start `{}`", display(cmd)))?;
+/// Runs `cmd` without echoing it and returns its stdout as text; a failure names the
+/// command, its exit status and what it wrote to stderr. (xshell's own `read` lets
+/// stderr through to the terminal and leaves it out of the error.)
+pub fn read(cmd: Cmd<'_>) -> Result<String> {
+    let shown = cmd.to_string();
+    let out = cmd.quiet().ignore_status().output()?;
     if !out.status.success() {
         bail!(
-            "`{}` failed with {}:\n{}",
-            display(cmd),
+            "`{shown}` failed with {}:\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
@@ -47,35 +28,25 @@ pub fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-pub fn display(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for a in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&a.to_string_lossy());
-    }
-    s
+/// The cargo that runs xtask (`$CARGO`), for the builds and tests xtask starts.
+pub fn cargo() -> PathBuf {
+    std::env::var_os("CARGO").map_or_else(|| "cargo".into(), PathBuf::from)
 }
 
-/// Find an executable on PATH or at an absolute path.
-pub fn which(tool: &str) -> Option<PathBuf> {
-    let p = Path::new(tool);
-    if p.is_absolute() {
-        return p.is_file().then(|| p.to_path_buf());
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(tool))
-            .find(|c| c.is_file())
-    })
+/// `cargo build --release -p <package> <target...>` in the workspace (with `sh`'s
+/// environment); returns `target/release/<file>`, which the build must have written.
+pub fn build_release(sh: &Shell, package: &str, target: &[&str], file: &str) -> Result<PathBuf> {
+    let cargo = cargo();
+    let _in_root = sh.push_dir(root());
+    cmd!(sh, "{cargo} build --release -p {package} {target...}").run()?;
+    let built = target_dir().join("release").join(file);
+    ensure!(built.is_file(), "cargo did not produce {}", built.display());
+    Ok(built)
 }
 
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { geteuid() == 0 }
-}
-
-extern "C" {
-    fn geteuid() -> u32;
+    // SAFETY: geteuid has no preconditions, cannot fail and touches no memory of ours.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// Make sure the Debian packages are installed: installs the missing ones when running
@@ -85,6 +56,8 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
     // package does not go away while xtask runs, so each is asked of dpkg once.
     static INSTALLED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    let sh = Shell::new()?;
+    let status_format = "-f=${Status}";
     let missing: Vec<&str> = pkgs
         .iter()
         .copied()
@@ -92,11 +65,12 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
             if installed.iter().any(|i| i == p) {
                 return false;
             }
-            let present = Command::new("dpkg-query")
-                .args(["-W", "-f=${Status}", p])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-                .unwrap_or(false);
+            let present = cmd!(sh, "dpkg-query -W {status_format} {p}")
+                .quiet()
+                .ignore_status()
+                .ignore_stderr()
+                .read()
+                .is_ok_and(|status| status.contains("install ok installed"));
             if present {
                 installed.push(p.to_string());
             }
@@ -117,17 +91,17 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
     static UPDATED: std::sync::Once = std::sync::Once::new();
     let mut update_result = Ok(());
     UPDATED.call_once(|| {
-        update_result = run(Command::new("apt-get").args(["update", "-qq"]));
+        update_result = cmd!(sh, "apt-get update -qq").run();
     });
     update_result?;
     // A package that conflicts with one already installed (libomp-19-dev and
     // libomp-16-dev) must fail here, not silently uninstall the other: apt's simulation
     // lists the removals (`--no-remove` does not stop removals by conflict).
-    let plan = output(
-        Command::new("apt-get")
-            .args(["install", "-s", "--no-install-recommends"])
-            .args(&missing),
-    )?;
+    let packages = &missing;
+    let plan = read(cmd!(
+        sh,
+        "apt-get install -s --no-install-recommends {packages...}"
+    ))?;
     let removals: Vec<&str> = plan
         .lines()
         .filter_map(|l| l.strip_prefix("Remv "))
@@ -139,10 +113,12 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
             removals.join(", ")
         );
     }
-    run(Command::new("apt-get")
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(&missing)
-        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    cmd!(
+        sh,
+        "apt-get install -y -qq --no-install-recommends {packages...}"
+    )
+    .env("DEBIAN_FRONTEND", "noninteractive")
+    .run()?;
     installed.extend(missing.iter().map(|p| p.to_string()));
     Ok(())
 }
@@ -150,69 +126,43 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
 /// Find `ptxas`: on PATH, under CUDA_HOME, or inside the PyPI wheel `nvidia-cuda-nvcc`
 /// (CUDA 13; installed with pip when missing and running as root).
 pub fn ptxas() -> Result<PathBuf> {
-    if let Some(p) = which("ptxas") {
-        return Ok(p);
+    match tools::find_ptxas() {
+        Ok(p) => Ok(p),
+        Err(_) => wheel_tool(tools::PTXAS_WHEEL, tools::PTXAS_IN_WHEEL),
     }
-    if let Some(home) = std::env::var_os("CUDA_HOME") {
-        let p = PathBuf::from(home).join("bin/ptxas");
-        if p.is_file() {
-            return Ok(p);
-        }
-    }
-    wheel_tool("nvidia-cuda-nvcc", "cu13/bin/ptxas")
 }
 
 /// A tool shipped inside a PyPI wheel under the `nvidia` namespace package (`rel` is
 /// its path below one of `nvidia.__path__`), pip-installing the wheel when it is missing
 /// and we may install (root, or inside a virtualenv).
 pub fn wheel_tool(wheel: &str, rel: &str) -> Result<PathBuf> {
-    let find = || -> Option<PathBuf> {
-        let script = format!(
-            "import nvidia, os; print('\\n'.join(os.path.join(p, '{rel}') for p in nvidia.__path__))"
-        );
-        let out = Command::new("python3")
-            .args(["-c", &script])
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(PathBuf::from)
-            .find(|p| p.is_file())
-    };
-    if let Some(p) = find() {
+    if let Some(p) = tools::find_in_nvidia_wheel(rel) {
         return Ok(p);
     }
     if is_root() || std::env::var_os("VIRTUAL_ENV").is_some() {
-        run(Command::new("python3").args(["-m", "pip", "install", "-q", wheel]))?;
-        if let Some(p) = find() {
+        let sh = Shell::new()?;
+        cmd!(sh, "python3 -m pip install -q {wheel}").run()?;
+        if let Some(p) = tools::find_in_nvidia_wheel(rel) {
             return Ok(p);
         }
     }
     bail!("{rel} not found: `python3 -m pip install {wheel}` and retry")
 }
 
-/// An LLVM 22 tool (clang-22, ld.lld-22 or a tool under /usr/lib/llvm-22/bin).
+/// An LLVM 22 tool (`<tool>-22` on PATH, or under /usr/lib/llvm-22/bin), its Debian
+/// packages installed first when missing.
 pub fn llvm22(tool: &str) -> Result<PathBuf> {
-    ensure_debian_packages(&["clang-22", "lld-22", "llvm-22"])?;
-    let versioned = format!("{tool}-22");
-    which(&versioned)
-        .or_else(|| {
-            let p = PathBuf::from("/usr/lib/llvm-22/bin").join(tool);
-            p.is_file().then_some(p)
-        })
-        .with_context(|| format!("{tool} from LLVM 22 not found"))
+    llvm(22, tool)
 }
 
-/// An LLVM 16 tool (clang-16 etc.).
+/// An LLVM 16 tool (clang-16 etc.), like [`llvm22`].
 pub fn llvm16(tool: &str) -> Result<PathBuf> {
-    ensure_debian_packages(&["clang-16", "libomp-16-dev", "clang-tools-16", "libffi-dev"])?;
-    let versioned = format!("{tool}-16");
-    which(&versioned)
-        .or_else(|| {
-            let p = PathBuf::from("/usr/lib/llvm-16/bin").join(tool);
-            p.is_file().then_some(p)
-        })
-        .with_context(|| format!("{tool} from LLVM 16 not found"))
+    llvm(16, tool)
+}
+
+fn llvm(major: u32, tool: &str) -> Result<PathBuf> {
+    ensure_debian_packages(tools::llvm_packages(major))?;
+    Ok(tools::find_llvm(major, tool)?)
 }
 
 /// Print a section header so long logs read well.
@@ -220,14 +170,51 @@ pub fn section(title: &str) {
     eprintln!("\n==> {title}");
 }
 
+/// `cargo <args> --message-format=json-render-diagnostics` in the workspace (a build,
+/// or `test`/`bench --no-run`): cargo's JSON messages, for [`cargo_executable`].
+pub fn cargo_messages(args: &[&str]) -> Result<String> {
+    let cargo = cargo();
+    let sh = Shell::new()?;
+    sh.change_dir(root());
+    read(cmd!(
+        sh,
+        "{cargo} {args...} --message-format=json-render-diagnostics"
+    ))
+}
+
 /// The executable cargo built for target `name`, from its `--message-format=json` output
-/// (one JSON object per line; the target's `compiler-artifact` line names it).
+/// (one message per line; the target's `compiler-artifact` message names it).
 pub fn cargo_executable(json: &str, name: &str) -> Option<PathBuf> {
-    let target = format!("\"name\":\"{name}\"");
-    json.lines()
-        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains(&target))
-        .find_map(|l| {
-            let rest = &l[l.find("\"executable\":\"")? + "\"executable\":\"".len()..];
-            Some(PathBuf::from(&rest[..rest.find('"')?]))
+    cargo_metadata::Message::parse_stream(json.as_bytes())
+        .filter_map(Result::ok)
+        .find_map(|message| match message {
+            cargo_metadata::Message::CompilerArtifact(a) if a.target.name == name => {
+                a.executable.map(|e| e.into_std_path_buf())
+            }
+            _ => None,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages as cargo 1.95 prints them for `cargo test --no-run --message-format=json`
+    /// (every field; shorter paths): the library's artifact (no executable), the test's,
+    /// and the build-finished line.
+    const CARGO_JSON: &str = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/tests#e2e-tests@0.1.0","manifest_path":"/w/tests/Cargo.toml","target":{"kind":["lib"],"crate_types":["lib"],"name":"e2e_tests","src_path":"/w/tests/src/lib.rs","edition":"2021","doc":true,"doctest":true,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":false},"features":[],"filenames":["/w/target/debug/deps/libe2e_tests-1.rlib"],"executable":null,"fresh":true}
+{"reason":"compiler-artifact","package_id":"path+file:///w/tests#e2e-tests@0.1.0","manifest_path":"/w/tests/Cargo.toml","target":{"kind":["test"],"crate_types":["bin"],"name":"cuda_abi","src_path":"/w/tests/tests/cuda_abi.rs","edition":"2021","doc":false,"doctest":false,"test":true},"profile":{"opt_level":"0","debuginfo":2,"debug_assertions":true,"overflow_checks":true,"test":true},"features":[],"filenames":["/w/target/debug/deps/cuda_abi-2"],"executable":"/w/target/debug/deps/cuda_abi-2","fresh":false}
+{"reason":"build-finished","success":true}
+"#;
+
+    #[test]
+    fn the_executable_of_the_named_target() {
+        assert_eq!(
+            cargo_executable(CARGO_JSON, "cuda_abi"),
+            Some(PathBuf::from("/w/target/debug/deps/cuda_abi-2"))
+        );
+        // A target without an executable (a library), or one cargo did not build.
+        assert_eq!(cargo_executable(CARGO_JSON, "e2e_tests"), None);
+        assert_eq!(cargo_executable(CARGO_JSON, "cuda_indirect"), None);
+    }
 }

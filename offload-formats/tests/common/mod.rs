@@ -5,17 +5,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// An LLVM 22 tool; fails the test with the install command when it is missing.
-pub fn llvm22(tool: &str) -> PathBuf {
-    let p = PathBuf::from("/usr/lib/llvm-22/bin").join(tool);
-    assert!(
-        p.is_file(),
-        "{} not found: install LLVM 22 with `apt-get install -y clang-22 llvm-22 lld-22` (as root)",
-        p.display()
-    );
-    p
-}
+/// The tools as every test of the workspace finds them (test-support); each fails the
+/// test with the install command when it is missing. (Each test file uses a part.)
+#[allow(unused_imports)]
+pub use test_support::tools::{find_llvm, llvm22, ptxas};
 
 pub fn bundler() -> PathBuf {
     llvm22("clang-offload-bundler")
@@ -75,42 +68,6 @@ pub fn error_text(out: &Output) -> String {
     s.lines()
         .find_map(|l| l.split_once("error: ").map(|(_, m)| m.to_owned()))
         .unwrap_or_default()
-}
-
-/// ptxas from CUDA's PyPI wheel (`nvidia-cuda-nvcc`), as `cargo xtask build-device` uses.
-pub fn ptxas() -> PathBuf {
-    if let Some(p) = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("ptxas"))
-            .find(|c| c.is_file())
-    }) {
-        return p;
-    }
-    let out = run(Command::new("python3").args([
-        "-c",
-        "import nvidia, os; print('\\n'.join(os.path.join(p, 'cu13', 'bin', 'ptxas') for p in nvidia.__path__))",
-    ]));
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .expect("ptxas not found: `python3 -m pip install nvidia-cuda-nvcc` (or run `cargo xtask build-device`, which installs it)")
-}
-
-/// A minimal CUDA installation for clang's OpenMP offload driver: `include/cuda.h`
-/// naming a CUDA version (so clang picks a PTX version sm_90 accepts), `bin/ptxas`, and
-/// an empty libdevice (the test programs use no libdevice functions).
-pub fn fake_cuda_path(dir: &Path) -> PathBuf {
-    let cuda = dir.join("cuda");
-    for sub in ["include", "bin", "nvvm/libdevice"] {
-        std::fs::create_dir_all(cuda.join(sub)).unwrap();
-    }
-    std::fs::write(cuda.join("include/cuda.h"), "#define CUDA_VERSION 12080\n").unwrap();
-    std::fs::write(cuda.join("nvvm/libdevice/libdevice.10.bc"), b"").unwrap();
-    let link = cuda.join("bin/ptxas");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(ptxas(), &link).unwrap();
-    cuda
 }
 
 /// tests/data/indirect.c: a C program with `declare target indirect` functions.

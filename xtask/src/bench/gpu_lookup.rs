@@ -10,8 +10,9 @@
 
 use crate::{device, util};
 use anyhow::{ensure, Context, Result};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use xshell::{cmd, Shell};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -78,12 +79,10 @@ pub fn main(args: Args) -> Result<()> {
         return Ok(());
     }
     util::section("gpu lookup bench: run");
-    util::run(
-        Command::new(&driver)
-            .arg("--cubins")
-            .arg(cubin_dir())
-            .args(&args.driver_args),
-    )
+    let (cubins, driver_args) = (cubin_dir(), &args.driver_args);
+    let sh = Shell::new()?;
+    cmd!(sh, "{driver} --cubins {cubins} {driver_args...}").run()?;
+    Ok(())
 }
 
 /// Everything but the GPU run, for `cargo xtask test` too: the device runtime, every
@@ -108,6 +107,7 @@ pub fn build_cubins() -> Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     let source = util::root().join("tests/fixtures/bench/gpu_lookup.c");
     let mut counts: Vec<(String, u32, KernelSize)> = Vec::new();
+    let sh = Shell::new()?;
     for &(name, lookup) in VARIANTS {
         for sm in ARCHES {
             let link = link_for(lookup, sm)?;
@@ -119,34 +119,27 @@ pub fn build_cubins() -> Result<PathBuf> {
             }
             let ptx = dir.join(format!("gpu_lookup.{name}.sm_{sm}.ptx"));
             let cubin = dir.join(format!("gpu_lookup.{name}.sm_{sm}.cubin"));
-            let mut cmd = Command::new(&clang);
-            cmd.arg("--target=nvptx64-nvidia-cuda")
-                .arg(format!("-march=sm_{sm}"))
-                .args(["-Xclang", "-target-feature", "-Xclang", "+ptx80"])
-                .args(["-nogpulib", "-O2", "-S"])
-                .arg(format!("-D{}", define(lookup)))
-                .arg(&source);
+            let (define, arch) = (define(lookup), format!("sm_{sm}"));
+            let mut extra: Vec<OsString> = Vec::new();
             if let Link::Bitcode(bc) = &link {
-                cmd.args(["-Xclang", "-mlink-builtin-bitcode", "-Xclang"])
-                    .arg(bc);
+                extra.extend(["-Xclang", "-mlink-builtin-bitcode", "-Xclang"].map(OsString::from));
+                extra.push(bc.into());
             }
             if matches!(lookup, Lookup::Llvm19) {
                 // LLVM 19's bitcode predates the nvptx data layout clang-22 writes (the
                 // added shared-memory pointer size): a known, harmless mismatch.
-                cmd.arg("-Wno-linker-warnings");
+                extra.push("-Wno-linker-warnings".into());
             }
-            util::run(cmd.arg("-o").arg(&ptx))?;
+            cmd!(
+                sh,
+                "{clang} --target=nvptx64-nvidia-cuda -march={arch} -Xclang -target-feature -Xclang +ptx80 -nogpulib -O2 -S -D{define} {source} {extra...} -o {ptx}"
+            )
+            .run()?;
             let text = std::fs::read_to_string(&ptx)?;
             let text = check_ptx(name, lookup, text)
                 .with_context(|| format!("checking {}", ptx.display()))?;
             std::fs::write(&ptx, &text)?;
-            util::run(
-                Command::new(&ptxas)
-                    .arg(format!("-arch=sm_{sm}"))
-                    .arg(&ptx)
-                    .arg("-o")
-                    .arg(&cubin),
-            )?;
+            cmd!(sh, "{ptxas} -arch={arch} {ptx} -o {cubin}").run()?;
             check_cubin_symbols(&readelf, &cubin, lookup)?;
             counts.push((name.to_string(), sm, kernel_instructions(&text)));
         }
@@ -213,23 +206,21 @@ fn llvm19_bitcode(sm: u32) -> Result<PathBuf> {
     util::section("gpu lookup bench: LLVM 19 DeviceRTL (libomp-19-dev, unpacked, not installed)");
     let debs = root.join("deb");
     std::fs::create_dir_all(&debs)?;
+    let sh = Shell::new()?;
     let download = || {
-        util::run(Command::new("apt-get").current_dir(&debs).args([
-            "download",
-            "-qq",
-            "libomp-19-dev",
-        ]))
+        let _in_debs = sh.push_dir(&debs);
+        cmd!(sh, "apt-get download -qq libomp-19-dev").run()
     };
     if download().is_err() {
         // Fresh machines have no package lists yet.
-        util::run(Command::new("apt-get").args(["update", "-qq"]))?;
+        cmd!(sh, "apt-get update -qq").run()?;
         download()?;
     }
     let deb = std::fs::read_dir(&debs)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "deb"))
         .context("apt-get download left no .deb")?;
-    util::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))?;
+    cmd!(sh, "dpkg-deb -x {deb} {root}").run()?;
     ensure!(unpacked.is_file(), "{} is not in {}", file, deb.display());
     Ok(unpacked)
 }
@@ -299,7 +290,8 @@ fn required_symbols(lookup: Lookup) -> Vec<(String, Option<u64>)> {
 }
 
 fn check_cubin_symbols(readelf: &Path, cubin: &Path, lookup: Lookup) -> Result<()> {
-    let listing = util::output(Command::new(readelf).arg("--syms").arg(cubin))?;
+    let sh = Shell::new()?;
+    let listing = util::read(cmd!(sh, "{readelf} --syms {cubin}"))?;
     // Rows: "Num: Value Size Type Bind Vis [<other: ..>] Ndx Name".
     let sizes: Vec<(&str, u64)> = listing
         .lines()
@@ -437,41 +429,34 @@ pub fn check_kernel_on_host(driver: &Path) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let source = util::root().join("tests/fixtures/bench/gpu_lookup_host.c");
     let mut cases = 0;
+    let sh = Shell::new()?;
     for (name, define) in [
         ("direct", "LOOKUP_DIRECT"),
         ("ours", "LOOKUP_OURS"),
         ("ours_index", "LOOKUP_OURS"),
     ] {
         let exe = dir.join(format!("gpu_lookup_host.{name}"));
-        util::run(
-            Command::new(&clang)
-                .args(["-O2", "-Wno-ignored-attributes"])
-                .arg(format!("-D{define}"))
-                .arg(&source)
-                .arg(&staticlib)
-                .arg("-o")
-                .arg(&exe),
-        )?;
+        cmd!(
+            sh,
+            "{clang} -O2 -Wno-ignored-attributes -D{define} {source} {staticlib} -o {exe}"
+        )
+        .run()?;
         for size in SIZES {
             let index_file = dir.join(format!("index-{size}.txt"));
+            let size_arg = size.to_string();
             if name == "ours_index" {
-                let index =
-                    util::output(Command::new(driver).args(["--print-index", &size.to_string()]))?;
+                let index = util::read(cmd!(sh, "{driver} --print-index {size_arg}"))?;
                 std::fs::write(&index_file, index)?;
             }
+            let index_arg = (name == "ours_index").then_some(&index_file);
             for (pattern, divergent) in [("uniform", "0"), ("divergent", "1")] {
                 let iters = HOST_CHECK_ITERS.to_string();
-                let mut run = Command::new(&exe);
-                run.args([&size.to_string(), divergent, &iters]);
-                if name == "ours_index" {
-                    run.arg(&index_file);
-                }
-                let got = util::output(&mut run)?;
-                let want = util::output(
-                    Command::new(driver)
-                        .arg("--print-reference")
-                        .arg(format!("{size},{pattern},{iters},{HOST_CHECK_THREADS}")),
-                )?;
+                let got = util::read(cmd!(
+                    sh,
+                    "{exe} {size_arg} {divergent} {iters} {index_arg...}"
+                ))?;
+                let reference = format!("{size},{pattern},{iters},{HOST_CHECK_THREADS}");
+                let want = util::read(cmd!(sh, "{driver} --print-reference {reference}"))?;
                 ensure!(
                     want.lines().count() == HOST_CHECK_THREADS,
                     "the driver printed {} reference values, not {HOST_CHECK_THREADS}",
@@ -508,13 +493,14 @@ pub fn check_kernel_on_host(driver: &Path) -> Result<()> {
 /// Build the host driver (release: it computes the reference results on the CPU).
 pub fn build_driver() -> Result<PathBuf> {
     util::section("gpu lookup bench: driver");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let json = util::output(
-        Command::new(cargo)
-            .current_dir(util::root())
-            .args(["build", "--release", "-p", "e2e-tests"])
-            .args(["--bin", "gpu_lookup_bench", "--message-format=json"]),
-    )?;
+    let json = util::cargo_messages(&[
+        "build",
+        "--release",
+        "-p",
+        "e2e-tests",
+        "--bin",
+        "gpu_lookup_bench",
+    ])?;
     util::cargo_executable(&json, "gpu_lookup_bench")
         .context("cargo reported no executable for gpu_lookup_bench")
 }

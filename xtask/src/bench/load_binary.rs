@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use xshell::{cmd, Shell};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -87,6 +87,7 @@ pub fn main(args: Args) -> Result<()> {
     // Per entry count: what -> (fastest ns, median ns).
     let mut results: BTreeMap<usize, BTreeMap<String, (f64, f64)>> = BTreeMap::new();
     let mut reps_used = BTreeMap::new();
+    let sh = Shell::new()?;
     for &n in &args.entries {
         let image = generate_image(n)?;
         let reps = if n >= 1_000_000 {
@@ -96,14 +97,11 @@ pub fn main(args: Args) -> Result<()> {
         };
         reps_used.insert(n, reps);
         util::section(&format!("bench load: {n} entries, {reps} repetitions"));
-        let out = util::output(
-            Command::new(&bench)
-                .arg(&image)
-                .arg(n.to_string())
-                .arg(reps.to_string())
-                .arg(&ours)
-                .arg(llvm),
-        )?;
+        let (entries, repetitions) = (n.to_string(), reps.to_string());
+        let out = util::read(cmd!(
+            sh,
+            "{bench} {image} {entries} {repetitions} {ours} {llvm}"
+        ))?;
         let parsed = parse_output(&out, n)?;
         for (what, (best, median)) in &parsed {
             eprintln!(
@@ -194,15 +192,13 @@ fn generate_image(n: usize) -> Result<PathBuf> {
     write_assembly(&asm, n)?;
     let clang = util::llvm22("clang")?;
     let tmp = so.with_extension("so.tmp");
-    util::run(
-        Command::new(clang)
-            .args(["--target=x86_64-pc-linux-gnu", "-shared", "-nostdlib"])
-            // GNU hash only, as Debian's clang links; no .symtab (only .dynsym matters).
-            .args(["-fuse-ld=lld", "-Wl,--hash-style=gnu", "-Wl,--strip-all"])
-            .arg(&asm)
-            .arg("-o")
-            .arg(&tmp),
-    )?;
+    let sh = Shell::new()?;
+    // GNU hash only, as Debian's clang links; no .symtab (only .dynsym matters).
+    cmd!(
+        sh,
+        "{clang} --target=x86_64-pc-linux-gnu -shared -nostdlib -fuse-ld=lld -Wl,--hash-style=gnu -Wl,--strip-all {asm} -o {tmp}"
+    )
+    .run()?;
     std::fs::rename(&tmp, &so)?;
     // The assembly of 1M entries is tens of MB; the image is what is kept.
     let _ = std::fs::remove_file(&asm);

@@ -15,7 +15,8 @@ use anyhow::{bail, ensure, Context, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use xshell::{cmd, Shell};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -140,13 +141,13 @@ fn build_program() -> Result<PathBuf> {
     let dir = util::target_dir().join("bench");
     std::fs::create_dir_all(&dir)?;
     let exe = dir.join("plugin_overhead");
-    util::run(
-        Command::new(clang)
-            .args(["-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"])
-            .arg(util::root().join("tests/fixtures/bench/plugin_overhead.c"))
-            .arg("-o")
-            .arg(&exe),
-    )?;
+    let source = util::root().join("tests/fixtures/bench/plugin_overhead.c");
+    let sh = Shell::new()?;
+    cmd!(
+        sh,
+        "{clang} -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu {source} -o {exe}"
+    )
+    .run()?;
     Ok(exe)
 }
 
@@ -161,29 +162,31 @@ fn run_once(
 ) -> Result<f64> {
     let marker = util::target_dir().join("bench/plugin_overhead.marker");
     let _ = std::fs::remove_file(&marker);
-    let mut cmd = Command::new(program);
-    match measure {
-        Measure::Empty => cmd.args([
+    let measure_args = match measure {
+        Measure::Empty => [
             "empty".to_string(),
             args.regions.to_string(),
             args.batches.to_string(),
-        ]),
-        Measure::Map(mib) => cmd.args([
+        ],
+        Measure::Map(mib) => [
             "map".to_string(),
             mib.to_string(),
             reps_for(mib, args.reps).to_string(),
-        ]),
+        ],
     };
-    cmd.env("OMPTARGET_RS_LOAD_MARKER", &marker)
+    let sh = Shell::new()?;
+    let cmd = cmd!(sh, "{program} {measure_args...}")
+        .env("OMPTARGET_RS_LOAD_MARKER", &marker)
         .env_remove("LIBOMPTARGET_INFO")
         .env_remove("LIBOMPTARGET_NEXTGEN_PLUGINS");
-    match which {
+    let cmd = match which {
         Which::Ours => cmd.env("LD_LIBRARY_PATH", plugins),
         Which::Llvm => cmd.env_remove("LD_LIBRARY_PATH"),
     };
-    let child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+    // Spawned through std: the load marker's lines are told apart by the pid.
+    let child = Command::from(cmd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("running {}", program.display()))?;
     let pid = child.id();

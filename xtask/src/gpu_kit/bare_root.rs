@@ -177,7 +177,8 @@ fn os_release_codename() -> Result<String> {
 
 /// The archive this machine's apt takes `<codename>/main` from.
 fn archive_of(codename: &str) -> Result<String> {
-    let policy = util::output(std::process::Command::new("apt-cache").arg("policy"))?;
+    let sh = Shell::new()?;
+    let policy = util::read(cmd!(sh, "apt-cache policy"))?;
     archive_in_policy(&policy, codename).with_context(|| {
         format!("apt's configuration has no archive for {codename}/main (apt-cache policy)")
     })

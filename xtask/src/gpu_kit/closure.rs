@@ -154,7 +154,8 @@ fn files_below(dir: &Path) -> Result<Vec<PathBuf>> {
 /// The sonames of glibc's libraries (Debian's `libc6`): `libc.so.6`, `libm.so.6`,
 /// `ld-linux-x86-64.so.2`, ...
 fn glibc_sonames() -> Result<Vec<String>> {
-    let files = util::output(std::process::Command::new("dpkg").args(["-L", "libc6"]))?;
+    let sh = Shell::new()?;
+    let files = util::read(cmd!(sh, "dpkg -L libc6"))?;
     let mut names: Vec<String> = files
         .lines()
         .filter_map(|l| Path::new(l).file_name()?.to_str())
@@ -229,7 +230,8 @@ struct Resolver<'a> {
 
 impl<'a> Resolver<'a> {
     fn new(glibc: &'a [String]) -> Result<Self> {
-        let listing = util::output(std::process::Command::new("ldconfig").arg("-p"))?;
+        let sh = Shell::new()?;
+        let listing = util::read(cmd!(sh, "ldconfig -p"))?;
         let cache = listing
             .lines()
             .filter(|l| l.contains("x86-64"))
@@ -377,12 +379,9 @@ pub fn xz(source: &Path, target: &Path) -> Result<()> {
         fs::create_dir_all(dir)?;
     }
     let sh = Shell::new()?;
-    eprintln!(
-        "+ xz -9e -T1 --stdout {} > {}",
-        source.display(),
-        target.display()
-    );
-    let out = cmd!(sh, "xz -9e -T1 --stdout {source}")
+    let compress = cmd!(sh, "xz -9e -T1 --stdout {source}");
+    eprintln!("$ {compress} > {}", target.display());
+    let out = compress
         .quiet()
         .output()
         .with_context(|| format!("compressing {}", source.display()))?;

@@ -13,7 +13,7 @@ use anyhow::{ensure, Context, Result};
 use serde_json::json;
 use std::fs;
 use std::path::Path;
-use std::process::Command;
+use xshell::{cmd, Shell};
 
 /// The test executables of the kit: (cargo test target, what run.sh passes it).
 const TESTS: &[(&str, &[&str])] = &[
@@ -29,12 +29,6 @@ const TESTS: &[(&str, &[&str])] = &[
     ),
 ];
 
-fn cargo() -> Command {
-    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    c.current_dir(util::root());
-    c
-}
-
 /// Builds and adds the tests, fixtures, benchmark and plugin (`plugins` is
 /// target/plugin/).
 pub fn add(kit: &mut Kit, plugins: &Path) -> Result<()> {
@@ -42,30 +36,19 @@ pub fn add(kit: &mut Kit, plugins: &Path) -> Result<()> {
     // ptxas comes from the nvidia-cuda-nvcc wheel where CUDA is not installed.
     util::ptxas()?;
     util::llvm22("clang")?;
-    util::run(cargo().args([
-        "test",
-        "-p",
-        "e2e-tests",
-        "--test",
-        "cuda_no_driver",
-        "--",
-        "--exact",
-        "fixture_cubins_keep_every_global_and_kernel",
-    ]))?;
+    let sh = Shell::new()?;
+    sh.change_dir(util::root());
+    let cargo = util::cargo();
+    cmd!(
+        sh,
+        "{cargo} test -p e2e-tests --test cuda_no_driver -- --exact fixture_cubins_keep_every_global_and_kernel"
+    )
+    .run()?;
 
     util::section("gpu-bundle: test executables");
-    let mut build = cargo();
-    build.args([
-        "test",
-        "-p",
-        "e2e-tests",
-        "--no-run",
-        "--message-format=json",
-    ]);
-    for (name, _) in TESTS {
-        build.args(["--test", name]);
-    }
-    let json = util::output(&mut build)?;
+    let mut build = vec!["test", "-p", "e2e-tests", "--no-run"];
+    build.extend(TESTS.iter().flat_map(|(name, _)| ["--test", name]));
+    let json = util::cargo_messages(&build)?;
     let mut tests = Vec::new();
     for (name, args) in TESTS {
         let exe = util::cargo_executable(&json, name)
@@ -112,5 +95,7 @@ pub fn add(kit: &mut Kit, plugins: &Path) -> Result<()> {
 
 fn strip(from: &Path, to: &Path) -> Result<()> {
     let strip = util::llvm22("llvm-strip")?;
-    util::run(Command::new(strip).arg(from).arg("-o").arg(to))
+    let sh = Shell::new()?;
+    cmd!(sh, "{strip} {from} -o {to}").run()?;
+    Ok(())
 }

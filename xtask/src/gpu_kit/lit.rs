@@ -14,10 +14,11 @@
 //! on a GPU, and nothing ran), *not built* when a compile failed (its first error is
 //! kept), *unsupported* when lit skipped it for a feature (the reason lit gives, such
 //! as `libomptarget-debug`, which Debian's libomptarget lacks). Results come from lit's
-//! JSON report, which keeps every result code.
+//! JSON report ([`crate::lit::results`]), which keeps every result code.
 
 use super::script::{LIT_SITE_CFG, LIT_TOOL};
 use super::{build_dir, Kit, SM};
+use crate::lit::results::{self, Status, TestResult};
 use crate::lit::{debian_source, LLVM16_PREFIX};
 use crate::nvptx_program::NvptxBuild;
 use crate::util;
@@ -29,6 +30,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
+use xshell::{cmd, Shell};
 
 /// Where lit builds the tests here and runs them there: the same absolute path on both
 /// machines, because a test program may name a library of its test by its path
@@ -124,7 +126,9 @@ fn cuda_test_arch() -> &'static str {
 
 /// The lit features upstream's set_test_compiler_features() gives clang 16.
 fn compiler_features() -> Result<Vec<String>> {
-    let version = util::output(Command::new(util::llvm16("clang")?).arg("-dumpversion"))?;
+    let clang = util::llvm16("clang")?;
+    let sh = Shell::new()?;
+    let version = util::read(cmd!(sh, "{clang} -dumpversion"))?;
     let version = version.trim();
     let parts: Vec<&str> = version.split('.').collect();
     Ok(vec![
@@ -152,7 +156,7 @@ impl BuildSite<'_> {
 
     /// lit's JSON report of the build, from an earlier build with the same inputs when
     /// there is one (the build takes minutes).
-    fn results(&self) -> Result<Value> {
+    fn results(&self) -> Result<Vec<TestResult>> {
         let report = self.work.join("results.json");
         let stamp = self.work.join("inputs.hash");
         let key = self.inputs_hash()?;
@@ -164,8 +168,7 @@ impl BuildSite<'_> {
             self.run(&report)?;
             fs::write(&stamp, &key)?;
         }
-        let text = fs::read_to_string(&report)?;
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", report.display()))
+        results::read(&report)
     }
 
     fn tool(&self) -> PathBuf {
@@ -236,20 +239,22 @@ impl BuildSite<'_> {
         let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
         let lit_py = Path::new(LLVM16_PREFIX).join("build/utils/lit/lit.py");
         let log = fs::File::create(self.log())?;
-        let mut lit = Command::new("python3");
-        lit.arg(&lit_py)
-            .args(["-v", "--no-progress-bar", "-j", &jobs.to_string(), "-o"])
-            .arg(report)
-            .arg("--xunit-xml-output")
-            .arg(self.work.join("build.xml"))
-            .arg(&exec)
-            // What the compiles see is set in the site config.
-            .env_remove("LD_LIBRARY_PATH")
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        eprintln!("+ {} > {}", util::display(&lit), self.log().display());
+        let (jobs_arg, xunit) = (jobs.to_string(), self.work.join("build.xml"));
+        let sh = Shell::new()?;
+        let lit = cmd!(
+            sh,
+            "python3 {lit_py} -v --no-progress-bar -j {jobs_arg} -o {report} --xunit-xml-output {xunit} {exec}"
+        )
+        // What the compiles see is set in the site config.
+        .env_remove("LD_LIBRARY_PATH");
+        eprintln!("$ {lit} > {}", self.log().display());
         let start = Instant::now();
-        let status = lit.status().context("running lit")?;
+        // Through std: xshell cannot send a command's output to a file as it runs.
+        let status = Command::from(lit)
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .status()
+            .context("running lit")?;
         eprintln!(
             "lit build: {status} after {:.0} s ({jobs} workers)",
             start.elapsed().as_secs_f64()
@@ -263,24 +268,23 @@ impl BuildSite<'_> {
 }
 
 /// Each test's outcome, by its path in the suite (`offloading/bug49334.cpp`).
-fn classify(results: &Value, store: &Path) -> Result<Vec<(String, Outcome)>> {
-    let tests = results["tests"]
-        .as_array()
-        .context("lit's report has no tests")?;
+fn classify(results: &[TestResult], store: &Path) -> Result<Vec<(String, Outcome)>> {
     let mut outcomes = Vec::new();
-    for t in tests {
-        let name = t["name"].as_str().context("a test without a name")?;
-        let path = name.rsplit(" :: ").next().unwrap_or(name).to_owned();
-        let code = t["code"].as_str().unwrap_or("");
-        let output = t["output"].as_str().unwrap_or("");
-        let outcome = match code {
-            "PASS" | "XPASS" => Outcome::Built,
-            "UNSUPPORTED" => Outcome::Unsupported(output.lines().next().unwrap_or("").to_owned()),
-            _ => {
-                Outcome::NotBuilt(first_compile_error(store, &path).unwrap_or_else(|| {
-                    format!("lit {code}: {}", output.lines().last().unwrap_or(""))
-                }))
+    for t in results {
+        let path = t.path().to_owned();
+        let output = &t.output;
+        let outcome = match t.status {
+            Status::Pass | Status::XPass => Outcome::Built,
+            Status::Unsupported => {
+                Outcome::Unsupported(output.lines().next().unwrap_or("").to_owned())
             }
+            _ => Outcome::NotBuilt(first_compile_error(store, &path).unwrap_or_else(|| {
+                format!(
+                    "lit {}: {}",
+                    t.status.code(),
+                    output.lines().last().unwrap_or("")
+                )
+            })),
         };
         outcomes.push((path, outcome));
     }
@@ -331,20 +335,12 @@ fn pack(work: &Path, lit_package: &Path, tests: &Path, archive: &Path) -> Result
     link(tests, staging.join("tests"))?;
     link(&work.join("store"), staging.join("store"))?;
     let tar = work.join("lit.tar");
-    util::run(
-        Command::new("tar")
-            .args(["--create", "--dereference", "--sort=name", "--owner=0"])
-            .args([
-                "--group=0",
-                "--numeric-owner",
-                "--exclude=__pycache__",
-                "-f",
-            ])
-            .arg(&tar)
-            .arg("-C")
-            .arg(&staging)
-            .args(["lit", "tests", "store"]),
-    )?;
+    let sh = Shell::new()?;
+    cmd!(
+        sh,
+        "tar --create --dereference --sort=name --owner=0 --group=0 --numeric-owner --exclude=__pycache__ -f {tar} -C {staging} lit tests store"
+    )
+    .run()?;
     super::closure::xz(&tar, archive)?;
     fs::remove_file(&tar)?;
     Ok(())
@@ -364,7 +360,7 @@ mod tests {
             {"name": "libomptarget :: nvptx64-nvidia-cuda :: offloading/b.c", "code": "FAIL", "output": "x\nexit 1"},
         ]});
         let store = std::env::temp_dir().join("no-such-kit-store");
-        let got = classify(&report, &store).unwrap();
+        let got = classify(&results::parse(&report.to_string()).unwrap(), &store).unwrap();
         assert_eq!(
             got[0],
             (

@@ -34,6 +34,7 @@ use serde_json::{json, Map, Value};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use xshell::{cmd, Shell};
 
 #[derive(clap::Args, Default)]
 pub struct Args {
@@ -134,14 +135,9 @@ pub fn build_kit() -> Result<PathBuf> {
 
 /// Which sources the kit was built from, for docs/GPU_RUNS.md.
 fn provenance() -> Result<Value> {
-    let git = |args: &[&str]| {
-        util::output(
-            std::process::Command::new("git")
-                .args(args)
-                .current_dir(util::root()),
-        )
-        .map(|s| s.trim().to_owned())
-    };
+    let sh = Shell::new()?;
+    sh.change_dir(util::root());
+    let git = |args: &[&str]| util::read(cmd!(sh, "git {args...}")).map(|s| s.trim().to_owned());
     let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|_| "unknown".into());
     let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
         .map(|s| !s.is_empty())

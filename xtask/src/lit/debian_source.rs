@@ -13,7 +13,7 @@ use crate::util;
 use anyhow::{bail, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use xshell::{cmd, Shell};
 
 /// The Debian source package holding LLVM 16 (and its openmp tree).
 const SOURCE_PACKAGE: &str = "llvm-toolchain-16";
@@ -82,12 +82,13 @@ fn download_source_package(cache: &Path) -> Result<PathBuf> {
     }
     enable_source_packages()?;
     // Pin the version of the installed compiler/runtime: the tests must match them.
-    util::run(
-        Command::new("apt-get")
-            .args(["source", "--download-only", "-qq"])
-            .arg(format!("{SOURCE_PACKAGE}={version}"))
-            .current_dir(cache),
-    )?;
+    let sh = Shell::new()?;
+    sh.change_dir(cache);
+    cmd!(
+        sh,
+        "apt-get source --download-only -qq {SOURCE_PACKAGE}={version}"
+    )
+    .run()?;
     find_orig_tarball(cache)?.with_context(|| {
         format!(
             "apt-get source left no {SOURCE_PACKAGE}_*.orig.tar.* in {}",
@@ -98,7 +99,9 @@ fn download_source_package(cache: &Path) -> Result<PathBuf> {
 
 fn installed_version(package: &str) -> Result<String> {
     util::ensure_debian_packages(&[package])?;
-    let v = util::output(Command::new("dpkg-query").args(["-W", "-f=${Version}", package]))?;
+    let sh = Shell::new()?;
+    let version_format = "-f=${Version}";
+    let v = util::read(cmd!(sh, "dpkg-query -W {version_format} {package}"))?;
     let v = v.trim();
     if v.is_empty() {
         bail!("dpkg-query reports no version for {package}");
@@ -183,7 +186,8 @@ fn enable_source_packages() -> Result<()> {
         eprintln!("lit: writing {}", file.display());
         fs::write(&file, format!("{header}{one_line}"))?;
     }
-    util::run(Command::new("apt-get").args(["update", "-qq"]))?;
+    let sh = Shell::new()?;
+    cmd!(sh, "apt-get update -qq").run()?;
     if !source_package_known()? {
         bail!("apt still knows no source package {SOURCE_PACKAGE} after enabling deb-src");
     }
@@ -191,8 +195,10 @@ fn enable_source_packages() -> Result<()> {
 }
 
 fn source_package_known() -> Result<bool> {
-    let out = Command::new("apt-cache")
-        .args(["showsrc", SOURCE_PACKAGE])
+    let sh = Shell::new()?;
+    let out = cmd!(sh, "apt-cache showsrc {SOURCE_PACKAGE}")
+        .quiet()
+        .ignore_status()
         .output()
         .context("running apt-cache")?;
     Ok(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Package:"))
@@ -202,7 +208,8 @@ fn source_package_known() -> Result<bool> {
 /// only that archive gets a deb-src twin. None when apt cannot tell (then all `deb`
 /// entries are twinned).
 fn archive_uri_of(package: &str) -> Result<Option<String>> {
-    let policy = util::output(Command::new("apt-cache").args(["policy", package]))?;
+    let sh = Shell::new()?;
+    let policy = util::read(cmd!(sh, "apt-cache policy {package}"))?;
     Ok(archive_uri_in_policy(&policy))
 }
 
@@ -303,15 +310,9 @@ fn extract_tests(cache: &Path, orig: &Path) -> Result<PathBuf> {
     }
     fs::create_dir_all(&staging)?;
     util::ensure_debian_packages(&["xz-utils", "tar"])?;
-    util::run(
-        Command::new("tar")
-            .arg("-xf")
-            .arg(orig)
-            .arg("-C")
-            .arg(&staging)
-            .arg("--wildcards")
-            .arg(format!("*/{TESTS_IN_TREE}/*")),
-    )?;
+    let sh = Shell::new()?;
+    let pattern = format!("*/{TESTS_IN_TREE}/*");
+    cmd!(sh, "tar -xf {orig} -C {staging} --wildcards {pattern}").run()?;
     let top = fs::read_dir(&staging)?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
@@ -339,14 +340,12 @@ fn extract_tests(cache: &Path, orig: &Path) -> Result<PathBuf> {
 fn apply_debian_patches(tree: &Path, debian_tarball: &Path, staging: &Path) -> Result<()> {
     let debian_dir = staging.join("debian-packaging");
     fs::create_dir_all(&debian_dir)?;
-    util::run(
-        Command::new("tar")
-            .arg("-xf")
-            .arg(debian_tarball)
-            .arg("-C")
-            .arg(&debian_dir)
-            .arg("debian/patches"),
-    )?;
+    let sh = Shell::new()?;
+    cmd!(
+        sh,
+        "tar -xf {debian_tarball} -C {debian_dir} debian/patches"
+    )
+    .run()?;
     let patches = debian_dir.join("debian/patches");
     let series = fs::read_to_string(patches.join("series")).unwrap_or_default();
     let mut applied = 0;
@@ -368,12 +367,8 @@ fn apply_debian_patches(tree: &Path, debian_tarball: &Path, staging: &Path) -> R
         util::ensure_debian_packages(&["patch"])?;
         let part = staging.join("test-part.patch");
         fs::write(&part, relevant)?;
-        util::run(
-            Command::new("patch")
-                .args(["-p1", "--batch", "--forward", "-i"])
-                .arg(&part)
-                .current_dir(tree),
-        )?;
+        let _in_tree = sh.push_dir(tree);
+        cmd!(sh, "patch -p1 --batch --forward -i {part}").run()?;
         applied += 1;
     }
     eprintln!("lit: {applied} Debian patch(es) touch {TESTS_IN_TREE}");

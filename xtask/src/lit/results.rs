@@ -1,6 +1,13 @@
-//! Reads lit's `-v` output (not `-s`): one `STATUS: suite :: target :: path (i of n)`
-//! line per test, and for each failure the test's output between
-//! `**** TEST '...' FAILED ****` and a line of stars.
+//! Reads lit's JSON report (`-o FILE`): one object per test lit ran, with its full
+//! name, its result code and its output (the commands and what they printed).
+//!
+//! Why not `--xunit-xml-output`: lit 16's xunit report writes XFAIL and XPASS tests
+//! like passing ones (and an XPASS makes lit fail), and turns dots of folder names into
+//! underscores; the JSON report keeps every result code and name.
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use std::path::Path;
 
 /// lit's verdict on one test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,21 +24,32 @@ pub enum Status {
     Excluded,
 }
 
+/// lit's name of each result code.
+const CODES: [(Status, &str); 10] = [
+    (Status::Pass, "PASS"),
+    (Status::FlakyPass, "FLAKYPASS"),
+    (Status::Fail, "FAIL"),
+    (Status::XFail, "XFAIL"),
+    (Status::XPass, "XPASS"),
+    (Status::Unsupported, "UNSUPPORTED"),
+    (Status::Unresolved, "UNRESOLVED"),
+    (Status::Timeout, "TIMEOUT"),
+    (Status::Skipped, "SKIPPED"),
+    (Status::Excluded, "EXCLUDED"),
+];
+
 impl Status {
     fn parse(code: &str) -> Option<Status> {
-        Some(match code {
-            "PASS" => Status::Pass,
-            "FLAKYPASS" => Status::FlakyPass,
-            "FAIL" => Status::Fail,
-            "XFAIL" => Status::XFail,
-            "XPASS" => Status::XPass,
-            "UNSUPPORTED" => Status::Unsupported,
-            "UNRESOLVED" => Status::Unresolved,
-            "TIMEOUT" => Status::Timeout,
-            "SKIPPED" => Status::Skipped,
-            "EXCLUDED" => Status::Excluded,
-            _ => return None,
-        })
+        CODES.iter().find(|(_, c)| *c == code).map(|(s, _)| *s)
+    }
+
+    /// lit's name of the code, e.g. `FAIL`.
+    pub fn code(self) -> &'static str {
+        CODES
+            .iter()
+            .find(|(s, _)| *s == self)
+            .map(|(_, c)| *c)
+            .expect("every status has a code")
     }
 
     pub fn passed(self) -> bool {
@@ -52,6 +70,8 @@ pub struct TestResult {
     pub status: Status,
     /// Full lit name, e.g. `libomptarget :: x86_64-pc-linux-gnu :: api/assert.c`.
     pub name: String,
+    /// The commands lit ran and what they printed (for UNSUPPORTED: why).
+    pub output: String,
 }
 
 impl TestResult {
@@ -61,91 +81,63 @@ impl TestResult {
     }
 }
 
-#[derive(Clone, Debug)]
-pub struct Failure {
-    pub name: String,
-    /// The commands lit ran and what they printed.
-    pub output: String,
+/// The part of lit's JSON report this reads.
+#[derive(Deserialize)]
+struct Report {
+    tests: Vec<ReportedTest>,
 }
 
-/// Every result line and failure block in lit's output, in order.
-pub fn parse(log: &str) -> (Vec<TestResult>, Vec<Failure>) {
-    let mut results = Vec::new();
-    let mut failures = Vec::new();
-    let mut open_failure: Option<Failure> = None;
-    for line in log.lines() {
-        if let Some(failure) = open_failure.as_mut() {
-            if line.starts_with("********************") && !line.contains(" TEST '") {
-                failures.extend(open_failure.take());
-            } else {
-                failure.output.push_str(line);
-                failure.output.push('\n');
-            }
-            continue;
-        }
-        if let Some(name) = failure_header(line) {
-            open_failure = Some(Failure {
-                name: name.to_owned(),
-                output: String::new(),
-            });
-        } else if let Some(result) = result_line(line) {
-            results.push(result);
-        }
-    }
-    // A truncated log still reports what it has.
-    failures.extend(open_failure);
-    (results, failures)
+#[derive(Deserialize)]
+struct ReportedTest {
+    name: String,
+    code: String,
+    #[serde(default)]
+    output: String,
 }
 
-/// `STATUS: name (i of n)`.
-fn result_line(line: &str) -> Option<TestResult> {
-    let (code, rest) = line.split_once(": ")?;
-    let status = Status::parse(code)?;
-    let rest = rest.strip_suffix(')')?;
-    let (name, counter) = rest.rsplit_once(" (")?;
-    let (i, n) = counter.split_once(" of ")?;
-    i.parse::<usize>().ok()?;
-    n.parse::<usize>().ok()?;
-    Some(TestResult {
-        status,
-        name: name.to_owned(),
-    })
+/// Every test of the report at `path`, in lit's order.
+pub fn read(path: &Path) -> Result<Vec<TestResult>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    parse(&text).with_context(|| format!("reading lit's report {}", path.display()))
 }
 
-/// `******************** TEST 'name' FAILED ********************`.
-fn failure_header(line: &str) -> Option<&str> {
-    let rest = line.strip_prefix("******************** TEST '")?;
-    let (name, tail) = rest.rsplit_once("' ")?;
-    tail.starts_with("FAILED").then_some(name)
+/// Every test of a JSON report, in lit's order.
+pub fn parse(json: &str) -> Result<Vec<TestResult>> {
+    let report: Report = serde_json::from_str(json)?;
+    report
+        .tests
+        .into_iter()
+        .map(|t| {
+            let Some(status) = Status::parse(&t.code) else {
+                bail!("test {}: unknown lit result code {:?}", t.name, t.code);
+            };
+            Ok(TestResult {
+                status,
+                name: t.name,
+                output: t.output,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const LOG: &str = "\
--- Testing: 3 tests, 2 workers --
-PASS: libomptarget :: x86_64-pc-linux-gnu :: api/assert.c (1 of 3)
-UNSUPPORTED: libomptarget :: x86_64-pc-linux-gnu :: env/omp_target_debug.c (2 of 3)
-******************** TEST 'libomptarget :: x86_64-pc-linux-gnu :: offloading/info.c' FAILED ********************
-Script:
---
-: 'RUN: at line 1';   clang ... -o info.c.tmp
---
-Exit Code: 1
-********************
-FAIL: libomptarget :: x86_64-pc-linux-gnu :: offloading/info.c (3 of 3)
-********************
-Failed Tests (1):
-  libomptarget :: x86_64-pc-linux-gnu :: offloading/info.c
-";
+    const REPORT: &str = r#"{"__version__": [16, 0, 6], "elapsed": 1.5, "tests": [
+{"code": "PASS", "elapsed": 0.5, "name": "libomptarget :: x86_64-pc-linux-gnu :: api/assert.c", "output": "Script:\n--\n: 'RUN: at line 1';   clang ... -o assert.c.tmp\n--\nExit Code: 0\n\n"},
+{"code": "UNSUPPORTED", "elapsed": 0.0, "name": "libomptarget :: x86_64-pc-linux-gnu :: env/omp_target_debug.c", "output": "Test requires the following unavailable features: libomptarget-debug"},
+{"code": "FAIL", "elapsed": 0.2, "name": "libomptarget :: x86_64-pc-linux-gnu :: offloading/info.c", "output": "Script:\n--\n: 'RUN: at line 1';   clang ... -o info.c.tmp\n--\nExit Code: 1\n\n"}
+]}"#;
 
     #[test]
     fn results_and_failure_output() {
-        let (results, failures) = parse(LOG);
+        let results = parse(REPORT).unwrap();
         let statuses: Vec<Status> = results.iter().map(|r| r.status).collect();
         assert_eq!(statuses, [Status::Pass, Status::Unsupported, Status::Fail]);
         assert_eq!(results[0].path(), "api/assert.c");
+        let failures: Vec<&TestResult> = results.iter().filter(|r| r.status.failed()).collect();
         assert_eq!(failures.len(), 1);
         assert_eq!(
             failures[0].name,
@@ -155,57 +147,60 @@ Failed Tests (1):
         assert!(!failures[0].output.contains("FAILED"));
     }
 
-    /// Verbatim output of llvm-16-tools' lit.py -v for a two-test suite.
-    const REAL_LIT16: &str = "\
--- Testing: 2 tests, 2 workers --
-FAIL: mini :: a.c (1 of 2)
-******************** TEST 'mini :: a.c' FAILED ********************
-Script:
---
-: 'RUN: at line 1';   echo hello && false
---
-Exit Code: 1
-
-Command Output (stdout):
---
-$ \"false\"
-error: command failed with exit status: 1
-
---
-
-********************
-PASS: mini :: b.c (2 of 2)
-********************
-Failed Tests (1):
-  mini :: a.c
-
-
-Testing Time: 0.04s
-  Passed: 1
-  Failed: 1
-";
+    /// Verbatim `-o` report of llvm-16-tools' lit.py for a two-test suite (`echo hello &&
+    /// false`, then `true`).
+    const REAL_LIT16: &str = r#"{
+  "__version__": [
+    16,
+    0,
+    6
+  ],
+  "elapsed": 0.03379249572753906,
+  "tests": [
+    {
+      "code": "FAIL",
+      "elapsed": 0.008278608322143555,
+      "name": "mini :: a.c",
+      "output": "Script:\n--\n: 'RUN: at line 1';   echo hello && false\n--\nExit Code: 1\n\nCommand Output (stdout):\n--\nhello\n\n--\n"
+    },
+    {
+      "code": "PASS",
+      "elapsed": 0.0030570030212402344,
+      "name": "mini :: b.c",
+      "output": "Script:\n--\n: 'RUN: at line 1';   true\n--\nExit Code: 0\n\n"
+    }
+  ]
+}"#;
 
     #[test]
-    fn real_lit16_output() {
-        let (results, failures) = parse(REAL_LIT16);
+    fn real_lit16_report() {
+        let results = parse(REAL_LIT16).unwrap();
         assert_eq!(results.len(), 2);
         assert!(results[0].status.failed() && results[1].status.passed());
-        assert_eq!(failures.len(), 1);
-        assert_eq!(failures[0].name, "mini :: a.c");
-        assert!(failures[0].output.ends_with("exit status: 1\n\n--\n\n"));
+        assert_eq!(results[0].name, "mini :: a.c");
+        assert!(results[0].output.ends_with("hello\n\n--\n"));
+    }
+
+    /// What the xunit report cannot tell apart: XFAIL and XPASS (a failure) from PASS.
+    #[test]
+    fn expected_failures_keep_their_codes() {
+        let json = r#"{"tests": [
+            {"code": "XFAIL", "name": "mini :: c.c", "output": ""},
+            {"code": "XPASS", "name": "mini :: sub.dir/e.c", "output": ""}]}"#;
+        let results = parse(json).unwrap();
+        assert_eq!(results[0].status, Status::XFail);
+        assert!(!results[0].status.passed() && !results[0].status.failed());
+        assert_eq!(results[1].status, Status::XPass);
+        assert!(results[1].status.failed());
+        assert_eq!(results[1].path(), "sub.dir/e.c");
     }
 
     #[test]
-    fn lines_that_only_look_like_results_are_ignored() {
-        let (results, _) = parse("PASS: no counter\nNOTE: x (1 of 2)\nPASS: a (b of 2)\n");
-        assert!(results.is_empty());
-    }
-
-    #[test]
-    fn truncated_failure_block_is_kept() {
-        let (_, failures) =
-            parse("******************** TEST 'x' FAILED ********************\nboom\n");
-        assert_eq!(failures.len(), 1);
-        assert_eq!(failures[0].output, "boom\n");
+    fn an_unknown_code_is_an_error() {
+        let e = parse(r#"{"tests": [{"code": "MAYBE", "name": "mini :: a.c"}]}"#).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "test mini :: a.c: unknown lit result code \"MAYBE\""
+        );
     }
 }
