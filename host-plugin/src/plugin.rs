@@ -318,7 +318,7 @@ impl Plugin {
         })?;
         let has_indirect = entries
             .iter()
-            .any(|e| e.flags() & crate::entries::FLAG_INDIRECT != 0);
+            .any(|e| crate::entries::is_indirect(e.flags()));
         let fptr = ctx.install_table(table, &origins, has_indirect)?;
 
         let loaded = LoadedImage {
@@ -1079,7 +1079,7 @@ impl<'a> LoadContext<'a> {
         // Sized once: growing by doubling copied and page-faulted it several times over.
         let indirect = entries
             .iter()
-            .filter(|e| e.flags() & crate::entries::FLAG_INDIRECT != 0)
+            .filter(|e| crate::entries::is_indirect(e.flags()))
             .count();
         let mut rows = Vec::with_capacity(indirect);
         let (mut names, mut found) = (Vec::new(), Vec::new());

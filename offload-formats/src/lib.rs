@@ -11,6 +11,8 @@
 //! every failure is an [`Error`] naming the field and the offset that was wrong.
 //! Allocations are bounded by the input size.
 
+#![forbid(unsafe_code)]
+
 pub mod bundle;
 pub mod compressed;
 pub mod entries;

@@ -7,7 +7,7 @@ pub mod types;
 
 use crate::backend::{AllocKind, EventHandle, LaunchRequest, QueueHandle};
 use crate::diag;
-use crate::entries::{HostEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
+use crate::entries::{EntryKind, HostEntry};
 use crate::error::PluginError;
 use crate::fptr::FptrMapEntry;
 use crate::plugin::{Plugin, PluginKind};
@@ -148,8 +148,7 @@ struct LibomptargetEntry(TgtOffloadEntry);
 
 impl LibomptargetEntry {
     fn is_vtable(&self) -> bool {
-        let flags = self.0.flags;
-        flags & FLAG_INDIRECT != 0 && flags & FLAG_INDIRECT_VTABLE != 0 && !self.0.addr.is_null()
+        self.kind() == Some(EntryKind::IndirectVtable) && !self.0.addr.is_null()
     }
 }
 
