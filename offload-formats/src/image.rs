@@ -81,23 +81,13 @@ pub fn classify(bytes: &[u8]) -> ImageKind {
         }
     } else if bytes.starts_with(b"BC\xC0\xDE") || bytes.starts_with(&[0xDE, 0xC0, 0x17, 0x0B]) {
         ImageKind::Bitcode
-    } else if bytes.starts_with(&[0x50, 0xED, 0x55, 0xBA]) {
+    } else if bytes.starts_with(&crate::cuda::FATBIN_MAGIC.to_le_bytes()) {
         ImageKind::Fatbinary
-    } else if looks_like_ptx(bytes) {
+    } else if crate::cuda::is_ptx(bytes) {
         ImageKind::Ptx
     } else {
         ImageKind::Unknown
     }
-}
-
-fn looks_like_ptx(bytes: &[u8]) -> bool {
-    let head = &bytes[..bytes.len().min(4096)];
-    let Ok(text) = std::str::from_utf8(head) else {
-        return false;
-    };
-    text.lines()
-        .map(str::trim)
-        .any(|l| l.starts_with(".version ") || l.starts_with(".target sm_"))
 }
 
 /// One device image found in a file.
@@ -344,12 +334,7 @@ fn bare_device_elf(bytes: &[u8], machine: u16) -> DeviceImage<'_> {
 /// `sm_XX` from a cubin's `e_flags`: the low byte in the classic encoding, bits 8..16
 /// from ELF ABI version 8 on (CUDA 12.8+, e.g. `0x6005a04` is sm_90).
 fn cuda_arch(e_flags: u32, abi_version: u8) -> String {
-    let sm = if abi_version >= 8 {
-        (e_flags >> 8) & 0xff
-    } else {
-        e_flags & 0xff
-    };
-    format!("sm_{sm}")
+    format!("sm_{}", crate::cuda::cubin_sm(e_flags, abi_version))
 }
 
 /// PTX text on its own: the `.target sm_XX` directive gives the arch.
