@@ -436,13 +436,14 @@ pub fn not_a_container(kind: ImageKind) -> Error {
 /// x86_64). Only images of the same architecture (first triple component) qualify.
 /// With a device target ID, an image qualifies when its arch is a compatible target ID
 /// (same processor; every feature it specifies set the same way on the device) or when
-/// it names no arch; the image specifying the most features wins, then the earliest.
+/// it names no arch; the image specifying the most features wins, then the earliest
+/// (the one tie-break, [`crate::target_id::best_index`]).
 pub fn best_for_device<'i, 'a>(
     images: &'i [DeviceImage<'a>],
     device_triple: &str,
     device: Option<&crate::target_id::TargetId>,
 ) -> Option<&'i DeviceImage<'a>> {
-    use crate::target_id::{is_compatible, TargetId};
+    use crate::target_id::{best_index, TargetId};
     let arch = crate::triple::arch(device_triple);
     let rank = |img: &DeviceImage<'_>| -> Option<i64> {
         if crate::triple::arch(&img.triple) != arch {
@@ -451,19 +452,8 @@ pub fn best_for_device<'i, 'a>(
         match (img.arch.as_deref(), device) {
             (None, _) => Some(-1),
             (Some(_), None) => Some(0),
-            (Some(a), Some(dev)) => {
-                let code = TargetId::parse(a).ok()?;
-                is_compatible(&code, dev).then_some(code.features.len() as i64)
-            }
+            (Some(a), Some(dev)) => crate::target_id::rank(&TargetId::parse(a).ok()?, dev),
         }
     };
-    let mut best: Option<(i64, &DeviceImage<'a>)> = None;
-    for img in images {
-        if let Some(r) = rank(img) {
-            if best.is_none_or(|(b, _)| r > b) {
-                best = Some((r, img));
-            }
-        }
-    }
-    best.map(|(_, img)| img)
+    best_index(images, rank).map(|at| &images[at])
 }
