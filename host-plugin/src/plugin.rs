@@ -218,8 +218,7 @@ impl Plugin {
     }
 
     pub fn is_valid_binary(&self, image: &[u8]) -> bool {
-        image::elf_machine(image) == Some(self.backend.elf_machine())
-            && self.backend.is_compatible(image)
+        self.backend.is_valid_image(image)
     }
 
     pub fn init_device(&self, device: i32) -> Result<(), PluginError> {
@@ -267,6 +266,16 @@ impl Plugin {
     ) -> Result<(), PluginError> {
         let (d, state) = self.device(device)?;
         let name = image_name(key, image_bytes.len());
+        // The code for this device: the image, or its code object for the device.
+        let code =
+            self.backend
+                .device_code(d, image_bytes)
+                .map_err(|source| PluginError::Load {
+                    image: name.clone(),
+                    device,
+                    source,
+                })?;
+        let image_bytes = code.bytes();
         let symbols =
             self.backend
                 .inspect_image(image_bytes)

@@ -69,6 +69,56 @@ pub type QueueHandle = u64;
 /// A backend event (a CUDA event): an opaque, non-zero handle.
 pub type EventHandle = u64;
 
+/// The bytes of the code to load on one device: the image libomptarget handed over, or
+/// one code object out of a container in it, copied to 8-byte aligned storage when it
+/// sat at an odd offset (the ELF reader and the drivers want aligned headers).
+pub enum DeviceCode<'a> {
+    Borrowed(&'a [u8]),
+    Aligned(AlignedCopy),
+}
+
+impl DeviceCode<'_> {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            DeviceCode::Borrowed(bytes) => bytes,
+            DeviceCode::Aligned(copy) => copy.bytes(),
+        }
+    }
+}
+
+impl<'a> From<std::borrow::Cow<'a, [u8]>> for DeviceCode<'a> {
+    /// Borrow when already aligned, else copy.
+    fn from(bytes: std::borrow::Cow<'a, [u8]>) -> Self {
+        match bytes {
+            std::borrow::Cow::Borrowed(b) if b.as_ptr().align_offset(8) == 0 => {
+                DeviceCode::Borrowed(b)
+            }
+            other => DeviceCode::Aligned(AlignedCopy::new(&other)),
+        }
+    }
+}
+
+/// A copy of some bytes in 8-byte aligned storage.
+pub struct AlignedCopy {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl AlignedCopy {
+    pub fn new(bytes: &[u8]) -> Self {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        AlignedCopy {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
+    }
+}
+
 /// An image loaded on one device. Dropping it unloads the image.
 pub trait LoadedModule: Send + Sync {
     /// Device address of a global variable defined by the image.
@@ -165,6 +215,23 @@ pub trait Backend: Send + Sync {
     /// the ELF machine matched, so libomptarget can pick another image of a fat binary.
     fn is_compatible(&self, _image: &[u8]) -> bool {
         true
+    }
+
+    /// `__tgt_rtl_is_valid_binary`: an ELF file of this backend's machine that some
+    /// device can run. A backend that also takes containers (HIP: clang offload bundles
+    /// of several code objects) says so here.
+    fn is_valid_image(&self, image: &[u8]) -> bool {
+        crate::image::elf_machine(image) == Some(self.elf_machine()) && self.is_compatible(image)
+    }
+
+    /// The code to inspect and load on `device` out of `image`: the image itself, unless
+    /// the backend chooses among several code objects in it (HIP).
+    fn device_code<'a>(
+        &self,
+        _device: usize,
+        image: &'a [u8],
+    ) -> Result<DeviceCode<'a>, BackendError> {
+        Ok(DeviceCode::Borrowed(image))
     }
 
     /// A new queue for asynchronous copies, or None where every operation completes

@@ -27,7 +27,7 @@ pub mod result;
 pub mod sys;
 
 use super::launch_shape::{self, ExecMode};
-use super::{Backend, BackendError, DeviceAddr, LaunchRequest, LoadedModule};
+use super::{Backend, BackendError, DeviceAddr, DeviceCode, LaunchRequest, LoadedModule};
 use crate::diag;
 use grid::{DeviceAttributes, DeviceLimits};
 use object::read::elf::ElfFile64;
@@ -442,27 +442,6 @@ impl Drop for HipModule {
     }
 }
 
-/// A copy of some bytes in 8-byte aligned storage.
-struct AlignedCopy {
-    words: Vec<u64>,
-    len: usize,
-}
-
-impl AlignedCopy {
-    fn new(bytes: &[u8]) -> Self {
-        let mut words = vec![0u64; bytes.len().div_ceil(8)];
-        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
-        AlignedCopy {
-            words,
-            len: bytes.len(),
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
-    }
-}
-
 /// Defined dynamic symbols of a code object (HIP looks names up in the same table).
 fn dynamic_symbols(code_object: &[u8]) -> Result<HashMap<Vec<u8>, ElfSymbol>, BackendError> {
     let file = ElfFile64::<LittleEndian>::parse(code_object)
@@ -505,11 +484,17 @@ impl Backend for HipBackend {
         self.on_device(device).map(|_| ())
     }
 
-    fn load_image(
+    fn is_valid_image(&self, image: &[u8]) -> bool {
+        self.accepts_image(image)
+    }
+
+    /// The code object for the device's target ID, out of a bare code object or a
+    /// container of several (a clang offload bundle).
+    fn device_code<'a>(
         &self,
         device: usize,
-        image: &[u8],
-    ) -> Result<Box<dyn LoadedModule>, BackendError> {
+        image: &'a [u8],
+    ) -> Result<DeviceCode<'a>, BackendError> {
         let rt = self.runtime()?;
         let info = rt
             .devices
@@ -535,15 +520,16 @@ impl Backend for HipBackend {
                 chosen.bytes.len()
             )
         });
-        // A code object inside a container may start at any offset; the ELF reader (and
-        // HIP) want it 8-byte aligned.
-        let storage;
-        let bytes: &[u8] = if chosen.bytes.as_ptr().align_offset(8) == 0 {
-            &chosen.bytes
-        } else {
-            storage = AlignedCopy::new(&chosen.bytes);
-            storage.bytes()
-        };
+        Ok(DeviceCode::from(chosen.bytes.clone()))
+    }
+
+    fn load_image(
+        &self,
+        device: usize,
+        image: &[u8],
+    ) -> Result<Box<dyn LoadedModule>, BackendError> {
+        let code = self.device_code(device, image)?;
+        let bytes = code.bytes();
         let symbols = dynamic_symbols(bytes)?;
         let api = self.on_device(device)?;
         let handle = module::load_data(api, bytes).map_err(load_failed)?;
