@@ -303,8 +303,8 @@ impl Plugin {
         };
         let (kernels, rows) = ctx.resolve_entries(entries, record)?;
         // Entry names by host address, for the table dump: only built when the dump will
-        // be printed (a name copy and a hash insert per entry; with the entry copy the
-        // image no longer keeps, 18 % of a 1M-entry load, see docs/BENCHMARKS.md 1d).
+        // be printed. A name copy and a hash insert per entry cost 18 % of a 1M-entry
+        // load (docs/BENCHMARKS.md 1d); error messages find their origin lazily instead.
         let dump =
             diag::info_enabled(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE) || diag::debug_enabled();
         let origins: HashMap<u64, String> = if dump {

@@ -12,7 +12,7 @@ use crate::error::PluginError;
 use crate::fptr::FptrMapEntry;
 use crate::plugin::{Plugin, PluginKind};
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, OnceLock};
 pub use types::*;
@@ -24,27 +24,17 @@ const MAX_VTABLE_BYTES: u64 = 1 << 20;
 /// Which plugin this library is, from the name libomptarget loaded it by
 /// (`libomptarget.rtl.<kind>.so`): one build serves every kind, each copy is its own.
 fn own_kind() -> PluginKind {
-    #[repr(C)]
-    struct DlInfo {
-        fname: *const c_char,
-        fbase: *mut c_void,
-        sname: *const c_char,
-        saddr: *mut c_void,
-    }
-    extern "C" {
-        fn dladdr(addr: *const c_void, info: *mut DlInfo) -> i32;
-    }
-    let mut info = DlInfo {
-        fname: std::ptr::null(),
-        fbase: std::ptr::null_mut(),
-        sname: std::ptr::null(),
-        saddr: std::ptr::null_mut(),
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
     };
     // SAFETY: dladdr only reads the address (one of our own functions) and fills `info`.
-    let found = unsafe { dladdr(own_kind as *const c_void, &mut info) } != 0;
-    let file = if found && !info.fname.is_null() {
+    let found = unsafe { libc::dladdr(own_kind as *const c_void, &mut info) } != 0;
+    let file = if found && !info.dli_fname.is_null() {
         // SAFETY: dladdr returned a NUL-terminated path owned by the dynamic loader.
-        unsafe { CStr::from_ptr(info.fname) }
+        unsafe { CStr::from_ptr(info.dli_fname) }
             .to_string_lossy()
             .into_owned()
     } else {
@@ -262,21 +252,13 @@ pub extern "C" fn __tgt_rtl_deinit_plugin() -> i32 {
     })
 }
 
-extern "C" {
-    fn mincore(addr: *mut c_void, length: usize, vec: *mut u8) -> i32;
-    fn sysconf(name: i32) -> i64;
-}
-
-/// `_SC_PAGESIZE` on Linux.
-const SC_PAGESIZE: i32 = 30;
-
 /// Whether every page of `start..start+len` is mapped in this process. libomptarget 16
 /// keeps every image it ever registered and offers them all again to `is_valid_binary`
 /// on each later registration, also those of libraries dlclosed since: their bounds
 /// point into unmapped memory that must not be read.
 fn host_range_mapped(start: usize, len: usize) -> bool {
     // SAFETY: sysconf has no preconditions.
-    let page = usize::try_from(unsafe { sysconf(SC_PAGESIZE) })
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
         .unwrap_or(4096)
         .max(1);
     let first = start - start % page;
@@ -287,7 +269,7 @@ fn host_range_mapped(start: usize, len: usize) -> bool {
     let mut residency = vec![0u8; pages];
     // SAFETY: mincore only inspects the page tables for the range and writes one byte per
     // page into `residency`, which holds `pages` bytes; an unmapped page gives ENOMEM.
-    unsafe { mincore(first as *mut c_void, end - first, residency.as_mut_ptr()) == 0 }
+    unsafe { libc::mincore(first as *mut c_void, end - first, residency.as_mut_ptr()) == 0 }
 }
 
 #[no_mangle]
@@ -330,7 +312,7 @@ pub extern "C" fn __tgt_rtl_print_device_info(device: i32) {
             match p.kind() {
                 PluginKind::X86_64 => "the host CPU (images run through dlopen + libffi)",
                 PluginKind::Cuda => "an NVIDIA GPU through the CUDA driver API",
-                _ => "no backend yet",
+                PluginKind::Amdgpu => "an AMD GPU through HIP (libamdhip64)",
             }
         );
         Ok(())
