@@ -14,6 +14,24 @@ pub type DeviceAddr = u64;
 
 #[derive(Debug, Error)]
 pub enum BackendError {
+    /// A driver call (CUDA driver API, HIP) failed: which call, the driver's own code and
+    /// its name or message. Every driver failure is one of these, so callers and tests
+    /// can tell a driver refusal from the plugin's own checks.
+    #[error("{call} failed: {name} (error {code})")]
+    Driver {
+        call: &'static str,
+        code: i32,
+        name: String,
+    },
+    /// A queue or event handle this backend did not hand out on this device, or one
+    /// already destroyed: refused before any driver call sees it.
+    #[error("device {device}: no {kind} {handle:#x} (never created here, or already destroyed)")]
+    UnknownHandle {
+        kind: HandleKind,
+        device: usize,
+        handle: u64,
+    },
+    /// The image or a symbol of it cannot be used (the plugin's own checks).
     #[error("{0}")]
     Load(String),
     #[error("symbol `{0}` not found in the image")]
@@ -61,6 +79,69 @@ pub struct LaunchRequest {
     pub num_teams: u32,
     pub thread_limit: u32,
     pub tripcount: u64,
+}
+
+/// The kinds of handle a backend hands out and must recognise when they come back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HandleKind {
+    Queue,
+    Event,
+}
+
+impl std::fmt::Display for HandleKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HandleKind::Queue => "queue",
+            HandleKind::Event => "event",
+        })
+    }
+}
+
+/// The queue and event handles one backend handed out, by device: a handle is checked
+/// here before it reaches the driver, and forgotten when it is destroyed.
+#[derive(Default)]
+pub struct HandleRegistry {
+    live: std::sync::Mutex<std::collections::HashSet<(HandleKind, usize, u64)>>,
+}
+
+impl HandleRegistry {
+    fn live(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashSet<(HandleKind, usize, u64)>> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record a handle the driver just created.
+    pub fn insert(&self, kind: HandleKind, device: usize, handle: u64) {
+        self.live().insert((kind, device, handle));
+    }
+
+    /// `Ok` if `handle` is live on `device`, else [`BackendError::UnknownHandle`].
+    pub fn check(&self, kind: HandleKind, device: usize, handle: u64) -> Result<(), BackendError> {
+        if self.live().contains(&(kind, device, handle)) {
+            Ok(())
+        } else {
+            Err(BackendError::UnknownHandle {
+                kind,
+                device,
+                handle,
+            })
+        }
+    }
+
+    /// Forget a handle that is about to be destroyed; an error if it was not live (so
+    /// it is destroyed at most once).
+    pub fn remove(&self, kind: HandleKind, device: usize, handle: u64) -> Result<(), BackendError> {
+        if self.live().remove(&(kind, device, handle)) {
+            Ok(())
+        } else {
+            Err(BackendError::UnknownHandle {
+                kind,
+                device,
+                handle,
+            })
+        }
+    }
 }
 
 /// An ordered queue of asynchronous operations on one device (a CUDA stream): an opaque,
@@ -346,5 +427,28 @@ pub trait Backend: Send + Sync {
     ) -> Result<(), BackendError> {
         // SAFETY: forwarded caller contract.
         unsafe { self.launch(device, kernel, args) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handle_is_live_from_insert_to_remove_on_its_own_device_only() {
+        let handles = HandleRegistry::default();
+        handles.insert(HandleKind::Queue, 0, 0x10);
+        assert!(handles.check(HandleKind::Queue, 0, 0x10).is_ok());
+        // Another device, another kind, another value: unknown.
+        assert!(handles.check(HandleKind::Queue, 1, 0x10).is_err());
+        assert!(handles.check(HandleKind::Event, 0, 0x10).is_err());
+        assert!(handles.check(HandleKind::Queue, 0, 0x11).is_err());
+        assert!(handles.remove(HandleKind::Queue, 0, 0x10).is_ok());
+        // Destroyed once: a second destroy is refused, not passed on.
+        let err = handles.remove(HandleKind::Queue, 0, 0x10).unwrap_err();
+        assert!(
+            err.to_string().contains("no queue 0x10") && err.to_string().contains("device 0"),
+            "{err}"
+        );
     }
 }

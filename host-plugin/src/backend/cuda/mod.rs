@@ -14,8 +14,8 @@ pub mod image;
 
 use super::launch_shape::{self, ExecMode, Limits};
 use super::{
-    AllocKind, Backend, BackendError, DeviceAddr, EventHandle, LaunchRequest, LoadedModule,
-    QueueHandle,
+    AllocKind, Backend, BackendError, DeviceAddr, EventHandle, HandleKind, HandleRegistry,
+    LaunchRequest, LoadedModule, QueueHandle,
 };
 use cudarc::driver::{result, sys, DriverError};
 use image::CudaImage;
@@ -47,12 +47,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn driver_err(what: &str, e: DriverError) -> BackendError {
+fn driver_err(call: &'static str, e: DriverError) -> BackendError {
     let name = e
         .error_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|_| format!("CUresult {}", e.0 as i32));
-    BackendError::Load(format!("{what}: {name}"))
+    BackendError::Driver {
+        call,
+        code: e.0 as i32,
+        name,
+    }
 }
 
 /// A primary context. Contexts are driver objects usable from any thread.
@@ -104,6 +108,8 @@ pub struct CudaBackend {
     /// Page-locked host allocations (TARGET_ALLOC_HOST): freed with cuMemFreeHost.
     host_allocations: Mutex<HashSet<DeviceAddr>>,
     kernels: KernelRegistry,
+    /// The streams and events handed out: only these reach the driver.
+    handles: HandleRegistry,
     num_devices: u32,
 }
 
@@ -167,6 +173,7 @@ impl CudaBackend {
             unavailable,
             host_allocations: Mutex::new(HashSet::new()),
             kernels: Arc::new(Mutex::new(HashMap::new())),
+            handles: HandleRegistry::default(),
             num_devices,
         }
     }
@@ -187,6 +194,17 @@ impl CudaBackend {
         self.devices
             .get(device)
             .ok_or(BackendError::NoDevices("cuda"))
+    }
+
+    /// An event and the queue it is recorded on or waited from must both be live.
+    fn check_event_and_queue(
+        &self,
+        device: usize,
+        event: EventHandle,
+        queue: Option<QueueHandle>,
+    ) -> Result<(), BackendError> {
+        self.handles.check(HandleKind::Event, device, event)?;
+        queue.map_or(Ok(()), |q| self.handles.check(HandleKind::Queue, device, q))
     }
 
     /// Retain the device's primary context on first use and make it current here.
@@ -597,13 +615,18 @@ impl Backend for CudaBackend {
         // launches use.
         let stream = result::stream::create(result::stream::StreamKind::Default)
             .map_err(|e| driver_err("cuStreamCreate", e))?;
+        self.handles
+            .insert(HandleKind::Queue, device, stream as QueueHandle);
         Ok(Some(stream as QueueHandle))
     }
 
     fn queue_finish(&self, device: usize, queue: QueueHandle) -> Result<(), BackendError> {
+        self.handles.check(HandleKind::Queue, device, queue)?;
         self.enter(device)?;
+        self.handles.remove(HandleKind::Queue, device, queue)?;
         let stream = queue as sys::CUstream;
-        // SAFETY: `queue` came from queue_create on this device and is finished once.
+        // SAFETY: the registry holds `queue` from queue_create on this device, and it was
+        // just removed there, so it is finished once.
         let waited = unsafe { result::stream::synchronize(stream) };
         // SAFETY: as above; destroying after the wait, whatever its outcome.
         let destroyed = unsafe { result::stream::destroy(stream) };
@@ -613,8 +636,9 @@ impl Backend for CudaBackend {
     }
 
     fn queue_done(&self, device: usize, queue: QueueHandle) -> Result<bool, BackendError> {
+        self.handles.check(HandleKind::Queue, device, queue)?;
         self.enter(device)?;
-        // SAFETY: `queue` came from queue_create on this device and is still alive.
+        // SAFETY: the registry holds `queue`: a live stream of this device.
         match unsafe { sys::cuStreamQuery(queue as sys::CUstream) } {
             sys::CUresult::CUDA_SUCCESS => Ok(true),
             sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
@@ -630,9 +654,10 @@ impl Backend for CudaBackend {
         len: usize,
         queue: QueueHandle,
     ) -> Result<(), BackendError> {
+        self.handles.check(HandleKind::Queue, device, queue)?;
         self.enter(device)?;
         // SAFETY: the caller promises `dst` is device memory and `src` stays readable
-        // until the queue (a stream of this device) is finished.
+        // until the queue (a live stream of this device, checked above) is finished.
         unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, queue as sys::CUstream) }
             .result()
             .map_err(|e| driver_err("cuMemcpyHtoDAsync", e))
@@ -646,9 +671,11 @@ impl Backend for CudaBackend {
         len: usize,
         queue: QueueHandle,
     ) -> Result<(), BackendError> {
+        self.handles.check(HandleKind::Queue, device, queue)?;
         self.enter(device)?;
         // SAFETY: the caller promises `src` is device memory and `dst` stays writable and
-        // otherwise unused until the queue (a stream of this device) is finished.
+        // otherwise unused until the queue (a live stream of this device, checked above)
+        // is finished.
         unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, queue as sys::CUstream) }
             .result()
             .map_err(|e| driver_err("cuMemcpyDtoHAsync", e))
@@ -658,6 +685,8 @@ impl Backend for CudaBackend {
         self.enter(device)?;
         let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
             .map_err(|e| driver_err("cuEventCreate", e))?;
+        self.handles
+            .insert(HandleKind::Event, device, event as EventHandle);
         Ok(Some(event as EventHandle))
     }
 
@@ -667,9 +696,10 @@ impl Backend for CudaBackend {
         event: EventHandle,
         queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
+        self.check_event_and_queue(device, event, queue)?;
         self.enter(device)?;
         let stream = queue.map_or(std::ptr::null_mut(), |q| q as sys::CUstream);
-        // SAFETY: `event` came from event_create and `queue`, if any, from queue_create;
+        // SAFETY: the registry holds `event` and `queue`, if any, live on this device;
         // the null stream is the legacy default stream.
         unsafe { result::event::record(event as sys::CUevent, stream) }
             .map_err(|e| driver_err("cuEventRecord", e))
@@ -681,6 +711,7 @@ impl Backend for CudaBackend {
         event: EventHandle,
         queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
+        self.check_event_and_queue(device, event, queue)?;
         self.enter(device)?;
         let stream = queue.map_or(std::ptr::null_mut(), |q| q as sys::CUstream);
         // SAFETY: as in event_record.
@@ -695,16 +726,57 @@ impl Backend for CudaBackend {
     }
 
     fn event_sync(&self, device: usize, event: EventHandle) -> Result<(), BackendError> {
+        self.handles.check(HandleKind::Event, device, event)?;
         self.enter(device)?;
-        // SAFETY: `event` came from event_create and is not destroyed yet.
+        // SAFETY: the registry holds `event`: live on this device.
         unsafe { result::event::synchronize(event as sys::CUevent) }
             .map_err(|e| driver_err("cuEventSynchronize", e))
     }
 
     fn event_destroy(&self, device: usize, event: EventHandle) -> Result<(), BackendError> {
+        self.handles.check(HandleKind::Event, device, event)?;
         self.enter(device)?;
-        // SAFETY: `event` came from event_create and is destroyed once, here.
+        self.handles.remove(HandleKind::Event, device, event)?;
+        // SAFETY: the registry held `event` from event_create on this device and it was
+        // just removed there, so it is destroyed once.
         unsafe { result::event::destroy(event as sys::CUevent) }
             .map_err(|e| driver_err("cuEventDestroy", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handle the backend never handed out is refused before any driver call (with or
+    /// without a driver and a GPU: the check comes first).
+    #[test]
+    fn unknown_queue_and_event_handles_never_reach_the_driver() {
+        let backend = CudaBackend::new();
+        let unknown = |r: Result<(), BackendError>, want: HandleKind| match r {
+            Err(BackendError::UnknownHandle { kind, handle, .. }) => {
+                assert_eq!((kind, handle), (want, 0xdead_0000));
+            }
+            other => panic!("expected an unknown {want} error, got {other:?}"),
+        };
+        unknown(backend.queue_finish(0, 0xdead_0000), HandleKind::Queue);
+        unknown(
+            backend.queue_done(0, 0xdead_0000).map(drop),
+            HandleKind::Queue,
+        );
+        let mut byte = 0u8;
+        // SAFETY: refused before the copy: the queue is unknown, so nothing is read.
+        let write = unsafe { backend.write_async(0, 0x1000, &byte, 1, 0xdead_0000) };
+        unknown(write, HandleKind::Queue);
+        // SAFETY: as above, nothing is written.
+        let read = unsafe { backend.read_async(0, 0x1000, &mut byte, 1, 0xdead_0000) };
+        unknown(read, HandleKind::Queue);
+        unknown(backend.event_sync(0, 0xdead_0000), HandleKind::Event);
+        unknown(
+            backend.event_record(0, 0xdead_0000, None),
+            HandleKind::Event,
+        );
+        unknown(backend.event_wait(0, 0xdead_0000, None), HandleKind::Event);
+        unknown(backend.event_destroy(0, 0xdead_0000), HandleKind::Event);
     }
 }

@@ -116,8 +116,13 @@ pub struct HipBackend {
     kernels: KernelRegistry,
 }
 
-fn load_failed(e: HipCallError) -> BackendError {
-    BackendError::Load(e.to_string())
+/// A failed HIP call as the typed driver error.
+fn driver_failed(e: HipCallError) -> BackendError {
+    BackendError::Driver {
+        call: e.call,
+        code: e.code,
+        name: e.message,
+    }
 }
 
 impl Default for HipBackend {
@@ -217,7 +222,7 @@ impl HipBackend {
         if device >= rt.devices.len() {
             return Err(BackendError::NoDevices("amdgpu"));
         }
-        device::set(&rt.api, device).map_err(load_failed)?;
+        device::set(&rt.api, device).map_err(driver_failed)?;
         Ok(&rt.api)
     }
 
@@ -248,7 +253,7 @@ impl HipBackend {
             launch::module_launch_kernel(api, kernel as sys::HipFunction, grid, block, &mut packed)
         }
         .map_err(|e| BackendError::Launch(format!("{e} (grid {grid:?}, block {block:?})")))?;
-        device::synchronize(api).map_err(|e| BackendError::Launch(e.to_string()))
+        device::synchronize(api).map_err(driver_failed)
     }
 }
 
@@ -309,14 +314,14 @@ impl HipModule {
                 sym.size
             )));
         }
-        device::set(&self.api, self.device).map_err(load_failed)?;
+        device::set(&self.api, self.device).map_err(driver_failed)?;
         // SAFETY: the module is live for as long as `self`.
         let (addr, _) =
-            unsafe { module::get_global(&self.api, self.raw(), &name) }.map_err(load_failed)?;
+            unsafe { module::get_global(&self.api, self.raw(), &name) }.map_err(driver_failed)?;
         let mut value = [0u8; 1];
         // SAFETY: `addr` is the device address of a 1-byte global of this module, on the
         // device just made current.
-        unsafe { memory::copy_to_host(&self.api, &mut value, addr) }.map_err(load_failed)?;
+        unsafe { memory::copy_to_host(&self.api, &mut value, addr) }.map_err(driver_failed)?;
         ExecMode::from_raw(value[0]).map(Some).ok_or_else(|| {
             BackendError::Load(format!(
                 "{} holds {}, not an LLVM 16 execution mode",
@@ -362,10 +367,10 @@ impl HipModule {
         })?;
         let name = CString::new(name.as_slice())
             .map_err(|_| BackendError::Load("a symbol name holds a NUL byte".into()))?;
-        device::set(&self.api, self.device).map_err(load_failed)?;
+        device::set(&self.api, self.device).map_err(driver_failed)?;
         // SAFETY: the module is live for as long as `self`.
         let (addr, _) =
-            unsafe { module::get_global(&self.api, self.raw(), &name) }.map_err(load_failed)?;
+            unsafe { module::get_global(&self.api, self.raw(), &name) }.map_err(driver_failed)?;
         Ok(addr.wrapping_sub(sym.value))
     }
 }
@@ -373,7 +378,7 @@ impl HipModule {
 impl LoadedModule for HipModule {
     fn global(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
         let missing = || BackendError::MissingSymbol(name.to_string_lossy().into_owned());
-        device::set(&self.api, self.device).map_err(load_failed)?;
+        device::set(&self.api, self.device).map_err(driver_failed)?;
         // SAFETY: the module is live for as long as `self`.
         let (addr, _size) =
             unsafe { module::get_global(&self.api, self.raw(), name) }.map_err(|_| missing())?;
@@ -391,7 +396,7 @@ impl LoadedModule for HipModule {
         if !self.is_kernel(name) {
             return Err(missing());
         }
-        device::set(&self.api, self.device).map_err(load_failed)?;
+        device::set(&self.api, self.device).map_err(driver_failed)?;
         // SAFETY: the module is live for as long as `self`.
         let f =
             unsafe { module::get_function(&self.api, self.raw(), name) }.map_err(|_| missing())?;
@@ -532,7 +537,7 @@ impl Backend for HipBackend {
         let bytes = code.bytes();
         let symbols = dynamic_symbols(bytes)?;
         let api = self.on_device(device)?;
-        let handle = module::load_data(api, bytes).map_err(load_failed)?;
+        let handle = module::load_data(api, bytes).map_err(driver_failed)?;
         Ok(Box::new(HipModule {
             api: Arc::clone(api),
             device,
@@ -550,14 +555,14 @@ impl Backend for HipBackend {
             Ok(0) => Err(BackendError::OutOfMemory(size)),
             Ok(p) => Ok(p),
             Err(e) if e.code == 2 => Err(BackendError::OutOfMemory(size)),
-            Err(e) => Err(load_failed(e)),
+            Err(e) => Err(driver_failed(e)),
         }
     }
 
     unsafe fn free(&self, device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
         let api = self.on_device(device)?;
         // SAFETY: forwarded caller contract (`addr` came from `alloc` and is dead).
-        unsafe { memory::free(api, addr) }.map_err(load_failed)
+        unsafe { memory::free(api, addr) }.map_err(driver_failed)
     }
 
     unsafe fn write(&self, device: usize, dst: DeviceAddr, src: &[u8]) -> Result<(), BackendError> {
@@ -566,7 +571,7 @@ impl Backend for HipBackend {
         }
         let api = self.on_device(device)?;
         // SAFETY: forwarded caller contract (dst..dst+len is this device's memory).
-        unsafe { memory::copy_to_device(api, dst, src) }.map_err(load_failed)
+        unsafe { memory::copy_to_device(api, dst, src) }.map_err(driver_failed)
     }
 
     unsafe fn read(
@@ -580,7 +585,7 @@ impl Backend for HipBackend {
         }
         let api = self.on_device(device)?;
         // SAFETY: forwarded caller contract (src..src+len is this device's memory).
-        unsafe { memory::copy_to_host(api, dst, src) }.map_err(load_failed)
+        unsafe { memory::copy_to_host(api, dst, src) }.map_err(driver_failed)
     }
 
     unsafe fn copy(
@@ -604,7 +609,7 @@ impl Backend for HipBackend {
                 memory::copy_peer(api, dst, dst_device, src, src_device, len)
             }
         }
-        .map_err(load_failed)
+        .map_err(driver_failed)
     }
 
     unsafe fn launch(
@@ -670,6 +675,6 @@ impl Backend for HipBackend {
 
     fn synchronize(&self, device: usize) -> Result<(), BackendError> {
         let api = self.on_device(device)?;
-        device::synchronize(api).map_err(load_failed)
+        device::synchronize(api).map_err(driver_failed)
     }
 }
