@@ -17,6 +17,7 @@
 
 pub mod abi;
 pub mod backend;
+pub mod device_env;
 pub mod diag;
 pub mod entries;
 pub mod error;

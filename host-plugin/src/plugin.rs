@@ -31,6 +31,12 @@ pub enum PluginKind {
 }
 
 impl PluginKind {
+    /// GPU images carry LLVM's device runtime, which reads a device environment the
+    /// plugin writes ([`crate::device_env`]); the host device has none.
+    pub fn has_device_environment(self) -> bool {
+        matches!(self, PluginKind::Cuda | PluginKind::Amdgpu)
+    }
+
     /// The part of `libomptarget.rtl.<name>.so` libomptarget loads this kind by.
     pub fn name(self) -> &'static str {
         match self {
@@ -292,6 +298,15 @@ impl Plugin {
                     device,
                     source,
                 })?;
+        if self.kind.has_device_environment() {
+            crate::device_env::install(self.backend.as_ref(), module.as_ref(), d).map_err(
+                |source| PluginError::Load {
+                    image: name.clone(),
+                    device,
+                    source,
+                },
+            )?;
+        }
         let ctx = LoadContext {
             plugin: self,
             device,

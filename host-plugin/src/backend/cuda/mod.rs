@@ -23,18 +23,13 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CStr, CString};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// LLVM 16's device runtime reads a `DeviceEnvironmentTy` (DebugKind, NumDevices,
-/// DeviceNum, DynamicMemSize: four u32) from this constant-memory global, seen in
-/// clang-16 sm_90 images; older runtimes named it `omptarget_device_environment`.
-const DEVICE_ENVIRONMENT: [&CStr; 2] = [
-    c"__omp_rtl_device_environment",
-    c"omptarget_device_environment",
-];
-pub const DEVICE_ENVIRONMENT_SIZE: usize = 16;
+/// The device environment is written for every GPU kind by the plugin core
+/// ([`crate::device_env`]); these names stay for the tests and tools that asked here.
+pub use crate::device_env::SIZE as DEVICE_ENVIRONMENT_SIZE;
 
-/// The names of the device-environment global the backend writes, newest first.
+/// The names of the device-environment global the plugin writes, newest first.
 pub fn device_environment_names() -> [&'static CStr; 2] {
-    DEVICE_ENVIRONMENT
+    crate::device_env::NAMES
 }
 
 /// LLVM 16's NVPTX grid values (OMPGridValues.h): threads per block and blocks without
@@ -110,7 +105,6 @@ pub struct CudaBackend {
     kernels: KernelRegistry,
     /// The streams and events handed out: only these reach the driver.
     handles: HandleRegistry,
-    num_devices: u32,
 }
 
 impl Default for CudaBackend {
@@ -167,14 +161,12 @@ impl CudaBackend {
             Ok(d) => (d, None),
             Err(reason) => (Vec::new(), Some(reason)),
         };
-        let num_devices = devices.len() as u32;
         CudaBackend {
             devices,
             unavailable,
             host_allocations: Mutex::new(HashSet::new()),
             kernels: Arc::new(Mutex::new(HashMap::new())),
             handles: HandleRegistry::default(),
-            num_devices,
         }
     }
 
@@ -224,31 +216,6 @@ impl CudaBackend {
         };
         ctx.make_current()?;
         Ok(ctx)
-    }
-
-    fn write_device_environment(
-        &self,
-        device: usize,
-        module: &CudaModule,
-    ) -> Result<(), BackendError> {
-        let Some((name, addr, size)) = DEVICE_ENVIRONMENT.iter().find_map(|name| {
-            module
-                .lookup_global(name)
-                .map(|(addr, size)| (name, addr, size))
-        }) else {
-            return Ok(());
-        };
-        if size != DEVICE_ENVIRONMENT_SIZE {
-            return Err(BackendError::Load(format!(
-                "{} is {size} bytes; LLVM 16's is {DEVICE_ENVIRONMENT_SIZE}",
-                name.to_string_lossy()
-            )));
-        }
-        let debug_kind = 0u32;
-        let words = [debug_kind, self.num_devices, device as u32, 0];
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        // SAFETY: `addr` is the module's 16-byte global, resolved just above.
-        unsafe { self.write(device, addr, &bytes) }
     }
 }
 
@@ -456,7 +423,6 @@ impl Backend for CudaBackend {
             mine: Mutex::new(Vec::new()),
             device_max_threads: dev.max_threads,
         };
-        self.write_device_environment(device, &loaded)?;
         Ok(Box::new(loaded))
     }
 
