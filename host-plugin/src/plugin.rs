@@ -110,6 +110,10 @@ struct LoadedImage {
     /// Its kernels' addresses (not a copy of every entry: a million names cost time).
     kernels: Vec<DeviceAddr>,
     fptr: Option<InstalledTable>,
+    /// What the caller handed to its own caller for this image and must keep in place
+    /// until the image is unloaded (the C ABI's `__tgt_target_table`): it lives and dies
+    /// with the image, so no second list has to be kept in step with this one.
+    published: Option<Box<dyn std::any::Any + Send>>,
 }
 
 #[derive(Default)]
@@ -351,6 +355,7 @@ impl Plugin {
             _module: module,
             kernels: kernels.clone(),
             fptr,
+            published: None,
         };
         self.unload(device, key)?;
         lock(&state.images).push(loaded);
@@ -424,6 +429,42 @@ impl Plugin {
             diag::debug(|| format!("device {device}: unloaded {}", img.name));
         }
         result
+    }
+
+    /// Keep `table` with the loaded image `key` until it is unloaded (the C ABI's
+    /// published entry table, which libomptarget reads until then).
+    pub fn keep_with_image(
+        &self,
+        device: i32,
+        key: usize,
+        table: Box<dyn std::any::Any + Send>,
+    ) -> Result<(), PluginError> {
+        let (_, state) = self.device(device)?;
+        let mut images = lock(&state.images);
+        let image =
+            images
+                .iter_mut()
+                .find(|i| i.key == key)
+                .ok_or_else(|| PluginError::Invalid {
+                    device,
+                    what: format!("no image {key:#x} is loaded"),
+                })?;
+        image.published = Some(table);
+        Ok(())
+    }
+
+    /// Every loaded image, as (device, key).
+    pub fn loaded_image_keys(&self) -> Vec<(i32, usize)> {
+        self.devices
+            .iter()
+            .enumerate()
+            .flat_map(|(d, state)| {
+                lock(&state.images)
+                    .iter()
+                    .map(|i| (d as i32, i.key))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// The indirect function table installed for an image (for tools and tests).
