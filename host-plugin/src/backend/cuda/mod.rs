@@ -20,7 +20,7 @@ use super::{
 use cudarc::driver::{result, sys, DriverError};
 use image::CudaImage;
 use std::collections::{HashMap, HashSet};
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{c_void, CStr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The device environment is written for every GPU kind by the plugin core
@@ -254,32 +254,19 @@ impl CudaModule {
         unsafe { result::module::get_global(self.module, name.to_owned()) }.ok()
     }
 
-    /// Read `<kernel>_exec_mode`: absent means a plain CUDA kernel, which every thread
-    /// runs (SPMD).
+    /// The kernel's execution mode ([`launch_shape::read_exec_mode`]); none means a
+    /// plain CUDA kernel, which every thread runs (SPMD).
     fn exec_mode(&self, kernel: &CStr) -> Result<ExecMode, BackendError> {
-        let mut name = kernel.to_bytes().to_vec();
-        name.extend_from_slice(b"_exec_mode");
-        let name = CString::new(name).expect("a CStr's bytes plus a suffix have no NUL");
-        let Some((addr, size)) = self.lookup_global(&name) else {
-            return Ok(ExecMode::Spmd);
+        let global = |name: &CStr| Ok(self.lookup_global(name).map(|(a, n)| (a, n as u64)));
+        let read_byte = |addr| {
+            let mut value = [0u8; 1];
+            // SAFETY: `addr` is the 1-byte global just resolved in this module; the
+            // module's context is current (lookup_global made it so).
+            unsafe { result::memcpy_dtoh_sync(&mut value, addr) }
+                .map_err(|e| driver_err("cuMemcpyDtoH", e))?;
+            Ok(value[0])
         };
-        if size != 1 {
-            return Err(BackendError::Load(format!(
-                "{} is {size} bytes, not 1",
-                name.to_string_lossy()
-            )));
-        }
-        let mut value = [0u8; 1];
-        // SAFETY: `addr` is the 1-byte global just resolved; the context is current.
-        unsafe { result::memcpy_dtoh_sync(&mut value, addr) }
-            .map_err(|e| driver_err("reading the exec mode", e))?;
-        ExecMode::from_raw(value[0]).ok_or_else(|| {
-            BackendError::Load(format!(
-                "{} holds {}, not an LLVM 16 execution mode",
-                name.to_string_lossy(),
-                value[0]
-            ))
-        })
+        Ok(launch_shape::read_exec_mode(kernel, global, read_byte)?.unwrap_or(ExecMode::Spmd))
     }
 }
 

@@ -299,36 +299,35 @@ impl HipModule {
     /// when the code object has none (a plain kernel, no HIP call made), else its value
     /// read through HIP (the loader may relocate or the image may be rewritten).
     fn exec_mode(&self, kernel: &CStr) -> Result<Option<ExecMode>, BackendError> {
-        let mut name = kernel.to_bytes().to_vec();
-        name.extend_from_slice(b"_exec_mode");
-        let Some(sym) = self.symbols.get(&name) else {
-            return Ok(None);
+        let global = |name: &CStr| {
+            let Some(sym) = self.symbol(name) else {
+                return Ok(None);
+            };
+            if sym.kind != SymbolKind::Data {
+                return Err(BackendError::Load(format!(
+                    "{} is a {:?} symbol, not a variable",
+                    name.to_string_lossy(),
+                    sym.kind
+                )));
+            }
+            if sym.size != 1 {
+                // Refused by the size alone, before any HIP call.
+                return Ok(Some((0, sym.size)));
+            }
+            device::set(&self.api, self.device).map_err(driver_failed)?;
+            // SAFETY: the module is live for as long as `self`.
+            let (addr, _) = unsafe { module::get_global(&self.api, self.raw(), name) }
+                .map_err(driver_failed)?;
+            Ok(Some((addr, sym.size)))
         };
-        let name = CString::new(name)
-            .map_err(|_| BackendError::Load("a kernel name holds a NUL byte".into()))?;
-        if sym.kind != SymbolKind::Data || sym.size != 1 {
-            return Err(BackendError::Load(format!(
-                "{} is a {:?} symbol of {} bytes, not a 1-byte variable",
-                name.to_string_lossy(),
-                sym.kind,
-                sym.size
-            )));
-        }
-        device::set(&self.api, self.device).map_err(driver_failed)?;
-        // SAFETY: the module is live for as long as `self`.
-        let (addr, _) =
-            unsafe { module::get_global(&self.api, self.raw(), &name) }.map_err(driver_failed)?;
-        let mut value = [0u8; 1];
-        // SAFETY: `addr` is the device address of a 1-byte global of this module, on the
-        // device just made current.
-        unsafe { memory::copy_to_host(&self.api, &mut value, addr) }.map_err(driver_failed)?;
-        ExecMode::from_raw(value[0]).map(Some).ok_or_else(|| {
-            BackendError::Load(format!(
-                "{} holds {}, not an LLVM 16 execution mode",
-                name.to_string_lossy(),
-                value[0]
-            ))
-        })
+        let read_byte = |addr| {
+            let mut value = [0u8; 1];
+            // SAFETY: `addr` is the device address of a 1-byte global of this module, on
+            // the device just made current.
+            unsafe { memory::copy_to_host(&self.api, &mut value, addr) }.map_err(driver_failed)?;
+            Ok(value[0])
+        };
+        launch_shape::read_exec_mode(kernel, global, read_byte)
     }
 
     /// The kernel's largest work-group as HIP reports it (None where it cannot).
