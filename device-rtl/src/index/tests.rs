@@ -102,7 +102,8 @@ fn headers_that_cannot_be_valid_are_ignored() {
         bucket_count,
         seeds: [1, 3],
     };
-    // SAFETY (all calls): either rejected before any read, or describing `buckets`.
+    // SAFETY: (all calls) each header is either rejected before any read or describes
+    // `buckets`, which outlives the views.
     unsafe {
         assert!(IndexView::<SLOTS>::from_header(FptrIndex::NONE).is_none());
         assert!(IndexView::<SLOTS>::from_header(header(0, 4)).is_none());
