@@ -413,8 +413,35 @@ pub trait Backend: Send + Sync {
         self.alloc(device, size)
     }
 
-    /// Run a kernel with the team and thread counts libomptarget asks for. Backends that
-    /// have no launch geometry (the host) run it once with `launch`.
+    /// What the generic launch rules need to know about a kernel: its execution mode and
+    /// the device's and the kernel's limits. None where launches have no geometry (the
+    /// host runs a kernel once, with `launch`).
+    fn kernel_limits(
+        &self,
+        _device: usize,
+        _kernel: DeviceAddr,
+    ) -> Result<Option<(launch_shape::ExecMode, launch_shape::Limits)>, BackendError> {
+        Ok(None)
+    }
+
+    /// Launch with the shape the generic rules computed, and wait for the kernel.
+    ///
+    /// # Safety
+    /// As for `launch`.
+    unsafe fn launch_shaped(
+        &self,
+        device: usize,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        _shape: launch_shape::Shape,
+    ) -> Result<(), BackendError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.launch(device, kernel, args) }
+    }
+
+    /// Run a kernel with the team and thread counts libomptarget asks for: the shape is
+    /// computed here, once for every vendor, by LLVM 16's rules ([`launch_shape`]) from
+    /// what [`Backend::kernel_limits`] says; the vendor only launches it.
     ///
     /// # Safety
     /// As for `launch`.
@@ -423,10 +450,24 @@ pub trait Backend: Send + Sync {
         device: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
-        _request: LaunchRequest,
+        request: LaunchRequest,
     ) -> Result<(), BackendError> {
+        let Some((mode, limits)) = self.kernel_limits(device, kernel)? else {
+            // SAFETY: forwarded caller contract.
+            return unsafe { self.launch(device, kernel, args) };
+        };
+        let shape = launch_shape::shape(
+            mode,
+            request.num_teams,
+            request.thread_limit,
+            request.tripcount,
+            &limits,
+        );
+        crate::diag::debug(|| {
+            format!("device {device}: launching {kernel:#x} ({mode:?}) as {shape:?}")
+        });
         // SAFETY: forwarded caller contract.
-        unsafe { self.launch(device, kernel, args) }
+        unsafe { self.launch_shaped(device, kernel, args, shape) }
     }
 }
 

@@ -12,7 +12,7 @@
 
 pub mod image;
 
-use super::launch_shape::{self, ExecMode, Limits};
+use super::launch_shape::{self, ExecMode, Limits, Shape};
 use super::{
     AllocKind, Backend, BackendError, DeviceAddr, EventHandle, HandleKind, HandleRegistry,
     LaunchRequest, LoadedModule, QueueHandle,
@@ -186,6 +186,14 @@ impl CudaBackend {
         self.devices
             .get(device)
             .ok_or(BackendError::NoDevices("cuda"))
+    }
+
+    /// A kernel of a loaded module, by its handle.
+    fn kernel(&self, kernel: DeviceAddr) -> Result<Kernel, BackendError> {
+        lock(&self.kernels)
+            .get(&kernel)
+            .copied()
+            .ok_or_else(|| BackendError::Launch(format!("{kernel:#x} is not a loaded kernel")))
     }
 
     /// An event and the queue it is recorded on or waited from must both be live.
@@ -506,18 +514,13 @@ impl Backend for CudaBackend {
         unsafe { self.launch_teams(device, kernel, args, LaunchRequest::default()) }
     }
 
-    unsafe fn launch_teams(
+    fn kernel_limits(
         &self,
         device: usize,
         kernel: DeviceAddr,
-        args: &[DeviceAddr],
-        request: LaunchRequest,
-    ) -> Result<(), BackendError> {
+    ) -> Result<Option<(ExecMode, Limits)>, BackendError> {
         let dev = self.device(device)?;
-        let k = lock(&self.kernels)
-            .get(&kernel)
-            .copied()
-            .ok_or_else(|| BackendError::Launch(format!("{kernel:#x} is not a loaded kernel")))?;
+        let k = self.kernel(kernel)?;
         let limits = Limits {
             warp_size: 32,
             max_threads: k.max_threads,
@@ -525,13 +528,17 @@ impl Backend for CudaBackend {
             default_threads: DEFAULT_THREADS,
             default_blocks: DEFAULT_BLOCKS,
         };
-        let shape = launch_shape::shape(
-            k.mode,
-            request.num_teams,
-            request.thread_limit,
-            request.tripcount,
-            &limits,
-        );
+        Ok(Some((k.mode, limits)))
+    }
+
+    unsafe fn launch_shaped(
+        &self,
+        device: usize,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        shape: Shape,
+    ) -> Result<(), BackendError> {
+        let k = self.kernel(kernel)?;
         self.enter(device)?;
         // cuLaunchKernel takes a pointer to each argument's value.
         let mut values: Vec<u64> = args.to_vec();

@@ -26,7 +26,7 @@ pub mod grid;
 pub mod result;
 pub mod sys;
 
-use super::launch_shape::{self, ExecMode};
+use super::launch_shape::{self, ExecMode, Limits, Shape};
 use super::{Backend, BackendError, DeviceAddr, DeviceCode, LaunchRequest, LoadedModule};
 use crate::diag;
 use grid::{DeviceAttributes, DeviceLimits};
@@ -626,15 +626,13 @@ impl Backend for HipBackend {
         unsafe { self.launch_with(device, kernel, args, ONCE_GRID, ONCE_BLOCK) }
     }
 
-    /// LLVM 16's geometry: the clauses, trip count and execution mode through
-    /// [`launch_shape`], within the device's and the kernel's limits.
-    unsafe fn launch_teams(
+    /// The device's and the kernel's limits for LLVM 16's geometry; a kernel without
+    /// an exec mode is no OpenMP kernel: every work-item runs it (SPMD's rules).
+    fn kernel_limits(
         &self,
         device: usize,
         kernel: DeviceAddr,
-        args: &[DeviceAddr],
-        request: LaunchRequest,
-    ) -> Result<(), BackendError> {
+    ) -> Result<Option<(ExecMode, Limits)>, BackendError> {
         let k = self
             .kernel(kernel)
             .ok_or_else(|| BackendError::Launch(format!("{kernel:#x} is not a loaded kernel")))?;
@@ -649,17 +647,17 @@ impl Backend for HipBackend {
                 k.device
             )));
         }
-        // A kernel without an exec mode is no OpenMP kernel: every work-item runs it.
         let mode = k.mode.unwrap_or(ExecMode::Spmd);
-        let limits = info.limits.for_kernel(k.max_threads);
-        let shape = launch_shape::shape(
-            mode,
-            request.num_teams,
-            request.thread_limit,
-            request.tripcount,
-            &limits,
-        );
-        diag::debug(|| format!("device {device}: launching {kernel:#x} ({mode:?}) as {shape:?}"));
+        Ok(Some((mode, info.limits.for_kernel(k.max_threads))))
+    }
+
+    unsafe fn launch_shaped(
+        &self,
+        device: usize,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        shape: Shape,
+    ) -> Result<(), BackendError> {
         // SAFETY: forwarded caller contract.
         unsafe {
             self.launch_with(
