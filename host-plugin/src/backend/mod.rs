@@ -1,5 +1,9 @@
 //! What the plugin core needs from a device kind: memory, transfers, images, symbols,
 //! launches. One implementation per kind; the core never knows which one it drives.
+//! Rules every GPU shares are written once, here or in the core: the launch shape
+//! (`Backend::launch_teams` over `kernel_limits` + `launch_shaped`), the exec-mode
+//! reader ([`launch_shape::read_exec_mode`]), the device environment
+//! ([`crate::device_env`]); a vendor implements only the calls that differ.
 
 pub mod cuda;
 pub mod hip;

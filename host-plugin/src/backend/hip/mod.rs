@@ -11,12 +11,13 @@
 //! [`code_object`] picks, among the code objects of an image, the one whose target ID
 //! suits the device (xnack/sramecc rules). [`grid`] holds LLVM 16's AMDGPU launch limits.
 //!
-//! Launch geometry: `launch_teams` sizes the grid by LLVM 16's rules ([`launch_shape`])
-//! from the kernel's `<kernel>_exec_mode` global, read when the kernel is resolved, and
-//! the device's limits; a kernel without that global (not an OpenMP kernel) is treated
-//! as SPMD. `launch` ("run it once") keeps
-//! one work-item for such plain kernels, and uses the default geometry for OpenMP ones,
-//! which need their full work-group (the generic-mode main thread is in its last warp).
+//! Launch geometry: the generic `Backend::launch_teams` sizes the grid by LLVM 16's
+//! rules ([`launch_shape`]) from what `kernel_limits` reports here: the kernel's
+//! `<kernel>_exec_mode` (read once, when the kernel is resolved) and the device's limits;
+//! a kernel without that global (not an OpenMP kernel) gets SPMD's rules. `launch` ("run
+//! it once") keeps one work-item for such plain kernels, and uses the default geometry
+//! for OpenMP ones, which need their full work-group (the generic-mode main thread is in
+//! its last warp). The device environment is written by the plugin core, as for CUDA.
 //!
 //! What is known and what is not: this backend has run only against the stand-in HIP
 //! library of `tests/tests/amdgpu_hip_contract.rs`, never on AMD hardware.
