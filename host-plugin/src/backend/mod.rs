@@ -101,6 +101,15 @@ impl std::fmt::Display for HandleKind {
     }
 }
 
+/// The error for a handle a backend never handed out (or already destroyed).
+fn unknown(kind: HandleKind, device: usize, handle: u64) -> BackendError {
+    BackendError::UnknownHandle {
+        kind,
+        device,
+        handle,
+    }
+}
+
 /// The queue and event handles one backend handed out, by device: a handle is checked
 /// here before it reaches the driver, and forgotten when it is destroyed.
 #[derive(Default)]
@@ -125,11 +134,7 @@ impl HandleRegistry {
         if self.live().contains(&(kind, device, handle)) {
             Ok(())
         } else {
-            Err(BackendError::UnknownHandle {
-                kind,
-                device,
-                handle,
-            })
+            Err(unknown(kind, device, handle))
         }
     }
 
@@ -139,11 +144,7 @@ impl HandleRegistry {
         if self.live().remove(&(kind, device, handle)) {
             Ok(())
         } else {
-            Err(BackendError::UnknownHandle {
-                kind,
-                device,
-                handle,
-            })
+            Err(unknown(kind, device, handle))
         }
     }
 }
@@ -325,14 +326,15 @@ pub trait Backend: Send + Sync {
         Ok(None)
     }
 
-    /// Wait until everything on the queue is done, then destroy it.
-    fn queue_finish(&self, _device: usize, _queue: QueueHandle) -> Result<(), BackendError> {
-        Ok(())
+    /// Wait until everything on the queue is done, then destroy it. A backend without
+    /// queues handed none out: whatever comes back is unknown.
+    fn queue_finish(&self, device: usize, queue: QueueHandle) -> Result<(), BackendError> {
+        Err(unknown(HandleKind::Queue, device, queue))
     }
 
     /// Is everything on the queue done (without waiting)?
-    fn queue_done(&self, _device: usize, _queue: QueueHandle) -> Result<bool, BackendError> {
-        Ok(true)
+    fn queue_done(&self, device: usize, queue: QueueHandle) -> Result<bool, BackendError> {
+        Err(unknown(HandleKind::Queue, device, queue))
     }
 
     /// Enqueue a host-to-device copy.
@@ -343,15 +345,12 @@ pub trait Backend: Send + Sync {
     unsafe fn write_async(
         &self,
         device: usize,
-        dst: DeviceAddr,
-        src: *const u8,
-        len: usize,
-        _queue: QueueHandle,
+        _dst: DeviceAddr,
+        _src: *const u8,
+        _len: usize,
+        queue: QueueHandle,
     ) -> Result<(), BackendError> {
-        // SAFETY: the caller promises `src` holds `len` readable bytes.
-        let src = unsafe { std::slice::from_raw_parts(src, len) };
-        // SAFETY: forwarded caller contract for `dst`.
-        unsafe { self.write(device, dst, src) }
+        Err(unknown(HandleKind::Queue, device, queue))
     }
 
     /// Enqueue a device-to-host copy.
@@ -362,15 +361,12 @@ pub trait Backend: Send + Sync {
     unsafe fn read_async(
         &self,
         device: usize,
-        src: DeviceAddr,
-        dst: *mut u8,
-        len: usize,
-        _queue: QueueHandle,
+        _src: DeviceAddr,
+        _dst: *mut u8,
+        _len: usize,
+        queue: QueueHandle,
     ) -> Result<(), BackendError> {
-        // SAFETY: the caller promises `dst` holds `len` writable bytes nothing else uses.
-        let dst = unsafe { std::slice::from_raw_parts_mut(dst, len) };
-        // SAFETY: forwarded caller contract for `src`.
-        unsafe { self.read(device, src, dst) }
+        Err(unknown(HandleKind::Queue, device, queue))
     }
 
     /// A new event, or None where operations complete at once and events are tokens.
@@ -381,30 +377,30 @@ pub trait Backend: Send + Sync {
     /// Mark the point reached by `queue` (None: the device's default ordering).
     fn event_record(
         &self,
-        _device: usize,
-        _event: EventHandle,
+        device: usize,
+        event: EventHandle,
         _queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
-        Ok(())
+        Err(unknown(HandleKind::Event, device, event))
     }
 
     /// Make later work on `queue` (None: the device's default ordering) wait for the event.
     fn event_wait(
         &self,
-        _device: usize,
-        _event: EventHandle,
+        device: usize,
+        event: EventHandle,
         _queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
-        Ok(())
+        Err(unknown(HandleKind::Event, device, event))
     }
 
     /// Block until the event has happened.
-    fn event_sync(&self, _device: usize, _event: EventHandle) -> Result<(), BackendError> {
-        Ok(())
+    fn event_sync(&self, device: usize, event: EventHandle) -> Result<(), BackendError> {
+        Err(unknown(HandleKind::Event, device, event))
     }
 
-    fn event_destroy(&self, _device: usize, _event: EventHandle) -> Result<(), BackendError> {
-        Ok(())
+    fn event_destroy(&self, device: usize, event: EventHandle) -> Result<(), BackendError> {
+        Err(unknown(HandleKind::Event, device, event))
     }
 
     /// Allocate memory of a given kind. Backends with one kind of memory use `alloc`.
@@ -478,6 +474,32 @@ pub trait Backend: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The host hands out no queues or events (everything completes at once): any handle
+    /// that comes back is refused, clearly, instead of being ignored.
+    #[test]
+    fn a_backend_without_queues_refuses_every_handle() {
+        let host = host::HostBackend;
+        let refused = |r: Result<(), BackendError>| {
+            assert!(
+                matches!(r, Err(BackendError::UnknownHandle { handle: 0x77, .. })),
+                "{r:?}"
+            )
+        };
+        assert_eq!(host.queue_create(0).unwrap(), None);
+        assert_eq!(host.event_create(0).unwrap(), None);
+        refused(host.queue_finish(0, 0x77));
+        refused(host.queue_done(0, 0x77).map(drop));
+        let mut byte = 0u8;
+        // SAFETY: refused before any copy: nothing is read or written.
+        refused(unsafe { host.write_async(0, 0x1000, &byte, 1, 0x77) });
+        // SAFETY: as above.
+        refused(unsafe { host.read_async(0, 0x1000, &mut byte, 1, 0x77) });
+        refused(host.event_record(0, 0x77, None));
+        refused(host.event_wait(0, 0x77, None));
+        refused(host.event_sync(0, 0x77));
+        refused(host.event_destroy(0, 0x77));
+    }
 
     #[test]
     fn a_handle_is_live_from_insert_to_remove_on_its_own_device_only() {
