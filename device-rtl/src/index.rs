@@ -174,7 +174,7 @@ impl<'a, const S: usize> IndexView<'a, S> {
         // keys). Two loops of S steps (not one chained iterator), which the compiler
         // unrolls.
         let pick = |slot: &FptrMapEntry, result: u64| {
-            core::hint::select_unpredictable(slot.key() == key, slot.tgt_ptr as u64, result)
+            core::hint::select_unpredictable(slot.key() == key, slot.tgt_ptr, result)
         };
         let mut result = key;
         for slot in first {
@@ -371,8 +371,8 @@ fn prefetch<T>(item: &T) {
 
 fn empty_slot(filler: u64) -> FptrMapEntry {
     FptrMapEntry {
-        host_ptr: filler as i64,
-        tgt_ptr: filler as i64,
+        host_ptr: filler,
+        tgt_ptr: filler,
     }
 }
 

@@ -178,7 +178,7 @@ mod tests {
                 tgt_ptr: 0xb000,
             },
             FptrMapEntry {
-                host_ptr: -16,
+                host_ptr: -16i64 as u64,
                 tgt_ptr: 0xc000,
             },
         ];

@@ -2,7 +2,7 @@
 //!
 //! Contract of a table (the plugin that fills `__omp_offloading_fptr_map_p` guarantees it):
 //! - entries are sorted by `host_ptr` compared as UNSIGNED 64-bit addresses
-//!   (`host_ptr as u64`), ascending;
+//!   (`u64`), ascending;
 //! - keys are unique (no two entries share a `host_ptr`).
 //!
 //! On a table that breaks the contract the search still ends after the same number of
@@ -12,14 +12,16 @@
 use bytemuck::{Pod, Zeroable};
 
 /// One `{ int64_t host_ptr; int64_t tgt_ptr; }` pair, the layout of
-/// `__omp_offloading_fptr_map_ty` in the declare-target-indirect design.
+/// `__omp_offloading_fptr_map_ty` in the declare-target-indirect design. The fields are
+/// addresses and the table orders them unsigned, so Rust holds them as `u64` (the same
+/// bits as C's `int64_t`). The one definition: the plugin builds its tables from it.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FptrMapEntry {
     /// Address of the host version of the function: the search key.
-    pub host_ptr: i64,
+    pub host_ptr: u64,
     /// Address of the device version of the same function.
-    pub tgt_ptr: i64,
+    pub tgt_ptr: u64,
 }
 
 // The plugin copies arrays of these byte for byte to the device: the layout is fixed.
@@ -28,7 +30,7 @@ const _: () = assert!(core::mem::align_of::<FptrMapEntry>() == 8);
 const _: () = assert!(core::mem::offset_of!(FptrMapEntry, host_ptr) == 0);
 const _: () = assert!(core::mem::offset_of!(FptrMapEntry, tgt_ptr) == 8);
 
-// SAFETY: two i64 fields, repr(C), size 16 == 8 + 8 (asserted above), so no padding;
+// SAFETY: two u64 fields, repr(C), size 16 == 8 + 8 (asserted above), so no padding;
 // the all-zero bit pattern is a valid value.
 unsafe impl Zeroable for FptrMapEntry {}
 // SAFETY: repr(C), no padding (asserted above), every field is Pod, Copy and 'static.
@@ -38,7 +40,7 @@ impl FptrMapEntry {
     /// The key as the table orders it: an unsigned 64-bit address.
     #[inline(always)]
     pub fn key(&self) -> u64 {
-        self.host_ptr as u64
+        self.host_ptr
     }
 }
 
@@ -262,7 +264,7 @@ pub fn find(table: &[FptrMapEntry], key: u64) -> Option<&FptrMapEntry> {
 pub fn translate(table: &[FptrMapEntry], fn_ptr: u64) -> u64 {
     match candidate(table, fn_ptr, |_| {}) {
         Some((_, entry)) => {
-            core::hint::select_unpredictable(entry.key() == fn_ptr, entry.tgt_ptr as u64, fn_ptr)
+            core::hint::select_unpredictable(entry.key() == fn_ptr, entry.tgt_ptr, fn_ptr)
         }
         None => fn_ptr,
     }

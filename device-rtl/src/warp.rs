@@ -84,7 +84,7 @@ pub fn translate(table: &[FptrMapEntry], fn_ptr: u64) -> u64 {
     );
     match found {
         // SAFETY: find_index_by returns only indices < table.len().
-        Some(index) => unsafe { table.get_unchecked(index) }.tgt_ptr as u64,
+        Some(index) => unsafe { table.get_unchecked(index) }.tgt_ptr,
         None => fn_ptr,
     }
 }

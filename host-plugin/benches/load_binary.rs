@@ -207,7 +207,7 @@ impl AbiPlugin {
         let err = |what: &str, e: libloading::Error| format!("{path}: {what}: {e}");
         // SAFETY: a libomptarget 16 plugin; its initializers only set up its own state.
         let library = unsafe { libloading::Library::new(path) }.map_err(|e| err("dlopen", e))?;
-        // SAFETY (each `get`): the symbols have these signatures in LLVM 16's plugin ABI
+        // SAFETY: (each `get`) the symbols have these signatures in LLVM 16's plugin ABI
         // (omptargetplugin.h), which both plugins export.
         unsafe {
             if let Ok(init) = library.get::<InitPlugin>(b"__tgt_rtl_init_plugin\0") {

@@ -3,14 +3,18 @@
 use std::borrow::Cow;
 use std::ffi::CStr;
 
+pub use offload_formats::entries::{classify as classify_flags, flags, EntryKind};
+
+// The entry flags are offload-formats' (`flags`); these are the same bits typed as the
+// `i32` of LLVM 16's `__tgt_offload_entry`.
 /// `OMP_DECLARE_TARGET_CTOR`: a global constructor, launched as a kernel by libomptarget.
-pub const FLAG_CTOR: i32 = 0x02;
+pub const FLAG_CTOR: i32 = flags::CTOR as i32;
 /// `OMP_DECLARE_TARGET_DTOR`: a global destructor, launched as a kernel by libomptarget.
-pub const FLAG_DTOR: i32 = 0x04;
+pub const FLAG_DTOR: i32 = flags::DTOR as i32;
 /// `OMP_DECLARE_TARGET_INDIRECT` (clang 18+) / `OMP_DECLARE_TARGET_FPTR` (the seed design).
-pub const FLAG_INDIRECT: i32 = 0x08;
+pub const FLAG_INDIRECT: i32 = flags::INDIRECT as i32;
 /// `OMP_DECLARE_TARGET_INDIRECT_VTABLE` (newest clang): the entry describes a whole vtable.
-pub const FLAG_INDIRECT_VTABLE: i32 = 0x20;
+pub const FLAG_INDIRECT_VTABLE: i32 = flags::INDIRECT_VTABLE as i32;
 
 /// One host `__tgt_offload_entry`. The name is borrowed where the caller's entries
 /// outlive the load (libomptarget's, in the host binary): a million-entry image would
@@ -26,38 +30,14 @@ pub struct OffloadEntry<'a> {
     pub host_vtable: Option<Vec<u8>>,
 }
 
-/// What an entry asks of the plugin.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EntryKind {
-    /// A kernel (also ctor/dtor thunks): resolve the device function.
-    Kernel,
-    /// A declare-target global of `size` bytes: resolve the device global.
-    Global,
-    /// Seed convention: the device symbol is the indirect function itself.
-    IndirectFunction,
-    /// clang 18+ convention: an 8-byte device global holds the device function's address.
-    IndirectThroughGlobal,
-    /// Indirect vtable: a device global holds the device vtable's address.
-    IndirectVtable,
+/// Classify an entry by its `i32` flags and size ([`offload_formats::entries::classify`]).
+pub fn classify(flags: i32, size: u64) -> Option<EntryKind> {
+    classify_flags(flags as u32, size)
 }
 
-/// Classify an entry by flags and size; `None` for combinations no compiler emits.
-pub fn classify(flags: i32, size: u64) -> Option<EntryKind> {
-    if flags & FLAG_INDIRECT == 0 {
-        return Some(if size == 0 {
-            EntryKind::Kernel
-        } else {
-            EntryKind::Global
-        });
-    }
-    if flags & FLAG_INDIRECT_VTABLE != 0 {
-        return (size != 0 && size.is_multiple_of(8)).then_some(EntryKind::IndirectVtable);
-    }
-    match size {
-        0 => Some(EntryKind::IndirectFunction),
-        8 => Some(EntryKind::IndirectThroughGlobal),
-        _ => None,
-    }
+/// The entry goes into the indirect function table (function or vtable).
+pub fn is_indirect(flags: i32) -> bool {
+    flags::is_indirect(flags as u32)
 }
 
 /// A host offload entry as the plugin core reads it: [`OffloadEntry`] through the Rust
@@ -124,6 +104,7 @@ mod tests {
         }
     }
 
+    /// The plugin classifies through offload-formats' one rule (tested there in full).
     #[test]
     fn classification() {
         assert_eq!(entry(0, 0).kind(), Some(EntryKind::Kernel));
@@ -143,5 +124,12 @@ mod tests {
             Some(EntryKind::IndirectVtable)
         );
         assert_eq!(entry(12, FLAG_INDIRECT | FLAG_INDIRECT_VTABLE).kind(), None);
+        // 0x20 alone: a vtable, as in LLVM's loader (this plugin used to load it as a
+        // plain global).
+        assert_eq!(
+            entry(24, FLAG_INDIRECT_VTABLE).kind(),
+            Some(EntryKind::IndirectVtable)
+        );
+        assert!(is_indirect(FLAG_INDIRECT_VTABLE));
     }
 }

@@ -3,17 +3,11 @@
 //! Pure: turns (host, device) address pairs into the sorted, duplicate-free table the
 //! device runtime binary-searches. Keys are ordered as unsigned 64-bit addresses.
 
-use bytemuck::{Pod, Zeroable};
 use thiserror::Error;
 
-/// One row of the device table, laid out as the device runtime reads it:
-/// `struct { int64_t host_ptr; int64_t tgt_ptr; }` (we keep the bits as u64).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Pod, Zeroable)]
-pub struct FptrMapEntry {
-    pub host_ptr: u64,
-    pub tgt_ptr: u64,
-}
+/// One row of the device table: the device runtime's own type, so the plugin writes
+/// exactly what `__kmpc_target_translate_fptr` reads.
+pub use device_rtl::FptrMapEntry;
 
 /// A pair found while loading an image, with the offload entry it came from (for errors).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -45,11 +45,8 @@ impl HostIndex {
 
 /// Build the index of a sorted, duplicate-free table (what [`crate::fptr::build`] returns).
 pub fn build(table: &[FptrMapEntry]) -> Result<HostIndex, BuildError> {
-    // The same 16 bytes per row: two 64-bit words (the plugin keeps them unsigned, the
-    // device type signed, as the design's C struct has them).
-    let rows: &[device_rtl::FptrMapEntry] = bytemuck::cast_slice(table);
     let built =
-        index::build::<SLOTS, _>(rows, &BuildPolicy::DEFAULT, |n| vec![Bucket::default(); n])?;
+        index::build::<SLOTS, _>(table, &BuildPolicy::DEFAULT, |n| vec![Bucket::default(); n])?;
     Ok(HostIndex {
         buckets: built.buckets,
         seeds: built.seeds,

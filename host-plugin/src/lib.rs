@@ -6,12 +6,18 @@
 //! `__omp_offloading_fptr_map_p` / `__omp_offloading_fptr_map_size` at it, so that
 //! `__kmpc_target_translate_fptr` can translate host function addresses on the device.
 //!
+//! One library, three plugins: `libomptarget.rtl.x86_64.so` (the host CPU, through
+//! dlopen and libffi), `libomptarget.rtl.cuda.so` (NVIDIA GPUs, through the CUDA driver
+//! API) and `libomptarget.rtl.amdgpu.so` (AMD GPUs, through HIP); the name a copy was
+//! loaded by picks its [`plugin::PluginKind`].
+//!
 //! Layout: [`abi`] holds the `#[repr(C)]` LLVM 16 structures and the `extern "C"`
-//! `__tgt_rtl_*` shims; [`plugin`] is the safe core; [`backend`] hides the device kind
-//! (the host CPU through dlopen + libffi here).
+//! `__tgt_rtl_*` shims; [`plugin`] is the safe core; [`backend`] holds one module per
+//! device kind (`host`, `cuda`, `hip`). docs/ARCHITECTURE.md walks one image through.
 
 pub mod abi;
 pub mod backend;
+pub mod device_env;
 pub mod diag;
 pub mod entries;
 pub mod error;

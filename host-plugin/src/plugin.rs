@@ -31,6 +31,12 @@ pub enum PluginKind {
 }
 
 impl PluginKind {
+    /// GPU images carry LLVM's device runtime, which reads a device environment the
+    /// plugin writes ([`crate::device_env`]); the host device has none.
+    pub fn has_device_environment(self) -> bool {
+        matches!(self, PluginKind::Cuda | PluginKind::Amdgpu)
+    }
+
     /// The part of `libomptarget.rtl.<name>.so` libomptarget loads this kind by.
     pub fn name(self) -> &'static str {
         match self {
@@ -104,6 +110,10 @@ struct LoadedImage {
     /// Its kernels' addresses (not a copy of every entry: a million names cost time).
     kernels: Vec<DeviceAddr>,
     fptr: Option<InstalledTable>,
+    /// What the caller handed to its own caller for this image and must keep in place
+    /// until the image is unloaded (the C ABI's `__tgt_target_table`): it lives and dies
+    /// with the image, so no second list has to be kept in step with this one.
+    published: Option<Box<dyn std::any::Any + Send>>,
 }
 
 #[derive(Default)]
@@ -218,8 +228,7 @@ impl Plugin {
     }
 
     pub fn is_valid_binary(&self, image: &[u8]) -> bool {
-        image::elf_machine(image) == Some(self.backend.elf_machine())
-            && self.backend.is_compatible(image)
+        self.backend.is_valid_image(image)
     }
 
     pub fn init_device(&self, device: i32) -> Result<(), PluginError> {
@@ -267,6 +276,16 @@ impl Plugin {
     ) -> Result<(), PluginError> {
         let (d, state) = self.device(device)?;
         let name = image_name(key, image_bytes.len());
+        // The code for this device: the image, or its code object for the device.
+        let code =
+            self.backend
+                .device_code(d, image_bytes)
+                .map_err(|source| PluginError::Load {
+                    image: name.clone(),
+                    device,
+                    source,
+                })?;
+        let image_bytes = code.bytes();
         let symbols =
             self.backend
                 .inspect_image(image_bytes)
@@ -283,6 +302,15 @@ impl Plugin {
                     device,
                     source,
                 })?;
+        if self.kind.has_device_environment() {
+            crate::device_env::install(self.backend.as_ref(), module.as_ref(), d).map_err(
+                |source| PluginError::Load {
+                    image: name.clone(),
+                    device,
+                    source,
+                },
+            )?;
+        }
         let ctx = LoadContext {
             plugin: self,
             device,
@@ -294,8 +322,8 @@ impl Plugin {
         };
         let (kernels, rows) = ctx.resolve_entries(entries, record)?;
         // Entry names by host address, for the table dump: only built when the dump will
-        // be printed (a name copy and a hash insert per entry; with the entry copy the
-        // image no longer keeps, 18 % of a 1M-entry load, see docs/BENCHMARKS.md 1d).
+        // be printed. A name copy and a hash insert per entry cost 18 % of a 1M-entry
+        // load (docs/BENCHMARKS.md 1d); error messages find their origin lazily instead.
         let dump =
             diag::info_enabled(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE) || diag::debug_enabled();
         let origins: HashMap<u64, String> = if dump {
@@ -318,7 +346,7 @@ impl Plugin {
         })?;
         let has_indirect = entries
             .iter()
-            .any(|e| e.flags() & crate::entries::FLAG_INDIRECT != 0);
+            .any(|e| crate::entries::is_indirect(e.flags()));
         let fptr = ctx.install_table(table, &origins, has_indirect)?;
 
         let loaded = LoadedImage {
@@ -327,6 +355,7 @@ impl Plugin {
             _module: module,
             kernels: kernels.clone(),
             fptr,
+            published: None,
         };
         self.unload(device, key)?;
         lock(&state.images).push(loaded);
@@ -400,6 +429,42 @@ impl Plugin {
             diag::debug(|| format!("device {device}: unloaded {}", img.name));
         }
         result
+    }
+
+    /// Keep `table` with the loaded image `key` until it is unloaded (the C ABI's
+    /// published entry table, which libomptarget reads until then).
+    pub fn keep_with_image(
+        &self,
+        device: i32,
+        key: usize,
+        table: Box<dyn std::any::Any + Send>,
+    ) -> Result<(), PluginError> {
+        let (_, state) = self.device(device)?;
+        let mut images = lock(&state.images);
+        let image =
+            images
+                .iter_mut()
+                .find(|i| i.key == key)
+                .ok_or_else(|| PluginError::Invalid {
+                    device,
+                    what: format!("no image {key:#x} is loaded"),
+                })?;
+        image.published = Some(table);
+        Ok(())
+    }
+
+    /// Every loaded image, as (device, key).
+    pub fn loaded_image_keys(&self) -> Vec<(i32, usize)> {
+        self.devices
+            .iter()
+            .enumerate()
+            .flat_map(|(d, state)| {
+                lock(&state.images)
+                    .iter()
+                    .map(|i| (d as i32, i.key))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// The indirect function table installed for an image (for tools and tests).
@@ -1079,7 +1144,7 @@ impl<'a> LoadContext<'a> {
         // Sized once: growing by doubling copied and page-faulted it several times over.
         let indirect = entries
             .iter()
-            .filter(|e| e.flags() & crate::entries::FLAG_INDIRECT != 0)
+            .filter(|e| crate::entries::is_indirect(e.flags()))
             .count();
         let mut rows = Vec::with_capacity(indirect);
         let (mut names, mut found) = (Vec::new(), Vec::new());

@@ -150,7 +150,14 @@ pub mod flags {
     pub const DTOR: u32 = 0x4;
     pub const INDIRECT: u32 = 0x8;
     pub const REQUIRES: u32 = 0x10;
+    /// An indirect vtable. LLVM's loader (`setupIndirectCallTable`) treats an entry as one
+    /// whenever this bit is set, with or without [`INDIRECT`]; so do we.
     pub const INDIRECT_VTABLE: u32 = 0x20;
+
+    /// The entry goes into the indirect function table (a function or a vtable).
+    pub const fn is_indirect(flags: u32) -> bool {
+        flags & (INDIRECT | INDIRECT_VTABLE) != 0
+    }
 
     /// Names of the set bits, plus `0x..` for bits we do not know.
     pub fn names(flags: u32) -> Vec<String> {
@@ -190,6 +197,43 @@ pub enum EntryRole {
     Global,
     /// The `requires` flags record.
     Requires,
+}
+
+/// What a loader must do with an entry: the one classification the plugin and the
+/// inspector share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum EntryKind {
+    /// A kernel (also ctor/dtor thunks): resolve the device function.
+    Kernel,
+    /// A declare-target global of `size` bytes: resolve the device global.
+    Global,
+    /// Seed convention: the device symbol is the indirect function itself (size 0).
+    IndirectFunction,
+    /// clang 18+ convention: an 8-byte device global holds the device function's address.
+    IndirectThroughGlobal,
+    /// Indirect vtable (`size` bytes of host vtable): a device global holds the device
+    /// vtable's address.
+    IndirectVtable,
+}
+
+/// Classify an entry by flags and size; `None` for combinations no compiler emits.
+/// [`flags::INDIRECT_VTABLE`] wins over [`flags::INDIRECT`], as in LLVM's loader.
+pub fn classify(flags: u32, size: u64) -> Option<EntryKind> {
+    if !flags::is_indirect(flags) {
+        return Some(if size == 0 {
+            EntryKind::Kernel
+        } else {
+            EntryKind::Global
+        });
+    }
+    if flags & flags::INDIRECT_VTABLE != 0 {
+        return (size != 0 && size.is_multiple_of(8)).then_some(EntryKind::IndirectVtable);
+    }
+    match size {
+        0 => Some(EntryKind::IndirectFunction),
+        8 => Some(EntryKind::IndirectThroughGlobal),
+        _ => None,
+    }
 }
 
 /// One entry, relocated.
@@ -235,7 +279,12 @@ impl OffloadEntry {
     }
 
     pub fn is_indirect(&self) -> bool {
-        self.flags & (flags::INDIRECT | flags::INDIRECT_VTABLE) != 0
+        flags::is_indirect(self.flags)
+    }
+
+    /// What a loader does with it ([`classify`]).
+    pub fn load_kind(&self) -> Option<EntryKind> {
+        classify(self.flags, self.size)
     }
 }
 
@@ -519,6 +568,48 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("`version`") && e.contains("0x40"), "{e}");
+    }
+
+    #[test]
+    fn classification() {
+        use flags::{CTOR, INDIRECT, INDIRECT_VTABLE};
+        assert_eq!(classify(0, 0), Some(EntryKind::Kernel));
+        assert_eq!(classify(CTOR, 0), Some(EntryKind::Kernel));
+        assert_eq!(classify(0, 4), Some(EntryKind::Global));
+        assert_eq!(classify(INDIRECT, 0), Some(EntryKind::IndirectFunction));
+        assert_eq!(
+            classify(INDIRECT, 8),
+            Some(EntryKind::IndirectThroughGlobal)
+        );
+        assert_eq!(classify(INDIRECT, 4), None);
+        assert_eq!(
+            classify(INDIRECT | INDIRECT_VTABLE, 24),
+            Some(EntryKind::IndirectVtable)
+        );
+        assert_eq!(classify(INDIRECT | INDIRECT_VTABLE, 12), None);
+        // 0x20 without 0x08 is a vtable too: LLVM's loader tests either bit, and the
+        // inspector's role() says the same.
+        assert_eq!(
+            classify(INDIRECT_VTABLE, 24),
+            Some(EntryKind::IndirectVtable)
+        );
+        assert_eq!(classify(INDIRECT_VTABLE, 0), None);
+        let vtable_only = OffloadEntry {
+            layout: EntryLayout::Llvm56,
+            offset: 0,
+            version: 1,
+            kind: 1,
+            flags: INDIRECT_VTABLE,
+            addr: 0x1000,
+            host_symbol: None,
+            name: "vt".into(),
+            size: 24,
+            data: 0,
+            aux: 0,
+        };
+        assert_eq!(vtable_only.role(), EntryRole::IndirectVtable);
+        assert!(vtable_only.is_indirect());
+        assert_eq!(vtable_only.load_kind(), Some(EntryKind::IndirectVtable));
     }
 
     #[test]

@@ -81,23 +81,13 @@ pub fn classify(bytes: &[u8]) -> ImageKind {
         }
     } else if bytes.starts_with(b"BC\xC0\xDE") || bytes.starts_with(&[0xDE, 0xC0, 0x17, 0x0B]) {
         ImageKind::Bitcode
-    } else if bytes.starts_with(&[0x50, 0xED, 0x55, 0xBA]) {
+    } else if bytes.starts_with(&crate::cuda::FATBIN_MAGIC.to_le_bytes()) {
         ImageKind::Fatbinary
-    } else if looks_like_ptx(bytes) {
+    } else if crate::cuda::is_ptx(bytes) {
         ImageKind::Ptx
     } else {
         ImageKind::Unknown
     }
-}
-
-fn looks_like_ptx(bytes: &[u8]) -> bool {
-    let head = &bytes[..bytes.len().min(4096)];
-    let Ok(text) = std::str::from_utf8(head) else {
-        return false;
-    };
-    text.lines()
-        .map(str::trim)
-        .any(|l| l.starts_with(".version ") || l.starts_with(".target sm_"))
 }
 
 /// One device image found in a file.
@@ -344,12 +334,7 @@ fn bare_device_elf(bytes: &[u8], machine: u16) -> DeviceImage<'_> {
 /// `sm_XX` from a cubin's `e_flags`: the low byte in the classic encoding, bits 8..16
 /// from ELF ABI version 8 on (CUDA 12.8+, e.g. `0x6005a04` is sm_90).
 fn cuda_arch(e_flags: u32, abi_version: u8) -> String {
-    let sm = if abi_version >= 8 {
-        (e_flags >> 8) & 0xff
-    } else {
-        e_flags & 0xff
-    };
-    format!("sm_{sm}")
+    format!("sm_{}", crate::cuda::cubin_sm(e_flags, abi_version))
 }
 
 /// PTX text on its own: the `.target sm_XX` directive gives the arch.
@@ -451,13 +436,14 @@ pub fn not_a_container(kind: ImageKind) -> Error {
 /// x86_64). Only images of the same architecture (first triple component) qualify.
 /// With a device target ID, an image qualifies when its arch is a compatible target ID
 /// (same processor; every feature it specifies set the same way on the device) or when
-/// it names no arch; the image specifying the most features wins, then the earliest.
+/// it names no arch; the image specifying the most features wins, then the earliest
+/// (the one tie-break, [`crate::target_id::best_index`]).
 pub fn best_for_device<'i, 'a>(
     images: &'i [DeviceImage<'a>],
     device_triple: &str,
     device: Option<&crate::target_id::TargetId>,
 ) -> Option<&'i DeviceImage<'a>> {
-    use crate::target_id::{is_compatible, TargetId};
+    use crate::target_id::{best_index, TargetId};
     let arch = crate::triple::arch(device_triple);
     let rank = |img: &DeviceImage<'_>| -> Option<i64> {
         if crate::triple::arch(&img.triple) != arch {
@@ -466,19 +452,8 @@ pub fn best_for_device<'i, 'a>(
         match (img.arch.as_deref(), device) {
             (None, _) => Some(-1),
             (Some(_), None) => Some(0),
-            (Some(a), Some(dev)) => {
-                let code = TargetId::parse(a).ok()?;
-                is_compatible(&code, dev).then_some(code.features.len() as i64)
-            }
+            (Some(a), Some(dev)) => crate::target_id::rank(&TargetId::parse(a).ok()?, dev),
         }
     };
-    let mut best: Option<(i64, &DeviceImage<'a>)> = None;
-    for img in images {
-        if let Some(r) = rank(img) {
-            if best.is_none_or(|(b, _)| r > b) {
-                best = Some((r, img));
-            }
-        }
-    }
-    best.map(|(_, img)| img)
+    best_index(images, rank).map(|at| &images[at])
 }

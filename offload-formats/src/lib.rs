@@ -5,14 +5,18 @@
 //! * [`offload_binary`]: the `.llvm.offloading` container (magic `0x10FF10AD`).
 //! * [`bundle`]: `clang-offload-bundler` bundles, plain and compressed (`CCOB`).
 //! * [`target_id`]: target IDs (`gfx90a:sramecc+:xnack-`), canonical form, compatibility.
+//! * [`cuda`]: CUDA image kinds (cubin, fatbinary, PTX), a cubin's SM and where it runs.
 //! * [`image`]: classify a file and find every device image inside it.
 //!
 //! Readers are zero-copy (they borrow the input) and never panic on malformed input:
 //! every failure is an [`Error`] naming the field and the offset that was wrong.
 //! Allocations are bounded by the input size.
 
+#![forbid(unsafe_code)]
+
 pub mod bundle;
 pub mod compressed;
+pub mod cuda;
 pub mod entries;
 pub mod error;
 pub mod image;

@@ -229,13 +229,35 @@ pub fn is_compatible(code_object: &TargetId, device: &TargetId) -> bool {
             .all(|(name, setting)| dev.feature(name) == Some(*setting))
 }
 
+/// The one tie-break of every code-object choice ([`best_match`], the HIP backend's
+/// `select`, [`crate::image::best_for_device`]): the highest rank wins and, among equal
+/// ranks, the EARLIEST candidate, i.e. the order the packager (clang-offload-bundler,
+/// clang-linker-wrapper) wrote. That order is the only one a user controls, so the
+/// first of two equally good builds is the one they listed first. `rank` is `None` for
+/// a candidate that cannot run at all.
+pub fn best_index<T>(candidates: &[T], rank: impl Fn(&T) -> Option<i64>) -> Option<usize> {
+    let mut best: Option<(i64, usize)> = None;
+    for (at, candidate) in candidates.iter().enumerate() {
+        if let Some(r) = rank(candidate) {
+            if best.is_none_or(|(b, _)| r > b) {
+                best = Some((r, at));
+            }
+        }
+    }
+    best.map(|(_, at)| at)
+}
+
+/// How well a code object for `code_object` suits `device`: `None` if it cannot run,
+/// else the number of features it specifies (the most specialised build ranks highest).
+pub fn rank(code_object: &TargetId, device: &TargetId) -> Option<i64> {
+    is_compatible(code_object, device).then_some(code_object.features.len() as i64)
+}
+
 /// Of several code objects, pick the best for `device`: compatible, and among those the
-/// one that specifies the most features (the most specialised build).
+/// one that specifies the most features (the most specialised build); ties go to the
+/// earliest ([`best_index`]).
 pub fn best_match<'t>(candidates: &'t [TargetId], device: &TargetId) -> Option<&'t TargetId> {
-    candidates
-        .iter()
-        .filter(|c| is_compatible(c, device))
-        .max_by_key(|c| c.features.len())
+    best_index(candidates, |c| rank(c, device)).map(|at| &candidates[at])
 }
 
 #[cfg(test)]
@@ -289,5 +311,9 @@ mod tests {
         assert_eq!(best_match(&c, &id("gfx90a:xnack+")), Some(&c[1]));
         assert_eq!(best_match(&c, &id("gfx90a:sramecc+:xnack-")), Some(&c[2]));
         assert_eq!(best_match(&c, &id("gfx908:xnack-")), None);
+        // Equally specific builds: the earliest wins (it used to be the last).
+        let twins = [id("gfx90a:xnack+"), id("gfx90a:xnack+"), id("gfx90a")];
+        let chosen = best_match(&twins, &id("gfx90a:xnack+")).unwrap();
+        assert!(std::ptr::eq(chosen, &twins[0]));
     }
 }

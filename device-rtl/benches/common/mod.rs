@@ -159,8 +159,8 @@ pub fn make_table(len: usize) -> Vec<FptrMapEntry> {
         .map(|_| {
             host += 16 * (1 + rng.below(16) as u64);
             FptrMapEntry {
-                host_ptr: host as i64,
-                tgt_ptr: (0x7f00_0000_0000 + 16 * rng.below(1 << 30) as u64) as i64,
+                host_ptr: host,
+                tgt_ptr: 0x7f00_0000_0000 + 16 * rng.below(1 << 30) as u64,
             }
         })
         .collect()
@@ -211,7 +211,7 @@ pub fn plain_lower_bound(table: &[FptrMapEntry], key: u64) -> u64 {
         }
     }
     match table.get(lo) {
-        Some(e) if e.key() == key => e.tgt_ptr as u64,
+        Some(e) if e.key() == key => e.tgt_ptr,
         _ => key,
     }
 }
@@ -235,7 +235,7 @@ pub fn upstream_style(table: &[FptrMapEntry], key: u64) -> u64 {
         // SAFETY: left <= current < right <= table.len().
         let entry = *unsafe { table.get_unchecked(current) };
         if entry.key() == key {
-            return entry.tgt_ptr as u64;
+            return entry.tgt_ptr;
         }
         if key < entry.key() {
             right = current;
@@ -338,7 +338,7 @@ impl PointerHashTable {
     pub fn translate(&self, key: u64) -> u64 {
         let entry = self.slots[self.probe(key)];
         if entry.key() == key && key != 0 {
-            entry.tgt_ptr as u64
+            entry.tgt_ptr
         } else {
             key
         }
@@ -398,7 +398,7 @@ impl Eytzinger {
         let lower_bound = node >> (node.trailing_ones() + 1);
         let entry = slots[lower_bound];
         if lower_bound != 0 && entry.key() == key {
-            entry.tgt_ptr as u64
+            entry.tgt_ptr
         } else {
             key
         }

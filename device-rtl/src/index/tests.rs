@@ -14,9 +14,9 @@ fn table_of(keys: &[u64]) -> Vec<FptrMapEntry> {
     keys.dedup();
     keys.iter()
         .map(|&k| FptrMapEntry {
-            host_ptr: k as i64,
+            host_ptr: k,
             // A value that differs from the key, so a hit is visible.
-            tgt_ptr: (k ^ 0xdead_beef_0000_0001) as i64,
+            tgt_ptr: k ^ 0xdead_beef_0000_0001,
         })
         .collect()
 }
@@ -25,7 +25,7 @@ fn naive_translate(table: &[FptrMapEntry], key: u64) -> u64 {
     table
         .iter()
         .find(|e| e.key() == key)
-        .map_or(key, |e| e.tgt_ptr as u64)
+        .map_or(key, |e| e.tgt_ptr)
 }
 
 type Buckets = Vec<Bucket>;
@@ -102,7 +102,8 @@ fn headers_that_cannot_be_valid_are_ignored() {
         bucket_count,
         seeds: [1, 3],
     };
-    // SAFETY (all calls): either rejected before any read, or describing `buckets`.
+    // SAFETY: (all calls) each header is either rejected before any read or describes
+    // `buckets`, which outlives the views.
     unsafe {
         assert!(IndexView::<SLOTS>::from_header(FptrIndex::NONE).is_none());
         assert!(IndexView::<SLOTS>::from_header(header(0, 4)).is_none());
@@ -209,7 +210,7 @@ fn a_million_function_addresses_build_first_time() {
     assert_eq!(built.attempts, 1);
     let view = IndexView::new(&built.buckets, built.seeds).unwrap();
     for e in table.iter().step_by(61) {
-        assert_eq!(checked_translate(&view, e.key()), e.tgt_ptr as u64);
+        assert_eq!(checked_translate(&view, e.key()), e.tgt_ptr);
         assert_eq!(checked_translate(&view, e.key() + 8), e.key() + 8);
     }
 }
@@ -318,7 +319,7 @@ fn other_bucket_sizes_agree_with_the_scan() {
             .unwrap_or_else(|e| panic!("{S} slots: {e:?}"));
         let view = IndexView::<S>::new(&built.buckets, built.seeds).unwrap();
         for e in table {
-            assert_eq!(view.translate(e.key()), e.tgt_ptr as u64);
+            assert_eq!(view.translate(e.key()), e.tgt_ptr);
             assert_eq!(
                 view.translate(e.key() ^ 1),
                 naive_translate(table, e.key() ^ 1)
@@ -359,8 +360,8 @@ proptest! {
         let buckets: Vec<Bucket> = words
             .chunks_exact(4)
             .map(|w| [
-                FptrMapEntry { host_ptr: w[0] as i64, tgt_ptr: w[1] as i64 },
-                FptrMapEntry { host_ptr: w[2] as i64, tgt_ptr: w[3] as i64 },
+                FptrMapEntry { host_ptr: w[0], tgt_ptr: w[1] },
+                FptrMapEntry { host_ptr: w[2], tgt_ptr: w[3] },
             ])
             .collect();
         prop_assert_eq!(buckets.len(), count);
@@ -370,7 +371,7 @@ proptest! {
             let got = checked_translate(&view, q);
             let [a, b] = view.candidates(q);
             let allowed = buckets[a].iter().chain(buckets[b].iter())
-                .any(|s| s.key() == q && s.tgt_ptr as u64 == got);
+                .any(|s| s.key() == q && s.tgt_ptr == got);
             prop_assert!(got == q || allowed, "{:#x} -> {:#x}", q, got);
         }
     }

@@ -10,9 +10,9 @@ use std::vec::Vec;
 fn table_of(keys: &[u64]) -> Vec<FptrMapEntry> {
     keys.iter()
         .map(|&k| FptrMapEntry {
-            host_ptr: k as i64,
+            host_ptr: k,
             // A value that differs from the key, so a hit is visible in `translate`.
-            tgt_ptr: (k ^ 0xdead_beef_0000_0001) as i64,
+            tgt_ptr: k ^ 0xdead_beef_0000_0001,
         })
         .collect()
 }
@@ -21,8 +21,8 @@ fn table_of(keys: &[u64]) -> Vec<FptrMapEntry> {
 fn naive_translate(table: &[FptrMapEntry], key: u64) -> u64 {
     table
         .iter()
-        .find(|e| e.host_ptr as u64 == key)
-        .map_or(key, |e| e.tgt_ptr as u64)
+        .find(|e| e.host_ptr == key)
+        .map_or(key, |e| e.tgt_ptr)
 }
 
 /// `ceil(log2 n) + 2`: the bound the issue allows.
@@ -59,7 +59,7 @@ fn checked_find(table: &[FptrMapEntry], key: u64) -> Option<&FptrMapEntry> {
 fn entry_is_two_little_i64s() {
     let e = FptrMapEntry {
         host_ptr: 0x0102_0304_0506_0708,
-        tgt_ptr: -2,
+        tgt_ptr: -2i64 as u64,
     };
     let bytes = bytemuck::bytes_of(&e);
     assert_eq!(bytes.len(), 16);
@@ -106,7 +106,7 @@ fn empty_table_returns_argument() {
 #[test]
 fn single_entry_hit_below_above() {
     let t = table_of(&[0x4000]);
-    assert_eq!(translate(&t, 0x4000), t[0].tgt_ptr as u64);
+    assert_eq!(translate(&t, 0x4000), t[0].tgt_ptr);
     for miss in [0, 0x3fff, 0x4001, u64::MAX] {
         assert_eq!(checked_find(&t, miss), None);
         assert_eq!(translate(&t, miss), miss);
@@ -127,7 +127,7 @@ fn hits_gaps_and_ends() {
     let t = table_of(&keys);
     for (i, &k) in keys.iter().enumerate() {
         assert_eq!(checked_find(&t, k), Some(&t[i]));
-        assert_eq!(translate(&t, k), t[i].tgt_ptr as u64);
+        assert_eq!(translate(&t, k), t[i].tgt_ptr);
     }
     // Null, below the first, inside every gap, above the last.
     let mut misses = std::vec![0u64, 1, 0xfff, 0xffff_0001, u64::MAX];
@@ -156,7 +156,7 @@ fn keys_are_ordered_as_unsigned_addresses() {
 #[test]
 fn null_is_found_only_if_it_is_a_key() {
     let with_null = table_of(&[0, 0x100]);
-    assert_eq!(translate(&with_null, 0), with_null[0].tgt_ptr as u64);
+    assert_eq!(translate(&with_null, 0), with_null[0].tgt_ptr);
     let without = table_of(&[0x100, 0x200]);
     assert_eq!(translate(&without, 0), 0);
 }
@@ -383,5 +383,5 @@ fn prefetching_tables_hits_and_gaps() {
 }
 
 fn naive_or_hit(entry: Option<&FptrMapEntry>, key: u64) -> u64 {
-    entry.map_or(key, |e| e.tgt_ptr as u64)
+    entry.map_or(key, |e| e.tgt_ptr)
 }

@@ -7,14 +7,13 @@ pub mod types;
 
 use crate::backend::{AllocKind, EventHandle, LaunchRequest, QueueHandle};
 use crate::diag;
-use crate::entries::{HostEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
+use crate::entries::{EntryKind, HostEntry};
 use crate::error::PluginError;
 use crate::fptr::FptrMapEntry;
 use crate::plugin::{Plugin, PluginKind};
-use std::collections::HashMap;
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 pub use types::*;
 
 /// Largest vtable we read from host memory for an indirect vtable entry: far above any
@@ -24,27 +23,17 @@ const MAX_VTABLE_BYTES: u64 = 1 << 20;
 /// Which plugin this library is, from the name libomptarget loaded it by
 /// (`libomptarget.rtl.<kind>.so`): one build serves every kind, each copy is its own.
 fn own_kind() -> PluginKind {
-    #[repr(C)]
-    struct DlInfo {
-        fname: *const c_char,
-        fbase: *mut c_void,
-        sname: *const c_char,
-        saddr: *mut c_void,
-    }
-    extern "C" {
-        fn dladdr(addr: *const c_void, info: *mut DlInfo) -> i32;
-    }
-    let mut info = DlInfo {
-        fname: std::ptr::null(),
-        fbase: std::ptr::null_mut(),
-        sname: std::ptr::null(),
-        saddr: std::ptr::null_mut(),
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
     };
     // SAFETY: dladdr only reads the address (one of our own functions) and fills `info`.
-    let found = unsafe { dladdr(own_kind as *const c_void, &mut info) } != 0;
-    let file = if found && !info.fname.is_null() {
+    let found = unsafe { libc::dladdr(own_kind as *const c_void, &mut info) } != 0;
+    let file = if found && !info.dli_fname.is_null() {
         // SAFETY: dladdr returned a NUL-terminated path owned by the dynamic loader.
-        unsafe { CStr::from_ptr(info.fname) }
+        unsafe { CStr::from_ptr(info.dli_fname) }
             .to_string_lossy()
             .into_owned()
     } else {
@@ -68,9 +57,10 @@ fn plugin() -> &'static Plugin {
     })
 }
 
-/// Tables handed to libomptarget, per (device, image): they must stay put until the
-/// image is unloaded, so they live here, boxed. Entry names point at libomptarget's own
-/// host entries, as LLVM's plugins return them.
+/// The table handed to libomptarget for one loaded image: it must stay put until the
+/// image is unloaded, so it is boxed and kept with the image in the plugin
+/// ([`Plugin::keep_with_image`]). Entry names point at libomptarget's own host entries,
+/// as LLVM's plugins return them.
 struct PublishedTable {
     _raw: Box<[TgtOffloadEntry]>,
     _table: Box<TgtTargetTable>,
@@ -80,11 +70,6 @@ struct PublishedTable {
 // `_raw`) or at libomptarget's host entry names, which live in the host binary; nothing
 // here writes through them, and libomptarget only reads them.
 unsafe impl Send for PublishedTable {}
-
-fn published() -> &'static Mutex<HashMap<(i32, usize), PublishedTable>> {
-    static TABLES: OnceLock<Mutex<HashMap<(i32, usize), PublishedTable>>> = OnceLock::new();
-    TABLES.get_or_init(Default::default)
-}
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>()
@@ -148,8 +133,7 @@ struct LibomptargetEntry(TgtOffloadEntry);
 
 impl LibomptargetEntry {
     fn is_vtable(&self) -> bool {
-        let flags = self.0.flags;
-        flags & FLAG_INDIRECT != 0 && flags & FLAG_INDIRECT_VTABLE != 0 && !self.0.addr.is_null()
+        self.kind() == Some(EntryKind::IndirectVtable) && !self.0.addr.is_null()
     }
 }
 
@@ -245,31 +229,16 @@ pub extern "C" fn __tgt_rtl_init_plugin() -> i32 {
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_deinit_plugin() -> i32 {
     guard("deinit_plugin", OFFLOAD_FAIL, || {
-        let gone: Vec<(i32, usize)> = published()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .filter(|&&(_, key)| !host_range_mapped(key, 1))
-            .copied()
-            .collect();
+        let gone = plugin()
+            .loaded_image_keys()
+            .into_iter()
+            .filter(|&(_, key)| !host_range_mapped(key, 1));
         for (device, key) in gone {
             plugin().unload(device, key)?;
-            published()
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&(device, key));
         }
         Ok(OFFLOAD_SUCCESS)
     })
 }
-
-extern "C" {
-    fn mincore(addr: *mut c_void, length: usize, vec: *mut u8) -> i32;
-    fn sysconf(name: i32) -> i64;
-}
-
-/// `_SC_PAGESIZE` on Linux.
-const SC_PAGESIZE: i32 = 30;
 
 /// Whether every page of `start..start+len` is mapped in this process. libomptarget 16
 /// keeps every image it ever registered and offers them all again to `is_valid_binary`
@@ -277,7 +246,7 @@ const SC_PAGESIZE: i32 = 30;
 /// point into unmapped memory that must not be read.
 fn host_range_mapped(start: usize, len: usize) -> bool {
     // SAFETY: sysconf has no preconditions.
-    let page = usize::try_from(unsafe { sysconf(SC_PAGESIZE) })
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
         .unwrap_or(4096)
         .max(1);
     let first = start - start % page;
@@ -288,7 +257,7 @@ fn host_range_mapped(start: usize, len: usize) -> bool {
     let mut residency = vec![0u8; pages];
     // SAFETY: mincore only inspects the page tables for the range and writes one byte per
     // page into `residency`, which holds `pages` bytes; an unmapped page gives ENOMEM.
-    unsafe { mincore(first as *mut c_void, end - first, residency.as_mut_ptr()) == 0 }
+    unsafe { libc::mincore(first as *mut c_void, end - first, residency.as_mut_ptr()) == 0 }
 }
 
 #[no_mangle]
@@ -331,7 +300,7 @@ pub extern "C" fn __tgt_rtl_print_device_info(device: i32) {
             match p.kind() {
                 PluginKind::X86_64 => "the host CPU (images run through dlopen + libffi)",
                 PluginKind::Cuda => "an NVIDIA GPU through the CUDA driver API",
-                _ => "no backend yet",
+                PluginKind::Amdgpu => "an AMD GPU through HIP (libamdhip64)",
             }
         );
         Ok(())
@@ -405,16 +374,14 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(
             entries_end: range.end,
         });
         let table_ptr: *mut TgtTargetTable = &mut *table;
-        published()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                (device, key),
-                PublishedTable {
-                    _raw: raw,
-                    _table: table,
-                },
-            );
+        plugin().keep_with_image(
+            device,
+            key,
+            Box::new(PublishedTable {
+                _raw: raw,
+                _table: table,
+            }),
+        )?;
         diag::debug(|| format!("device {device}: loaded image {key:#x}"));
         Ok(table_ptr)
     })
@@ -449,10 +416,6 @@ pub unsafe extern "C" fn __tgt_rtl_unregister_lib(desc: *mut TgtBinDesc) -> i32 
             let key = img.image_start as usize;
             for device in 0..p.device_count() as i32 {
                 p.unload(device, key)?;
-                published()
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&(device, key));
             }
         }
         Ok(OFFLOAD_SUCCESS)
@@ -534,6 +497,70 @@ fn length(device: i32, size: i64) -> Result<usize, PluginError> {
     usize::try_from(size).map_err(|_| invalid(device, format!("transfer size {size}")))
 }
 
+/// The one body of `data_submit` and `data_submit_async`: on `queue` when there is
+/// one, else synchronously.
+///
+/// # Safety
+/// `hst` is `size` readable host bytes (untouched until the queue is synchronized when
+/// there is one, libomptarget's rule for asynchronous copies), `tgt` `size` bytes of
+/// device memory.
+unsafe fn submit(
+    device: i32,
+    tgt: *mut c_void,
+    hst: *mut c_void,
+    size: i64,
+    queue: Option<QueueHandle>,
+) -> Result<i32, PluginError> {
+    let n = length(device, size)?;
+    if n == 0 {
+        return Ok(OFFLOAD_SUCCESS);
+    }
+    if hst.is_null() || tgt.is_null() {
+        return Err(invalid(device, "copy to the device with a null pointer"));
+    }
+    let Some(queue) = queue else {
+        // SAFETY: caller contract: `hst` holds `n` readable bytes.
+        let src = unsafe { std::slice::from_raw_parts(hst as *const u8, n) };
+        // SAFETY: caller contract: `tgt` is `n` bytes of device memory.
+        return status(unsafe { plugin().submit(device, tgt as u64, src) });
+    };
+    // SAFETY: caller contract: `hst` holds `n` bytes that stay untouched until the queue
+    // is synchronized; `tgt` is `n` bytes of device memory.
+    status(unsafe { plugin().submit_async(device, tgt as u64, hst as *const u8, n, queue) })
+}
+
+/// The one body of `data_retrieve` and `data_retrieve_async`.
+///
+/// # Safety
+/// `hst` is `size` writable host bytes nothing else touches until the copy completes
+/// (until the queue is synchronized when there is one), `tgt` `size` bytes of device
+/// memory.
+unsafe fn retrieve(
+    device: i32,
+    hst: *mut c_void,
+    tgt: *mut c_void,
+    size: i64,
+    queue: Option<QueueHandle>,
+) -> Result<i32, PluginError> {
+    let n = length(device, size)?;
+    if n == 0 {
+        return Ok(OFFLOAD_SUCCESS);
+    }
+    if hst.is_null() || tgt.is_null() {
+        return Err(invalid(device, "copy from the device with a null pointer"));
+    }
+    let Some(queue) = queue else {
+        // SAFETY: caller contract: `hst` holds `n` writable bytes that nothing else uses
+        // during the call.
+        let dst = unsafe { std::slice::from_raw_parts_mut(hst as *mut u8, n) };
+        // SAFETY: caller contract: `tgt` is `n` bytes of device memory.
+        return status(unsafe { plugin().retrieve(device, dst, tgt as u64) });
+    };
+    // SAFETY: caller contract: `hst` holds `n` writable bytes nothing else touches until
+    // the queue is synchronized; `tgt` is `n` bytes of device memory.
+    status(unsafe { plugin().retrieve_async(device, hst as *mut u8, tgt as u64, n, queue) })
+}
+
 /// # Safety
 /// `tgt` is device memory and `hst` host memory, each `size` bytes.
 #[no_mangle]
@@ -543,23 +570,14 @@ pub unsafe extern "C" fn __tgt_rtl_data_submit(
     hst: *mut c_void,
     size: i64,
 ) -> i32 {
-    guard("data_submit", OFFLOAD_FAIL, || {
-        let n = length(device, size)?;
-        if n == 0 {
-            return Ok(OFFLOAD_SUCCESS);
-        }
-        if hst.is_null() || tgt.is_null() {
-            return Err(invalid(device, "copy to the device with a null pointer"));
-        }
-        // SAFETY: caller contract: `hst` holds `n` readable bytes.
-        let src = unsafe { std::slice::from_raw_parts(hst as *const u8, n) };
-        // SAFETY: caller contract: `tgt` is `n` bytes of device memory.
-        status(unsafe { plugin().submit(device, tgt as u64, src) })
+    // SAFETY: forwarded caller contract.
+    guard("data_submit", OFFLOAD_FAIL, || unsafe {
+        submit(device, tgt, hst, size, None)
     })
 }
 
 /// # Safety
-/// As `__tgt_rtl_data_submit`.
+/// As `__tgt_rtl_data_submit`; `async_info` is null or a valid `__tgt_async_info`.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_submit_async(
     device: i32,
@@ -569,22 +587,8 @@ pub unsafe extern "C" fn __tgt_rtl_data_submit_async(
     async_info: *mut TgtAsyncInfo,
 ) -> i32 {
     guard("data_submit_async", OFFLOAD_FAIL, || {
-        // SAFETY: caller contract: null or a valid `__tgt_async_info`.
-        let Some(queue) = (unsafe { queue_of(device, async_info) })? else {
-            // SAFETY: forwarded caller contract; this device copies synchronously.
-            return Ok(unsafe { __tgt_rtl_data_submit(device, tgt, hst, size) });
-        };
-        let n = length(device, size)?;
-        if n == 0 {
-            return Ok(OFFLOAD_SUCCESS);
-        }
-        if hst.is_null() || tgt.is_null() {
-            return Err(invalid(device, "copy to the device with a null pointer"));
-        }
-        // SAFETY: caller contract: `hst` holds `n` bytes that stay untouched until the
-        // queue is synchronized (libomptarget's rule for asynchronous copies); `tgt` is
-        // `n` bytes of device memory.
-        status(unsafe { plugin().submit_async(device, tgt as u64, hst as *const u8, n, queue) })
+        // SAFETY: forwarded caller contract.
+        unsafe { submit(device, tgt, hst, size, queue_of(device, async_info)?) }
     })
 }
 
@@ -620,24 +624,14 @@ pub unsafe extern "C" fn __tgt_rtl_data_retrieve(
     tgt: *mut c_void,
     size: i64,
 ) -> i32 {
-    guard("data_retrieve", OFFLOAD_FAIL, || {
-        let n = length(device, size)?;
-        if n == 0 {
-            return Ok(OFFLOAD_SUCCESS);
-        }
-        if hst.is_null() || tgt.is_null() {
-            return Err(invalid(device, "copy from the device with a null pointer"));
-        }
-        // SAFETY: caller contract: `hst` holds `n` writable bytes that nothing else uses
-        // during the call.
-        let dst = unsafe { std::slice::from_raw_parts_mut(hst as *mut u8, n) };
-        // SAFETY: caller contract: `tgt` is `n` bytes of device memory.
-        status(unsafe { plugin().retrieve(device, dst, tgt as u64) })
+    // SAFETY: forwarded caller contract.
+    guard("data_retrieve", OFFLOAD_FAIL, || unsafe {
+        retrieve(device, hst, tgt, size, None)
     })
 }
 
 /// # Safety
-/// As `__tgt_rtl_data_retrieve`.
+/// As `__tgt_rtl_data_retrieve`; `async_info` is null or a valid `__tgt_async_info`.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_retrieve_async(
     device: i32,
@@ -647,21 +641,8 @@ pub unsafe extern "C" fn __tgt_rtl_data_retrieve_async(
     async_info: *mut TgtAsyncInfo,
 ) -> i32 {
     guard("data_retrieve_async", OFFLOAD_FAIL, || {
-        // SAFETY: caller contract: null or a valid `__tgt_async_info`.
-        let Some(queue) = (unsafe { queue_of(device, async_info) })? else {
-            // SAFETY: forwarded caller contract; this device copies synchronously.
-            return Ok(unsafe { __tgt_rtl_data_retrieve(device, hst, tgt, size) });
-        };
-        let n = length(device, size)?;
-        if n == 0 {
-            return Ok(OFFLOAD_SUCCESS);
-        }
-        if hst.is_null() || tgt.is_null() {
-            return Err(invalid(device, "copy from the device with a null pointer"));
-        }
-        // SAFETY: caller contract: `hst` holds `n` writable bytes nothing else touches
-        // until the queue is synchronized; `tgt` is `n` bytes of device memory.
-        status(unsafe { plugin().retrieve_async(device, hst as *mut u8, tgt as u64, n, queue) })
+        // SAFETY: forwarded caller contract.
+        unsafe { retrieve(device, hst, tgt, size, queue_of(device, async_info)?) }
     })
 }
 
@@ -710,7 +691,8 @@ pub unsafe extern "C" fn __tgt_rtl_data_exchange_async(
     size: i64,
     _async: *mut TgtAsyncInfo,
 ) -> i32 {
-    // SAFETY: forwarded caller contract; the host device completes it synchronously.
+    // SAFETY: forwarded caller contract. A device-to-device copy completes before it
+    // returns on every backend, so there is nothing to queue.
     unsafe { __tgt_rtl_data_exchange(src_device, src, dst_device, dst, size) }
 }
 

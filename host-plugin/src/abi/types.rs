@@ -42,7 +42,8 @@ pub struct TgtTargetTable {
     pub entries_end: *mut TgtOffloadEntry,
 }
 
-/// `__tgt_async_info`: the host device completes everything synchronously.
+/// `__tgt_async_info`: `queue` is the backend's queue (a CUDA stream); it stays null
+/// where the backend completes everything synchronously (the host device, HIP).
 #[repr(C)]
 pub struct TgtAsyncInfo {
     pub queue: *mut c_void,

@@ -14,11 +14,6 @@ use std::sync::OnceLock;
 /// LLVM's host plugin offers four devices; tests in LLVM's suite use more than one.
 pub const HOST_DEVICE_COUNT: usize = 4;
 
-extern "C" {
-    fn malloc(size: usize) -> *mut c_void;
-    fn free(ptr: *mut c_void);
-}
-
 /// Kernels with up to this many arguments are called without heap allocation, through
 /// a call description prepared once per argument count.
 const INLINE_ARGS: usize = 16;
@@ -242,7 +237,7 @@ impl Backend for HostBackend {
     fn alloc(&self, _device: usize, size: usize) -> Result<DeviceAddr, BackendError> {
         // SAFETY: malloc has no preconditions; a zero-size request asks for one byte so a
         // successful allocation is never null.
-        let ptr = unsafe { malloc(size.max(1)) };
+        let ptr = unsafe { libc::malloc(size.max(1)) };
         if ptr.is_null() {
             return Err(BackendError::OutOfMemory(size));
         }
@@ -251,7 +246,7 @@ impl Backend for HostBackend {
 
     unsafe fn free(&self, _device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
         // SAFETY: the caller promises `addr` came from `alloc` (malloc) and is dead.
-        unsafe { free(addr as *mut c_void) };
+        unsafe { libc::free(addr as *mut c_void) };
         Ok(())
     }
 

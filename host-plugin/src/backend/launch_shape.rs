@@ -28,6 +28,36 @@ impl ExecMode {
     }
 }
 
+/// Read a kernel's `<kernel>_exec_mode`, the one rule for every GPU backend: `None` when
+/// the image has no such global (a plain kernel), an error when it is not one byte or
+/// holds a value LLVM 16 does not define. The vendor supplies two calls: `global` gives
+/// the global's device address and size if it exists, `read_byte` reads one byte.
+pub fn read_exec_mode(
+    kernel: &std::ffi::CStr,
+    global: impl FnOnce(&std::ffi::CStr) -> Result<Option<(u64, u64)>, super::BackendError>,
+    read_byte: impl FnOnce(u64) -> Result<u8, super::BackendError>,
+) -> Result<Option<ExecMode>, super::BackendError> {
+    let mut name = kernel.to_bytes().to_vec();
+    name.extend_from_slice(b"_exec_mode");
+    let name = std::ffi::CString::new(name)
+        .map_err(|_| super::BackendError::Load("a kernel name holds a NUL byte".into()))?;
+    let Some((addr, size)) = global(&name)? else {
+        return Ok(None);
+    };
+    let name = name.to_string_lossy();
+    if size != 1 {
+        return Err(super::BackendError::Load(format!(
+            "{name} is {size} bytes, not a 1-byte variable"
+        )));
+    }
+    let value = read_byte(addr)?;
+    ExecMode::from_raw(value).map(Some).ok_or_else(|| {
+        super::BackendError::Load(format!(
+            "{name} holds {value}, not an LLVM 16 execution mode"
+        ))
+    })
+}
+
 /// What the device and the kernel allow, and the plugin's defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -105,6 +135,33 @@ pub fn shape(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exec_mode_global_is_one_defined_byte() {
+        let read = |global: Option<(u64, u64)>, value: u8| {
+            read_exec_mode(
+                c"k",
+                |name| {
+                    assert_eq!(name, c"k_exec_mode");
+                    Ok(global)
+                },
+                |addr| {
+                    assert_eq!(addr, 0x40);
+                    Ok(value)
+                },
+            )
+        };
+        assert_eq!(read(None, 0).unwrap(), None);
+        assert_eq!(read(Some((0x40, 1)), 1).unwrap(), Some(ExecMode::Generic));
+        assert_eq!(
+            read(Some((0x40, 1)), 3).unwrap(),
+            Some(ExecMode::GenericSpmd)
+        );
+        let wide = read(Some((0x40, 4)), 2).unwrap_err().to_string();
+        assert!(wide.contains("k_exec_mode is 4 bytes"), "{wide}");
+        let bad = read(Some((0x40, 1)), 7).unwrap_err().to_string();
+        assert!(bad.contains("holds 7"), "{bad}");
+    }
 
     const H100: Limits = Limits {
         warp_size: 32,

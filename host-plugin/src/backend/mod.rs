@@ -1,5 +1,9 @@
 //! What the plugin core needs from a device kind: memory, transfers, images, symbols,
 //! launches. One implementation per kind; the core never knows which one it drives.
+//! Rules every GPU shares are written once, here or in the core: the launch shape
+//! (`Backend::launch_teams` over `kernel_limits` + `launch_shaped`), the exec-mode
+//! reader ([`launch_shape::read_exec_mode`]), the device environment
+//! ([`crate::device_env`]); a vendor implements only the calls that differ.
 
 pub mod cuda;
 pub mod hip;
@@ -14,6 +18,24 @@ pub type DeviceAddr = u64;
 
 #[derive(Debug, Error)]
 pub enum BackendError {
+    /// A driver call (CUDA driver API, HIP) failed: which call, the driver's own code and
+    /// its name or message. Every driver failure is one of these, so callers and tests
+    /// can tell a driver refusal from the plugin's own checks.
+    #[error("{call} failed: {name} (error {code})")]
+    Driver {
+        call: &'static str,
+        code: i32,
+        name: String,
+    },
+    /// A queue or event handle this backend did not hand out on this device, or one
+    /// already destroyed: refused before any driver call sees it.
+    #[error("device {device}: no {kind} {handle:#x} (never created here, or already destroyed)")]
+    UnknownHandle {
+        kind: HandleKind,
+        device: usize,
+        handle: u64,
+    },
+    /// The image or a symbol of it cannot be used (the plugin's own checks).
     #[error("{0}")]
     Load(String),
     #[error("symbol `{0}` not found in the image")]
@@ -63,11 +85,125 @@ pub struct LaunchRequest {
     pub tripcount: u64,
 }
 
+/// The kinds of handle a backend hands out and must recognise when they come back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HandleKind {
+    Queue,
+    Event,
+}
+
+impl std::fmt::Display for HandleKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HandleKind::Queue => "queue",
+            HandleKind::Event => "event",
+        })
+    }
+}
+
+/// The error for a handle a backend never handed out (or already destroyed).
+fn unknown(kind: HandleKind, device: usize, handle: u64) -> BackendError {
+    BackendError::UnknownHandle {
+        kind,
+        device,
+        handle,
+    }
+}
+
+/// The queue and event handles one backend handed out, by device: a handle is checked
+/// here before it reaches the driver, and forgotten when it is destroyed.
+#[derive(Default)]
+pub struct HandleRegistry {
+    live: std::sync::Mutex<std::collections::HashSet<(HandleKind, usize, u64)>>,
+}
+
+impl HandleRegistry {
+    fn live(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashSet<(HandleKind, usize, u64)>> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record a handle the driver just created.
+    pub fn insert(&self, kind: HandleKind, device: usize, handle: u64) {
+        self.live().insert((kind, device, handle));
+    }
+
+    /// `Ok` if `handle` is live on `device`, else [`BackendError::UnknownHandle`].
+    pub fn check(&self, kind: HandleKind, device: usize, handle: u64) -> Result<(), BackendError> {
+        if self.live().contains(&(kind, device, handle)) {
+            Ok(())
+        } else {
+            Err(unknown(kind, device, handle))
+        }
+    }
+
+    /// Forget a handle that is about to be destroyed; an error if it was not live (so
+    /// it is destroyed at most once).
+    pub fn remove(&self, kind: HandleKind, device: usize, handle: u64) -> Result<(), BackendError> {
+        if self.live().remove(&(kind, device, handle)) {
+            Ok(())
+        } else {
+            Err(unknown(kind, device, handle))
+        }
+    }
+}
+
 /// An ordered queue of asynchronous operations on one device (a CUDA stream): an opaque,
 /// non-zero backend handle that libomptarget keeps in `__tgt_async_info::Queue`.
 pub type QueueHandle = u64;
 /// A backend event (a CUDA event): an opaque, non-zero handle.
 pub type EventHandle = u64;
+
+/// The bytes of the code to load on one device: the image libomptarget handed over, or
+/// one code object out of a container in it, copied to 8-byte aligned storage when it
+/// sat at an odd offset (the ELF reader and the drivers want aligned headers).
+pub enum DeviceCode<'a> {
+    Borrowed(&'a [u8]),
+    Aligned(AlignedCopy),
+}
+
+impl DeviceCode<'_> {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            DeviceCode::Borrowed(bytes) => bytes,
+            DeviceCode::Aligned(copy) => copy.bytes(),
+        }
+    }
+}
+
+impl<'a> From<std::borrow::Cow<'a, [u8]>> for DeviceCode<'a> {
+    /// Borrow when already aligned, else copy.
+    fn from(bytes: std::borrow::Cow<'a, [u8]>) -> Self {
+        match bytes {
+            std::borrow::Cow::Borrowed(b) if b.as_ptr().align_offset(8) == 0 => {
+                DeviceCode::Borrowed(b)
+            }
+            other => DeviceCode::Aligned(AlignedCopy::new(&other)),
+        }
+    }
+}
+
+/// A copy of some bytes in 8-byte aligned storage.
+pub struct AlignedCopy {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl AlignedCopy {
+    pub fn new(bytes: &[u8]) -> Self {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        AlignedCopy {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
+    }
+}
 
 /// An image loaded on one device. Dropping it unloads the image.
 pub trait LoadedModule: Send + Sync {
@@ -167,20 +303,38 @@ pub trait Backend: Send + Sync {
         true
     }
 
+    /// `__tgt_rtl_is_valid_binary`: an ELF file of this backend's machine that some
+    /// device can run. A backend that also takes containers (HIP: clang offload bundles
+    /// of several code objects) says so here.
+    fn is_valid_image(&self, image: &[u8]) -> bool {
+        crate::image::elf_machine(image) == Some(self.elf_machine()) && self.is_compatible(image)
+    }
+
+    /// The code to inspect and load on `device` out of `image`: the image itself, unless
+    /// the backend chooses among several code objects in it (HIP).
+    fn device_code<'a>(
+        &self,
+        _device: usize,
+        image: &'a [u8],
+    ) -> Result<DeviceCode<'a>, BackendError> {
+        Ok(DeviceCode::Borrowed(image))
+    }
+
     /// A new queue for asynchronous copies, or None where every operation completes
     /// before it returns (the host): callers then copy synchronously.
     fn queue_create(&self, _device: usize) -> Result<Option<QueueHandle>, BackendError> {
         Ok(None)
     }
 
-    /// Wait until everything on the queue is done, then destroy it.
-    fn queue_finish(&self, _device: usize, _queue: QueueHandle) -> Result<(), BackendError> {
-        Ok(())
+    /// Wait until everything on the queue is done, then destroy it. A backend without
+    /// queues handed none out: whatever comes back is unknown.
+    fn queue_finish(&self, device: usize, queue: QueueHandle) -> Result<(), BackendError> {
+        Err(unknown(HandleKind::Queue, device, queue))
     }
 
     /// Is everything on the queue done (without waiting)?
-    fn queue_done(&self, _device: usize, _queue: QueueHandle) -> Result<bool, BackendError> {
-        Ok(true)
+    fn queue_done(&self, device: usize, queue: QueueHandle) -> Result<bool, BackendError> {
+        Err(unknown(HandleKind::Queue, device, queue))
     }
 
     /// Enqueue a host-to-device copy.
@@ -191,15 +345,12 @@ pub trait Backend: Send + Sync {
     unsafe fn write_async(
         &self,
         device: usize,
-        dst: DeviceAddr,
-        src: *const u8,
-        len: usize,
-        _queue: QueueHandle,
+        _dst: DeviceAddr,
+        _src: *const u8,
+        _len: usize,
+        queue: QueueHandle,
     ) -> Result<(), BackendError> {
-        // SAFETY: the caller promises `src` holds `len` readable bytes.
-        let src = unsafe { std::slice::from_raw_parts(src, len) };
-        // SAFETY: forwarded caller contract for `dst`.
-        unsafe { self.write(device, dst, src) }
+        Err(unknown(HandleKind::Queue, device, queue))
     }
 
     /// Enqueue a device-to-host copy.
@@ -210,15 +361,12 @@ pub trait Backend: Send + Sync {
     unsafe fn read_async(
         &self,
         device: usize,
-        src: DeviceAddr,
-        dst: *mut u8,
-        len: usize,
-        _queue: QueueHandle,
+        _src: DeviceAddr,
+        _dst: *mut u8,
+        _len: usize,
+        queue: QueueHandle,
     ) -> Result<(), BackendError> {
-        // SAFETY: the caller promises `dst` holds `len` writable bytes nothing else uses.
-        let dst = unsafe { std::slice::from_raw_parts_mut(dst, len) };
-        // SAFETY: forwarded caller contract for `src`.
-        unsafe { self.read(device, src, dst) }
+        Err(unknown(HandleKind::Queue, device, queue))
     }
 
     /// A new event, or None where operations complete at once and events are tokens.
@@ -229,30 +377,30 @@ pub trait Backend: Send + Sync {
     /// Mark the point reached by `queue` (None: the device's default ordering).
     fn event_record(
         &self,
-        _device: usize,
-        _event: EventHandle,
+        device: usize,
+        event: EventHandle,
         _queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
-        Ok(())
+        Err(unknown(HandleKind::Event, device, event))
     }
 
     /// Make later work on `queue` (None: the device's default ordering) wait for the event.
     fn event_wait(
         &self,
-        _device: usize,
-        _event: EventHandle,
+        device: usize,
+        event: EventHandle,
         _queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
-        Ok(())
+        Err(unknown(HandleKind::Event, device, event))
     }
 
     /// Block until the event has happened.
-    fn event_sync(&self, _device: usize, _event: EventHandle) -> Result<(), BackendError> {
-        Ok(())
+    fn event_sync(&self, device: usize, event: EventHandle) -> Result<(), BackendError> {
+        Err(unknown(HandleKind::Event, device, event))
     }
 
-    fn event_destroy(&self, _device: usize, _event: EventHandle) -> Result<(), BackendError> {
-        Ok(())
+    fn event_destroy(&self, device: usize, event: EventHandle) -> Result<(), BackendError> {
+        Err(unknown(HandleKind::Event, device, event))
     }
 
     /// Allocate memory of a given kind. Backends with one kind of memory use `alloc`.
@@ -265,8 +413,35 @@ pub trait Backend: Send + Sync {
         self.alloc(device, size)
     }
 
-    /// Run a kernel with the team and thread counts libomptarget asks for. Backends that
-    /// have no launch geometry (the host) run it once with `launch`.
+    /// What the generic launch rules need to know about a kernel: its execution mode and
+    /// the device's and the kernel's limits. None where launches have no geometry (the
+    /// host runs a kernel once, with `launch`).
+    fn kernel_limits(
+        &self,
+        _device: usize,
+        _kernel: DeviceAddr,
+    ) -> Result<Option<(launch_shape::ExecMode, launch_shape::Limits)>, BackendError> {
+        Ok(None)
+    }
+
+    /// Launch with the shape the generic rules computed, and wait for the kernel.
+    ///
+    /// # Safety
+    /// As for `launch`.
+    unsafe fn launch_shaped(
+        &self,
+        device: usize,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        _shape: launch_shape::Shape,
+    ) -> Result<(), BackendError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.launch(device, kernel, args) }
+    }
+
+    /// Run a kernel with the team and thread counts libomptarget asks for: the shape is
+    /// computed here, once for every vendor, by LLVM 16's rules ([`launch_shape`]) from
+    /// what [`Backend::kernel_limits`] says; the vendor only launches it.
     ///
     /// # Safety
     /// As for `launch`.
@@ -275,9 +450,72 @@ pub trait Backend: Send + Sync {
         device: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
-        _request: LaunchRequest,
+        request: LaunchRequest,
     ) -> Result<(), BackendError> {
+        let Some((mode, limits)) = self.kernel_limits(device, kernel)? else {
+            // SAFETY: forwarded caller contract.
+            return unsafe { self.launch(device, kernel, args) };
+        };
+        let shape = launch_shape::shape(
+            mode,
+            request.num_teams,
+            request.thread_limit,
+            request.tripcount,
+            &limits,
+        );
+        crate::diag::debug(|| {
+            format!("device {device}: launching {kernel:#x} ({mode:?}) as {shape:?}")
+        });
         // SAFETY: forwarded caller contract.
-        unsafe { self.launch(device, kernel, args) }
+        unsafe { self.launch_shaped(device, kernel, args, shape) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The host hands out no queues or events (everything completes at once): any handle
+    /// that comes back is refused, clearly, instead of being ignored.
+    #[test]
+    fn a_backend_without_queues_refuses_every_handle() {
+        let host = host::HostBackend;
+        let refused = |r: Result<(), BackendError>| {
+            assert!(
+                matches!(r, Err(BackendError::UnknownHandle { handle: 0x77, .. })),
+                "{r:?}"
+            )
+        };
+        assert_eq!(host.queue_create(0).unwrap(), None);
+        assert_eq!(host.event_create(0).unwrap(), None);
+        refused(host.queue_finish(0, 0x77));
+        refused(host.queue_done(0, 0x77).map(drop));
+        let mut byte = 0u8;
+        // SAFETY: refused before any copy: nothing is read or written.
+        refused(unsafe { host.write_async(0, 0x1000, &byte, 1, 0x77) });
+        // SAFETY: as above.
+        refused(unsafe { host.read_async(0, 0x1000, &mut byte, 1, 0x77) });
+        refused(host.event_record(0, 0x77, None));
+        refused(host.event_wait(0, 0x77, None));
+        refused(host.event_sync(0, 0x77));
+        refused(host.event_destroy(0, 0x77));
+    }
+
+    #[test]
+    fn a_handle_is_live_from_insert_to_remove_on_its_own_device_only() {
+        let handles = HandleRegistry::default();
+        handles.insert(HandleKind::Queue, 0, 0x10);
+        assert!(handles.check(HandleKind::Queue, 0, 0x10).is_ok());
+        // Another device, another kind, another value: unknown.
+        assert!(handles.check(HandleKind::Queue, 1, 0x10).is_err());
+        assert!(handles.check(HandleKind::Event, 0, 0x10).is_err());
+        assert!(handles.check(HandleKind::Queue, 0, 0x11).is_err());
+        assert!(handles.remove(HandleKind::Queue, 0, 0x10).is_ok());
+        // Destroyed once: a second destroy is refused, not passed on.
+        let err = handles.remove(HandleKind::Queue, 0, 0x10).unwrap_err();
+        assert!(
+            err.to_string().contains("no queue 0x10") && err.to_string().contains("device 0"),
+            "{err}"
+        );
     }
 }

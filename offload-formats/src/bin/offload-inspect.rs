@@ -9,6 +9,8 @@
 //!
 //! `--json` (anywhere on the command line) switches every command to JSON output.
 
+#![forbid(unsafe_code)]
+
 use offload_formats::bundle::{self, text, Bundle, BundleEntryId};
 use offload_formats::compressed::{self, CompressedBundle, Method};
 use offload_formats::entries::{self, read_host_entries};

@@ -696,7 +696,7 @@ fn print_index(size: usize) -> Result<String, String> {
         index.seeds[1]
     );
     for slot in index.buckets.iter().flatten() {
-        let _ = writeln!(text, "{} {}", slot.host_ptr as u64, slot.tgt_ptr as u64);
+        let _ = writeln!(text, "{} {}", slot.host_ptr, slot.tgt_ptr);
     }
     Ok(text)
 }

@@ -12,29 +12,24 @@
 
 pub mod image;
 
-use super::launch_shape::{self, ExecMode, Limits};
+use super::launch_shape::{self, ExecMode, Limits, Shape};
 use super::{
-    AllocKind, Backend, BackendError, DeviceAddr, EventHandle, LaunchRequest, LoadedModule,
-    QueueHandle,
+    AllocKind, Backend, BackendError, DeviceAddr, EventHandle, HandleKind, HandleRegistry,
+    LaunchRequest, LoadedModule, QueueHandle,
 };
 use cudarc::driver::{result, sys, DriverError};
 use image::CudaImage;
 use std::collections::{HashMap, HashSet};
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{c_void, CStr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// LLVM 16's device runtime reads a `DeviceEnvironmentTy` (DebugKind, NumDevices,
-/// DeviceNum, DynamicMemSize: four u32) from this constant-memory global, seen in
-/// clang-16 sm_90 images; older runtimes named it `omptarget_device_environment`.
-const DEVICE_ENVIRONMENT: [&CStr; 2] = [
-    c"__omp_rtl_device_environment",
-    c"omptarget_device_environment",
-];
-pub const DEVICE_ENVIRONMENT_SIZE: usize = 16;
+/// The device environment is written for every GPU kind by the plugin core
+/// ([`crate::device_env`]); these names stay for the tests and tools that asked here.
+pub use crate::device_env::SIZE as DEVICE_ENVIRONMENT_SIZE;
 
-/// The names of the device-environment global the backend writes, newest first.
+/// The names of the device-environment global the plugin writes, newest first.
 pub fn device_environment_names() -> [&'static CStr; 2] {
-    DEVICE_ENVIRONMENT
+    crate::device_env::NAMES
 }
 
 /// LLVM 16's NVPTX grid values (OMPGridValues.h): threads per block and blocks without
@@ -47,12 +42,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn driver_err(what: &str, e: DriverError) -> BackendError {
+fn driver_err(call: &'static str, e: DriverError) -> BackendError {
     let name = e
         .error_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|_| format!("CUresult {}", e.0 as i32));
-    BackendError::Load(format!("{what}: {name}"))
+    BackendError::Driver {
+        call,
+        code: e.0 as i32,
+        name,
+    }
 }
 
 /// A primary context. Contexts are driver objects usable from any thread.
@@ -104,7 +103,8 @@ pub struct CudaBackend {
     /// Page-locked host allocations (TARGET_ALLOC_HOST): freed with cuMemFreeHost.
     host_allocations: Mutex<HashSet<DeviceAddr>>,
     kernels: KernelRegistry,
-    num_devices: u32,
+    /// The streams and events handed out: only these reach the driver.
+    handles: HandleRegistry,
 }
 
 impl Default for CudaBackend {
@@ -161,13 +161,12 @@ impl CudaBackend {
             Ok(d) => (d, None),
             Err(reason) => (Vec::new(), Some(reason)),
         };
-        let num_devices = devices.len() as u32;
         CudaBackend {
             devices,
             unavailable,
             host_allocations: Mutex::new(HashSet::new()),
             kernels: Arc::new(Mutex::new(HashMap::new())),
-            num_devices,
+            handles: HandleRegistry::default(),
         }
     }
 
@@ -189,6 +188,25 @@ impl CudaBackend {
             .ok_or(BackendError::NoDevices("cuda"))
     }
 
+    /// A kernel of a loaded module, by its handle.
+    fn kernel(&self, kernel: DeviceAddr) -> Result<Kernel, BackendError> {
+        lock(&self.kernels)
+            .get(&kernel)
+            .copied()
+            .ok_or_else(|| BackendError::Launch(format!("{kernel:#x} is not a loaded kernel")))
+    }
+
+    /// An event and the queue it is recorded on or waited from must both be live.
+    fn check_event_and_queue(
+        &self,
+        device: usize,
+        event: EventHandle,
+        queue: Option<QueueHandle>,
+    ) -> Result<(), BackendError> {
+        self.handles.check(HandleKind::Event, device, event)?;
+        queue.map_or(Ok(()), |q| self.handles.check(HandleKind::Queue, device, q))
+    }
+
     /// Retain the device's primary context on first use and make it current here.
     fn enter(&self, device: usize) -> Result<Context, BackendError> {
         let dev = self.device(device)?;
@@ -206,31 +224,6 @@ impl CudaBackend {
         };
         ctx.make_current()?;
         Ok(ctx)
-    }
-
-    fn write_device_environment(
-        &self,
-        device: usize,
-        module: &CudaModule,
-    ) -> Result<(), BackendError> {
-        let Some((name, addr, size)) = DEVICE_ENVIRONMENT.iter().find_map(|name| {
-            module
-                .lookup_global(name)
-                .map(|(addr, size)| (name, addr, size))
-        }) else {
-            return Ok(());
-        };
-        if size != DEVICE_ENVIRONMENT_SIZE {
-            return Err(BackendError::Load(format!(
-                "{} is {size} bytes; LLVM 16's is {DEVICE_ENVIRONMENT_SIZE}",
-                name.to_string_lossy()
-            )));
-        }
-        let debug_kind = 0u32;
-        let words = [debug_kind, self.num_devices, device as u32, 0];
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        // SAFETY: `addr` is the module's 16-byte global, resolved just above.
-        unsafe { self.write(device, addr, &bytes) }
     }
 }
 
@@ -269,32 +262,19 @@ impl CudaModule {
         unsafe { result::module::get_global(self.module, name.to_owned()) }.ok()
     }
 
-    /// Read `<kernel>_exec_mode`: absent means a plain CUDA kernel, which every thread
-    /// runs (SPMD).
+    /// The kernel's execution mode ([`launch_shape::read_exec_mode`]); none means a
+    /// plain CUDA kernel, which every thread runs (SPMD).
     fn exec_mode(&self, kernel: &CStr) -> Result<ExecMode, BackendError> {
-        let mut name = kernel.to_bytes().to_vec();
-        name.extend_from_slice(b"_exec_mode");
-        let name = CString::new(name).expect("a CStr's bytes plus a suffix have no NUL");
-        let Some((addr, size)) = self.lookup_global(&name) else {
-            return Ok(ExecMode::Spmd);
+        let global = |name: &CStr| Ok(self.lookup_global(name).map(|(a, n)| (a, n as u64)));
+        let read_byte = |addr| {
+            let mut value = [0u8; 1];
+            // SAFETY: `addr` is the 1-byte global just resolved in this module; the
+            // module's context is current (lookup_global made it so).
+            unsafe { result::memcpy_dtoh_sync(&mut value, addr) }
+                .map_err(|e| driver_err("cuMemcpyDtoH", e))?;
+            Ok(value[0])
         };
-        if size != 1 {
-            return Err(BackendError::Load(format!(
-                "{} is {size} bytes, not 1",
-                name.to_string_lossy()
-            )));
-        }
-        let mut value = [0u8; 1];
-        // SAFETY: `addr` is the 1-byte global just resolved; the context is current.
-        unsafe { result::memcpy_dtoh_sync(&mut value, addr) }
-            .map_err(|e| driver_err("reading the exec mode", e))?;
-        ExecMode::from_raw(value[0]).ok_or_else(|| {
-            BackendError::Load(format!(
-                "{} holds {}, not an LLVM 16 execution mode",
-                name.to_string_lossy(),
-                value[0]
-            ))
-        })
+        Ok(launch_shape::read_exec_mode(kernel, global, read_byte)?.unwrap_or(ExecMode::Spmd))
     }
 }
 
@@ -438,7 +418,6 @@ impl Backend for CudaBackend {
             mine: Mutex::new(Vec::new()),
             device_max_threads: dev.max_threads,
         };
-        self.write_device_environment(device, &loaded)?;
         Ok(Box::new(loaded))
     }
 
@@ -535,18 +514,13 @@ impl Backend for CudaBackend {
         unsafe { self.launch_teams(device, kernel, args, LaunchRequest::default()) }
     }
 
-    unsafe fn launch_teams(
+    fn kernel_limits(
         &self,
         device: usize,
         kernel: DeviceAddr,
-        args: &[DeviceAddr],
-        request: LaunchRequest,
-    ) -> Result<(), BackendError> {
+    ) -> Result<Option<(ExecMode, Limits)>, BackendError> {
         let dev = self.device(device)?;
-        let k = lock(&self.kernels)
-            .get(&kernel)
-            .copied()
-            .ok_or_else(|| BackendError::Launch(format!("{kernel:#x} is not a loaded kernel")))?;
+        let k = self.kernel(kernel)?;
         let limits = Limits {
             warp_size: 32,
             max_threads: k.max_threads,
@@ -554,13 +528,17 @@ impl Backend for CudaBackend {
             default_threads: DEFAULT_THREADS,
             default_blocks: DEFAULT_BLOCKS,
         };
-        let shape = launch_shape::shape(
-            k.mode,
-            request.num_teams,
-            request.thread_limit,
-            request.tripcount,
-            &limits,
-        );
+        Ok(Some((k.mode, limits)))
+    }
+
+    unsafe fn launch_shaped(
+        &self,
+        device: usize,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        shape: Shape,
+    ) -> Result<(), BackendError> {
+        let k = self.kernel(kernel)?;
         self.enter(device)?;
         // cuLaunchKernel takes a pointer to each argument's value.
         let mut values: Vec<u64> = args.to_vec();
@@ -597,13 +575,18 @@ impl Backend for CudaBackend {
         // launches use.
         let stream = result::stream::create(result::stream::StreamKind::Default)
             .map_err(|e| driver_err("cuStreamCreate", e))?;
+        self.handles
+            .insert(HandleKind::Queue, device, stream as QueueHandle);
         Ok(Some(stream as QueueHandle))
     }
 
     fn queue_finish(&self, device: usize, queue: QueueHandle) -> Result<(), BackendError> {
+        self.handles.check(HandleKind::Queue, device, queue)?;
         self.enter(device)?;
+        self.handles.remove(HandleKind::Queue, device, queue)?;
         let stream = queue as sys::CUstream;
-        // SAFETY: `queue` came from queue_create on this device and is finished once.
+        // SAFETY: the registry holds `queue` from queue_create on this device, and it was
+        // just removed there, so it is finished once.
         let waited = unsafe { result::stream::synchronize(stream) };
         // SAFETY: as above; destroying after the wait, whatever its outcome.
         let destroyed = unsafe { result::stream::destroy(stream) };
@@ -613,8 +596,9 @@ impl Backend for CudaBackend {
     }
 
     fn queue_done(&self, device: usize, queue: QueueHandle) -> Result<bool, BackendError> {
+        self.handles.check(HandleKind::Queue, device, queue)?;
         self.enter(device)?;
-        // SAFETY: `queue` came from queue_create on this device and is still alive.
+        // SAFETY: the registry holds `queue`: a live stream of this device.
         match unsafe { sys::cuStreamQuery(queue as sys::CUstream) } {
             sys::CUresult::CUDA_SUCCESS => Ok(true),
             sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
@@ -630,9 +614,10 @@ impl Backend for CudaBackend {
         len: usize,
         queue: QueueHandle,
     ) -> Result<(), BackendError> {
+        self.handles.check(HandleKind::Queue, device, queue)?;
         self.enter(device)?;
         // SAFETY: the caller promises `dst` is device memory and `src` stays readable
-        // until the queue (a stream of this device) is finished.
+        // until the queue (a live stream of this device, checked above) is finished.
         unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, queue as sys::CUstream) }
             .result()
             .map_err(|e| driver_err("cuMemcpyHtoDAsync", e))
@@ -646,9 +631,11 @@ impl Backend for CudaBackend {
         len: usize,
         queue: QueueHandle,
     ) -> Result<(), BackendError> {
+        self.handles.check(HandleKind::Queue, device, queue)?;
         self.enter(device)?;
         // SAFETY: the caller promises `src` is device memory and `dst` stays writable and
-        // otherwise unused until the queue (a stream of this device) is finished.
+        // otherwise unused until the queue (a live stream of this device, checked above)
+        // is finished.
         unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, queue as sys::CUstream) }
             .result()
             .map_err(|e| driver_err("cuMemcpyDtoHAsync", e))
@@ -658,6 +645,8 @@ impl Backend for CudaBackend {
         self.enter(device)?;
         let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
             .map_err(|e| driver_err("cuEventCreate", e))?;
+        self.handles
+            .insert(HandleKind::Event, device, event as EventHandle);
         Ok(Some(event as EventHandle))
     }
 
@@ -667,9 +656,10 @@ impl Backend for CudaBackend {
         event: EventHandle,
         queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
+        self.check_event_and_queue(device, event, queue)?;
         self.enter(device)?;
         let stream = queue.map_or(std::ptr::null_mut(), |q| q as sys::CUstream);
-        // SAFETY: `event` came from event_create and `queue`, if any, from queue_create;
+        // SAFETY: the registry holds `event` and `queue`, if any, live on this device;
         // the null stream is the legacy default stream.
         unsafe { result::event::record(event as sys::CUevent, stream) }
             .map_err(|e| driver_err("cuEventRecord", e))
@@ -681,6 +671,7 @@ impl Backend for CudaBackend {
         event: EventHandle,
         queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
+        self.check_event_and_queue(device, event, queue)?;
         self.enter(device)?;
         let stream = queue.map_or(std::ptr::null_mut(), |q| q as sys::CUstream);
         // SAFETY: as in event_record.
@@ -695,16 +686,57 @@ impl Backend for CudaBackend {
     }
 
     fn event_sync(&self, device: usize, event: EventHandle) -> Result<(), BackendError> {
+        self.handles.check(HandleKind::Event, device, event)?;
         self.enter(device)?;
-        // SAFETY: `event` came from event_create and is not destroyed yet.
+        // SAFETY: the registry holds `event`: live on this device.
         unsafe { result::event::synchronize(event as sys::CUevent) }
             .map_err(|e| driver_err("cuEventSynchronize", e))
     }
 
     fn event_destroy(&self, device: usize, event: EventHandle) -> Result<(), BackendError> {
+        self.handles.check(HandleKind::Event, device, event)?;
         self.enter(device)?;
-        // SAFETY: `event` came from event_create and is destroyed once, here.
+        self.handles.remove(HandleKind::Event, device, event)?;
+        // SAFETY: the registry held `event` from event_create on this device and it was
+        // just removed there, so it is destroyed once.
         unsafe { result::event::destroy(event as sys::CUevent) }
             .map_err(|e| driver_err("cuEventDestroy", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handle the backend never handed out is refused before any driver call (with or
+    /// without a driver and a GPU: the check comes first).
+    #[test]
+    fn unknown_queue_and_event_handles_never_reach_the_driver() {
+        let backend = CudaBackend::new();
+        let unknown = |r: Result<(), BackendError>, want: HandleKind| match r {
+            Err(BackendError::UnknownHandle { kind, handle, .. }) => {
+                assert_eq!((kind, handle), (want, 0xdead_0000));
+            }
+            other => panic!("expected an unknown {want} error, got {other:?}"),
+        };
+        unknown(backend.queue_finish(0, 0xdead_0000), HandleKind::Queue);
+        unknown(
+            backend.queue_done(0, 0xdead_0000).map(drop),
+            HandleKind::Queue,
+        );
+        let mut byte = 0u8;
+        // SAFETY: refused before the copy: the queue is unknown, so nothing is read.
+        let write = unsafe { backend.write_async(0, 0x1000, &byte, 1, 0xdead_0000) };
+        unknown(write, HandleKind::Queue);
+        // SAFETY: as above, nothing is written.
+        let read = unsafe { backend.read_async(0, 0x1000, &mut byte, 1, 0xdead_0000) };
+        unknown(read, HandleKind::Queue);
+        unknown(backend.event_sync(0, 0xdead_0000), HandleKind::Event);
+        unknown(
+            backend.event_record(0, 0xdead_0000, None),
+            HandleKind::Event,
+        );
+        unknown(backend.event_wait(0, 0xdead_0000, None), HandleKind::Event);
+        unknown(backend.event_destroy(0, 0xdead_0000), HandleKind::Event);
     }
 }

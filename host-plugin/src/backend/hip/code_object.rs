@@ -4,7 +4,7 @@
 //! Off match only themselves; the most specific compatible build wins).
 
 use offload_formats::image::{find_images, ImageKind};
-use offload_formats::target_id::{best_match, TargetId};
+use offload_formats::target_id::{best_index, rank, TargetId};
 use std::borrow::Cow;
 use thiserror::Error;
 
@@ -65,22 +65,22 @@ pub fn code_objects(image: &[u8]) -> Result<Vec<CodeObject<'_>>, SelectError> {
     Ok(objects)
 }
 
-/// Of several code objects, the one to load on a device with target ID `device`.
+/// Of several code objects, the one to load on a device with target ID `device`:
+/// offload-formats' rank and its one tie-break (the earliest of equals).
 pub fn select<'a, 'b>(
     objects: &'b [CodeObject<'a>],
     device: &TargetId,
 ) -> Result<&'b CodeObject<'a>, SelectError> {
-    let ids: Vec<TargetId> = objects.iter().map(|o| o.target_id.clone()).collect();
-    let best = best_match(&ids, device).ok_or_else(|| SelectError::Incompatible {
-        device: device.to_string(),
-        found: ids
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(", "),
+    let at = best_index(objects, |o| rank(&o.target_id, device)).ok_or_else(|| {
+        SelectError::Incompatible {
+            device: device.to_string(),
+            found: objects
+                .iter()
+                .map(|o| o.target_id.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
     })?;
-    // best_match returns one of `ids`, which is index-aligned with `objects`.
-    let at = ids.iter().position(|i| std::ptr::eq(i, best)).unwrap_or(0);
     Ok(&objects[at])
 }
 
@@ -148,6 +148,21 @@ mod tests {
             code_objects(b"no code object here"),
             Err(SelectError::NoCodeObject(_))
         ));
+    }
+
+    #[test]
+    fn equally_good_builds_go_to_the_earliest() {
+        // Two xnack+ builds told apart only by an extra byte after the header.
+        let mut first = elf_header(object::elf::EM_AMDGPU, 0x73f);
+        let mut second = first.clone();
+        first.push(1);
+        second.push(2);
+        let objects: Vec<CodeObject> = [&first, &second]
+            .iter()
+            .flat_map(|i| code_objects(i).unwrap())
+            .collect();
+        let chosen = select(&objects, &id("gfx90a:sramecc+:xnack+")).unwrap();
+        assert_eq!(chosen.bytes.last(), Some(&1));
     }
 
     mod properties {

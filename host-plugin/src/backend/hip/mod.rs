@@ -11,12 +11,13 @@
 //! [`code_object`] picks, among the code objects of an image, the one whose target ID
 //! suits the device (xnack/sramecc rules). [`grid`] holds LLVM 16's AMDGPU launch limits.
 //!
-//! Launch geometry: `launch_teams` sizes the grid by LLVM 16's rules ([`launch_shape`])
-//! from the kernel's `<kernel>_exec_mode` global, read when the kernel is resolved, and
-//! the device's limits; a kernel without that global (not an OpenMP kernel) is treated
-//! as SPMD. `launch` ("run it once") keeps
-//! one work-item for such plain kernels, and uses the default geometry for OpenMP ones,
-//! which need their full work-group (the generic-mode main thread is in its last warp).
+//! Launch geometry: the generic `Backend::launch_teams` sizes the grid by LLVM 16's
+//! rules ([`launch_shape`]) from what `kernel_limits` reports here: the kernel's
+//! `<kernel>_exec_mode` (read once, when the kernel is resolved) and the device's limits;
+//! a kernel without that global (not an OpenMP kernel) gets SPMD's rules. `launch` ("run
+//! it once") keeps one work-item for such plain kernels, and uses the default geometry
+//! for OpenMP ones, which need their full work-group (the generic-mode main thread is in
+//! its last warp). The device environment is written by the plugin core, as for CUDA.
 //!
 //! What is known and what is not: this backend has run only against the stand-in HIP
 //! library of `tests/tests/amdgpu_hip_contract.rs`, never on AMD hardware.
@@ -26,8 +27,8 @@ pub mod grid;
 pub mod result;
 pub mod sys;
 
-use super::launch_shape::{self, ExecMode};
-use super::{Backend, BackendError, DeviceAddr, LaunchRequest, LoadedModule};
+use super::launch_shape::{self, ExecMode, Limits, Shape};
+use super::{Backend, BackendError, DeviceAddr, DeviceCode, LaunchRequest, LoadedModule};
 use crate::diag;
 use grid::{DeviceAttributes, DeviceLimits};
 use object::read::elf::ElfFile64;
@@ -116,8 +117,13 @@ pub struct HipBackend {
     kernels: KernelRegistry,
 }
 
-fn load_failed(e: HipCallError) -> BackendError {
-    BackendError::Load(e.to_string())
+/// A failed HIP call as the typed driver error.
+fn driver_failed(e: HipCallError) -> BackendError {
+    BackendError::Driver {
+        call: e.call,
+        code: e.code,
+        name: e.message,
+    }
 }
 
 impl Default for HipBackend {
@@ -217,7 +223,7 @@ impl HipBackend {
         if device >= rt.devices.len() {
             return Err(BackendError::NoDevices("amdgpu"));
         }
-        device::set(&rt.api, device).map_err(load_failed)?;
+        device::set(&rt.api, device).map_err(driver_failed)?;
         Ok(&rt.api)
     }
 
@@ -248,7 +254,7 @@ impl HipBackend {
             launch::module_launch_kernel(api, kernel as sys::HipFunction, grid, block, &mut packed)
         }
         .map_err(|e| BackendError::Launch(format!("{e} (grid {grid:?}, block {block:?})")))?;
-        device::synchronize(api).map_err(|e| BackendError::Launch(e.to_string()))
+        device::synchronize(api).map_err(driver_failed)
     }
 }
 
@@ -294,36 +300,35 @@ impl HipModule {
     /// when the code object has none (a plain kernel, no HIP call made), else its value
     /// read through HIP (the loader may relocate or the image may be rewritten).
     fn exec_mode(&self, kernel: &CStr) -> Result<Option<ExecMode>, BackendError> {
-        let mut name = kernel.to_bytes().to_vec();
-        name.extend_from_slice(b"_exec_mode");
-        let Some(sym) = self.symbols.get(&name) else {
-            return Ok(None);
+        let global = |name: &CStr| {
+            let Some(sym) = self.symbol(name) else {
+                return Ok(None);
+            };
+            if sym.kind != SymbolKind::Data {
+                return Err(BackendError::Load(format!(
+                    "{} is a {:?} symbol, not a variable",
+                    name.to_string_lossy(),
+                    sym.kind
+                )));
+            }
+            if sym.size != 1 {
+                // Refused by the size alone, before any HIP call.
+                return Ok(Some((0, sym.size)));
+            }
+            device::set(&self.api, self.device).map_err(driver_failed)?;
+            // SAFETY: the module is live for as long as `self`.
+            let (addr, _) = unsafe { module::get_global(&self.api, self.raw(), name) }
+                .map_err(driver_failed)?;
+            Ok(Some((addr, sym.size)))
         };
-        let name = CString::new(name)
-            .map_err(|_| BackendError::Load("a kernel name holds a NUL byte".into()))?;
-        if sym.kind != SymbolKind::Data || sym.size != 1 {
-            return Err(BackendError::Load(format!(
-                "{} is a {:?} symbol of {} bytes, not a 1-byte variable",
-                name.to_string_lossy(),
-                sym.kind,
-                sym.size
-            )));
-        }
-        device::set(&self.api, self.device).map_err(load_failed)?;
-        // SAFETY: the module is live for as long as `self`.
-        let (addr, _) =
-            unsafe { module::get_global(&self.api, self.raw(), &name) }.map_err(load_failed)?;
-        let mut value = [0u8; 1];
-        // SAFETY: `addr` is the device address of a 1-byte global of this module, on the
-        // device just made current.
-        unsafe { memory::copy_to_host(&self.api, &mut value, addr) }.map_err(load_failed)?;
-        ExecMode::from_raw(value[0]).map(Some).ok_or_else(|| {
-            BackendError::Load(format!(
-                "{} holds {}, not an LLVM 16 execution mode",
-                name.to_string_lossy(),
-                value[0]
-            ))
-        })
+        let read_byte = |addr| {
+            let mut value = [0u8; 1];
+            // SAFETY: `addr` is the device address of a 1-byte global of this module, on
+            // the device just made current.
+            unsafe { memory::copy_to_host(&self.api, &mut value, addr) }.map_err(driver_failed)?;
+            Ok(value[0])
+        };
+        launch_shape::read_exec_mode(kernel, global, read_byte)
     }
 
     /// The kernel's largest work-group as HIP reports it (None where it cannot).
@@ -362,10 +367,10 @@ impl HipModule {
         })?;
         let name = CString::new(name.as_slice())
             .map_err(|_| BackendError::Load("a symbol name holds a NUL byte".into()))?;
-        device::set(&self.api, self.device).map_err(load_failed)?;
+        device::set(&self.api, self.device).map_err(driver_failed)?;
         // SAFETY: the module is live for as long as `self`.
         let (addr, _) =
-            unsafe { module::get_global(&self.api, self.raw(), &name) }.map_err(load_failed)?;
+            unsafe { module::get_global(&self.api, self.raw(), &name) }.map_err(driver_failed)?;
         Ok(addr.wrapping_sub(sym.value))
     }
 }
@@ -373,7 +378,7 @@ impl HipModule {
 impl LoadedModule for HipModule {
     fn global(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
         let missing = || BackendError::MissingSymbol(name.to_string_lossy().into_owned());
-        device::set(&self.api, self.device).map_err(load_failed)?;
+        device::set(&self.api, self.device).map_err(driver_failed)?;
         // SAFETY: the module is live for as long as `self`.
         let (addr, _size) =
             unsafe { module::get_global(&self.api, self.raw(), name) }.map_err(|_| missing())?;
@@ -391,7 +396,7 @@ impl LoadedModule for HipModule {
         if !self.is_kernel(name) {
             return Err(missing());
         }
-        device::set(&self.api, self.device).map_err(load_failed)?;
+        device::set(&self.api, self.device).map_err(driver_failed)?;
         // SAFETY: the module is live for as long as `self`.
         let f =
             unsafe { module::get_function(&self.api, self.raw(), name) }.map_err(|_| missing())?;
@@ -442,27 +447,6 @@ impl Drop for HipModule {
     }
 }
 
-/// A copy of some bytes in 8-byte aligned storage.
-struct AlignedCopy {
-    words: Vec<u64>,
-    len: usize,
-}
-
-impl AlignedCopy {
-    fn new(bytes: &[u8]) -> Self {
-        let mut words = vec![0u64; bytes.len().div_ceil(8)];
-        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
-        AlignedCopy {
-            words,
-            len: bytes.len(),
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
-    }
-}
-
 /// Defined dynamic symbols of a code object (HIP looks names up in the same table).
 fn dynamic_symbols(code_object: &[u8]) -> Result<HashMap<Vec<u8>, ElfSymbol>, BackendError> {
     let file = ElfFile64::<LittleEndian>::parse(code_object)
@@ -505,11 +489,17 @@ impl Backend for HipBackend {
         self.on_device(device).map(|_| ())
     }
 
-    fn load_image(
+    fn is_valid_image(&self, image: &[u8]) -> bool {
+        self.accepts_image(image)
+    }
+
+    /// The code object for the device's target ID, out of a bare code object or a
+    /// container of several (a clang offload bundle).
+    fn device_code<'a>(
         &self,
         device: usize,
-        image: &[u8],
-    ) -> Result<Box<dyn LoadedModule>, BackendError> {
+        image: &'a [u8],
+    ) -> Result<DeviceCode<'a>, BackendError> {
         let rt = self.runtime()?;
         let info = rt
             .devices
@@ -535,18 +525,19 @@ impl Backend for HipBackend {
                 chosen.bytes.len()
             )
         });
-        // A code object inside a container may start at any offset; the ELF reader (and
-        // HIP) want it 8-byte aligned.
-        let storage;
-        let bytes: &[u8] = if chosen.bytes.as_ptr().align_offset(8) == 0 {
-            &chosen.bytes
-        } else {
-            storage = AlignedCopy::new(&chosen.bytes);
-            storage.bytes()
-        };
+        Ok(DeviceCode::from(chosen.bytes.clone()))
+    }
+
+    fn load_image(
+        &self,
+        device: usize,
+        image: &[u8],
+    ) -> Result<Box<dyn LoadedModule>, BackendError> {
+        let code = self.device_code(device, image)?;
+        let bytes = code.bytes();
         let symbols = dynamic_symbols(bytes)?;
         let api = self.on_device(device)?;
-        let handle = module::load_data(api, bytes).map_err(load_failed)?;
+        let handle = module::load_data(api, bytes).map_err(driver_failed)?;
         Ok(Box::new(HipModule {
             api: Arc::clone(api),
             device,
@@ -564,14 +555,14 @@ impl Backend for HipBackend {
             Ok(0) => Err(BackendError::OutOfMemory(size)),
             Ok(p) => Ok(p),
             Err(e) if e.code == 2 => Err(BackendError::OutOfMemory(size)),
-            Err(e) => Err(load_failed(e)),
+            Err(e) => Err(driver_failed(e)),
         }
     }
 
     unsafe fn free(&self, device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
         let api = self.on_device(device)?;
         // SAFETY: forwarded caller contract (`addr` came from `alloc` and is dead).
-        unsafe { memory::free(api, addr) }.map_err(load_failed)
+        unsafe { memory::free(api, addr) }.map_err(driver_failed)
     }
 
     unsafe fn write(&self, device: usize, dst: DeviceAddr, src: &[u8]) -> Result<(), BackendError> {
@@ -580,7 +571,7 @@ impl Backend for HipBackend {
         }
         let api = self.on_device(device)?;
         // SAFETY: forwarded caller contract (dst..dst+len is this device's memory).
-        unsafe { memory::copy_to_device(api, dst, src) }.map_err(load_failed)
+        unsafe { memory::copy_to_device(api, dst, src) }.map_err(driver_failed)
     }
 
     unsafe fn read(
@@ -594,7 +585,7 @@ impl Backend for HipBackend {
         }
         let api = self.on_device(device)?;
         // SAFETY: forwarded caller contract (src..src+len is this device's memory).
-        unsafe { memory::copy_to_host(api, dst, src) }.map_err(load_failed)
+        unsafe { memory::copy_to_host(api, dst, src) }.map_err(driver_failed)
     }
 
     unsafe fn copy(
@@ -618,7 +609,7 @@ impl Backend for HipBackend {
                 memory::copy_peer(api, dst, dst_device, src, src_device, len)
             }
         }
-        .map_err(load_failed)
+        .map_err(driver_failed)
     }
 
     unsafe fn launch(
@@ -636,15 +627,13 @@ impl Backend for HipBackend {
         unsafe { self.launch_with(device, kernel, args, ONCE_GRID, ONCE_BLOCK) }
     }
 
-    /// LLVM 16's geometry: the clauses, trip count and execution mode through
-    /// [`launch_shape`], within the device's and the kernel's limits.
-    unsafe fn launch_teams(
+    /// The device's and the kernel's limits for LLVM 16's geometry; a kernel without
+    /// an exec mode is no OpenMP kernel: every work-item runs it (SPMD's rules).
+    fn kernel_limits(
         &self,
         device: usize,
         kernel: DeviceAddr,
-        args: &[DeviceAddr],
-        request: LaunchRequest,
-    ) -> Result<(), BackendError> {
+    ) -> Result<Option<(ExecMode, Limits)>, BackendError> {
         let k = self
             .kernel(kernel)
             .ok_or_else(|| BackendError::Launch(format!("{kernel:#x} is not a loaded kernel")))?;
@@ -659,17 +648,17 @@ impl Backend for HipBackend {
                 k.device
             )));
         }
-        // A kernel without an exec mode is no OpenMP kernel: every work-item runs it.
         let mode = k.mode.unwrap_or(ExecMode::Spmd);
-        let limits = info.limits.for_kernel(k.max_threads);
-        let shape = launch_shape::shape(
-            mode,
-            request.num_teams,
-            request.thread_limit,
-            request.tripcount,
-            &limits,
-        );
-        diag::debug(|| format!("device {device}: launching {kernel:#x} ({mode:?}) as {shape:?}"));
+        Ok(Some((mode, info.limits.for_kernel(k.max_threads))))
+    }
+
+    unsafe fn launch_shaped(
+        &self,
+        device: usize,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        shape: Shape,
+    ) -> Result<(), BackendError> {
         // SAFETY: forwarded caller contract.
         unsafe {
             self.launch_with(
@@ -684,6 +673,6 @@ impl Backend for HipBackend {
 
     fn synchronize(&self, device: usize) -> Result<(), BackendError> {
         let api = self.on_device(device)?;
-        device::synchronize(api).map_err(load_failed)
+        device::synchronize(api).map_err(driver_failed)
     }
 }
