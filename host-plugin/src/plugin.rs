@@ -156,6 +156,8 @@ pub struct Plugin {
     /// backend releases its contexts then).
     devices: Vec<DeviceState>,
     backend: Box<dyn Backend>,
+    /// The most threads a load resolves its entries on ([`load_threads`]).
+    load_thread_cap: usize,
 }
 
 /// A name for an image in messages: where libomptarget keeps it and how big it is.
@@ -181,11 +183,19 @@ impl Plugin {
             kind,
             backend,
             devices,
+            load_thread_cap: load_thread_cap(),
         }
     }
 
     pub fn kind(&self) -> PluginKind {
         self.kind
+    }
+
+    /// At most `threads` (at least 1) threads resolve the entries of a load from now on;
+    /// the default is `OMPTARGET_RS_LOAD_THREADS`, else the CPUs this process may use,
+    /// at most 8.
+    pub fn set_load_threads(&mut self, threads: usize) {
+        self.load_thread_cap = threads.max(1);
     }
 
     pub fn device_count(&self) -> usize {
@@ -266,7 +276,7 @@ impl Plugin {
     /// libomptarget's in place): `record(i, address)` gets entry `i`'s device address
     /// as it is resolved, straight into the caller's table (no list of a million
     /// addresses in between). If the load fails, what was recorded means nothing.
-    pub fn load_entries<E: HostEntry>(
+    pub fn load_entries<E: HostEntry + Sync>(
         &self,
         device: i32,
         key: usize,
@@ -958,6 +968,31 @@ fn row_origins<'e, E: HostEntry>(entries: &'e [E]) -> impl Iterator<Item = (u64,
 }
 
 /// What resolving one image's entries needs to know.
+/// Entries per thread below which a load resolves on the calling thread alone: a
+/// thread start costs tens of microseconds, a few thousand entries take hundreds
+/// (docs/BENCHMARKS.md, 1d).
+const ENTRIES_PER_LOAD_THREAD: usize = 4096;
+/// The most threads one load resolves on.
+const MAX_LOAD_THREADS: usize = 8;
+
+/// The default of [`Plugin::set_load_threads`]: `OMPTARGET_RS_LOAD_THREADS=N` (1: the
+/// calling thread alone), else the CPUs this process may use; at most
+/// [`MAX_LOAD_THREADS`] either way.
+fn load_thread_cap() -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let asked = std::env::var("OMPTARGET_RS_LOAD_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n >= 1);
+    asked.unwrap_or(cpus).min(MAX_LOAD_THREADS)
+}
+
+/// Threads to resolve `entries` entries on: one per [`ENTRIES_PER_LOAD_THREAD`], at
+/// least one, at most `cap`.
+fn load_threads(entries: usize, cap: usize) -> usize {
+    (entries / ENTRIES_PER_LOAD_THREAD).clamp(1, cap.max(1))
+}
+
 struct LoadContext<'a> {
     plugin: &'a Plugin,
     device: i32,
@@ -1135,10 +1170,73 @@ impl<'a> LoadContext<'a> {
 
     /// Each entry's device address, to `record`; returns the kernels' addresses and the
     /// table's (host, device) rows, in the order [`row_origins`] names them.
-    fn resolve_entries<E: HostEntry>(
+    ///
+    /// Where the image's own symbol tables answer (the host: its reads are plain memory
+    /// reads, which any thread may do) and there are enough entries, contiguous parts of
+    /// the entries resolve on up to [`Plugin::set_load_threads`] threads at once: the symbol lookups, the
+    /// checks and the reads of a part need nothing of another part. The results are
+    /// joined in entry order, so the rows, the kernels and the first error are those of
+    /// one thread resolving every entry in turn.
+    fn resolve_entries<E: HostEntry + Sync>(
         &self,
         entries: &[E],
         mut record: impl FnMut(usize, DeviceAddr),
+    ) -> Result<(Vec<DeviceAddr>, Vec<FptrMapEntry>), PluginError> {
+        let threads = match self.own_tables() {
+            Some(_) => load_threads(entries.len(), self.plugin.load_thread_cap),
+            None => 1,
+        };
+        if threads <= 1 {
+            return self.resolve_part(entries, &mut record);
+        }
+        let part_len = entries.len().div_ceil(threads);
+        let resolve_collecting = |part: &[E]| {
+            let mut addrs = Vec::with_capacity(part.len());
+            let resolved = self.resolve_part(part, &mut |_, addr| addrs.push(addr));
+            resolved.map(|(kernels, rows)| (addrs, kernels, rows))
+        };
+        let parts = std::thread::scope(|scope| {
+            let mut parts = entries.chunks(part_len);
+            let first = parts.next().unwrap_or_default();
+            let others: Vec<_> = parts
+                .map(|part| scope.spawn(move || resolve_collecting(part)))
+                .collect();
+            let mut results = vec![resolve_collecting(first)];
+            for other in others {
+                // A panic in a helper thread goes on here, on the calling thread, where
+                // the C ABI's guard catches it.
+                results.push(
+                    other
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                );
+            }
+            results
+        });
+        let (mut kernels, mut rows) = (Vec::new(), Vec::new());
+        let mut index = 0;
+        for part in parts {
+            let (addrs, part_kernels, part_rows) = part?;
+            for addr in addrs {
+                record(index, addr);
+                index += 1;
+            }
+            kernels.extend(part_kernels);
+            if rows.is_empty() {
+                rows = part_rows;
+            } else {
+                rows.extend(part_rows);
+            }
+        }
+        Ok((kernels, rows))
+    }
+
+    /// [`Self::resolve_entries`] of `entries` on this thread; `record(i, addr)` for the
+    /// `i`th of them.
+    fn resolve_part<E: HostEntry>(
+        &self,
+        entries: &[E],
+        record: &mut impl FnMut(usize, DeviceAddr),
     ) -> Result<(Vec<DeviceAddr>, Vec<FptrMapEntry>), PluginError> {
         let mut kernels = Vec::new();
         // Sized once: growing by doubling copied and page-faulted it several times over.

@@ -7,7 +7,7 @@ use e2e_tests::plugin::{entry, words};
 use host_plugin::entries::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use host_plugin::fptr_index::FptrIndex;
 use host_plugin::{DeviceEntry, IndexInfo, OffloadEntry, Plugin, PluginError, PluginKind};
-use plugin_support::host_image;
+use plugin_support::{host_image, many_functions_image};
 
 // Host "addresses" are only keys for the device: any distinct values do.
 const HOST_ADD_ONE: u64 = 0x5000;
@@ -482,6 +482,70 @@ fn symbol_lookups_through_the_gnu_hash_table_match_the_dynamic_symbol_table() {
             expected,
             "{}",
             String::from_utf8_lossy(name)
+        );
+    }
+}
+
+/// Each entry's address and the installed table's (host, device) rows of one load,
+/// device addresses relative to the first entry's.
+type LoadResult = (Vec<u64>, Vec<(u64, u64)>);
+
+/// What one load of `entries` gives with at most `threads` resolving them: each entry's
+/// address and the installed table, addresses relative to the first entry's (two loads
+/// of one image land at different addresses).
+fn load_with_threads(
+    image: &[u8],
+    entries: &[OffloadEntry],
+    threads: usize,
+) -> Result<LoadResult, PluginError> {
+    let mut plugin = Plugin::new(PluginKind::X86_64);
+    plugin.set_load_threads(threads);
+    plugin.init_device(0).unwrap();
+    let addrs = plugin.load_binary(0, 1, image, entries)?;
+    let base = addrs[0].addr;
+    let table = plugin.fptr_table(0, 1).expect("the image holds a table");
+    Ok((
+        addrs.iter().map(|a| a.addr.wrapping_sub(base)).collect(),
+        table
+            .iter()
+            .map(|r| (r.host_ptr, r.tgt_ptr.wrapping_sub(base)))
+            .collect(),
+    ))
+}
+
+#[test]
+fn a_load_split_across_threads_gives_what_one_thread_gives() {
+    // Three parts of 4096 entries and a bit more: the most a load splits this into.
+    const N: usize = 3 * 4096 + 17;
+    let image = many_functions_image(N);
+    // Host addresses descending, so the table is sorted, not copied.
+    let host = |i: usize| 0x10_0000 + 16 * (N - i) as u64;
+    let entries: Vec<_> = (0..N)
+        .map(|i| entry(&format!("f{i}"), host(i), 0, FLAG_INDIRECT))
+        .collect();
+    let one = load_with_threads(&image, &entries, 1).unwrap();
+    let three = load_with_threads(&image, &entries, 3).unwrap();
+    assert_eq!(one, three);
+    let (addrs, table) = three;
+    assert_eq!(table.len(), N);
+    let distinct: std::collections::HashSet<_> = addrs.iter().collect();
+    assert_eq!(distinct.len(), N, "every function has its own address");
+    for (i, &addr) in addrs.iter().enumerate().step_by(997) {
+        assert!(table.contains(&(host(i), addr)), "f{i}'s row");
+    }
+
+    // Two bad entries in different parts: the error is the first one's, as when one
+    // thread resolves them in turn.
+    let mut bad = entries.clone();
+    bad[5000] = entry("no_such_function_a", host(5000), 0, FLAG_INDIRECT);
+    bad[N - 3] = entry("no_such_function_b", host(N - 3), 0, FLAG_INDIRECT);
+    for threads in [1, 3] {
+        let message = load_with_threads(&image, &bad, threads)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("no_such_function_a") && !message.contains("no_such_function_b"),
+            "{threads} thread(s): {message}"
         );
     }
 }

@@ -131,6 +131,11 @@ unsafe fn image_bytes<'a>(image: *const TgtDeviceImage) -> Option<(usize, &'a [u
 #[repr(transparent)]
 struct LibomptargetEntry(TgtOffloadEntry);
 
+// SAFETY: an entry is only ever read (its fields, the name and host vtable it points
+// to), and libomptarget neither writes nor frees any of it while the image is
+// registered, which spans every load that reads it: threads of one load may share it.
+unsafe impl Sync for LibomptargetEntry {}
+
 impl LibomptargetEntry {
     fn is_vtable(&self) -> bool {
         self.kind() == Some(EntryKind::IndirectVtable) && !self.0.addr.is_null()

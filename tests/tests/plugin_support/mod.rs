@@ -50,6 +50,28 @@ pub fn host_image(name: &str, with_device_rtl: bool) -> Vec<u8> {
     std::fs::read(&so).expect("read the built image")
 }
 
+/// A host image (x86-64 shared object, device-rtl linked) exporting `n` functions
+/// `f0` .. `f<n-1>`, `f<i>` returning `i`: for loads of many entries.
+pub fn many_functions_image(n: usize) -> Vec<u8> {
+    let dir = scratch(&format!("image-many-{n}"));
+    let source = dir.join("many.c");
+    let text: String = (0..n)
+        .map(|i| format!("int f{i}(void) {{ return {i}; }}\n"))
+        .collect();
+    std::fs::write(&source, text).expect("write the generated source");
+    let so = dir.join("many.so");
+    run_ok(
+        Command::new(clang16())
+            .args(["-O0", "-shared", "-fPIC"])
+            .arg(&source)
+            .arg("-Wl,--undefined=__kmpc_target_translate_fptr")
+            .arg(device_staticlib())
+            .arg("-o")
+            .arg(&so),
+    );
+    std::fs::read(&so).expect("read the built image")
+}
+
 /// Compile an OpenMP program for the x86_64 offload device; with `with_device_rtl` its
 /// device image links device-rtl.
 pub fn compile_offload_program(source: &Path, output: &Path, with_device_rtl: bool) {
