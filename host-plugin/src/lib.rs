@@ -24,6 +24,7 @@ pub mod error;
 pub mod fptr;
 pub mod fptr_index;
 pub mod image;
+pub mod kernels;
 pub mod plugin;
 mod prefetch;
 pub mod radix;

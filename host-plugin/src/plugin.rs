@@ -3,6 +3,7 @@
 //! Everything libomptarget asks for goes through here; the `abi` shims only convert
 //! C structures to and from these types.
 
+use crate::backend::launch_shape::{self, ExecMode};
 use crate::backend::{
     cuda::CudaBackend, hip::HipBackend, host::HostBackend, AllocKind, Backend, DeviceAddr,
     EventHandle, LaunchRequest, LoadedModule, QueueHandle,
@@ -11,11 +12,11 @@ use crate::entries::{EntryKind, HostEntry, OffloadEntry};
 use crate::error::PluginError;
 use crate::fptr::{self, FptrMapEntry, Origin};
 use crate::fptr_index::{self, FptrIndex, BUCKET_BYTES, INDEX_GLOBAL};
+use crate::kernels::{KernelRecord, KernelRegistry, LaunchPlan};
 use crate::symbols::{Symbol, Wanted};
 use crate::{diag, image};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::CStr;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, MutexGuard, RwLock};
 
 /// The device runtime's table pointer and size (see device-rtl).
@@ -34,6 +35,11 @@ impl PluginKind {
     /// GPU images carry LLVM's device runtime, which reads a device environment the
     /// plugin writes ([`crate::device_env`]); the host device has none.
     pub fn has_device_environment(self) -> bool {
+        self.is_gpu()
+    }
+
+    /// A GPU kind: its kernels carry an exec mode and launch with a shape.
+    pub fn is_gpu(self) -> bool {
         matches!(self, PluginKind::Cuda | PluginKind::Amdgpu)
     }
 
@@ -119,35 +125,10 @@ struct LoadedImage {
 #[derive(Default)]
 struct DeviceState {
     images: Mutex<Vec<LoadedImage>>,
-    /// Addresses of every kernel of the images loaded here: launches are checked
-    /// against it, so a stale or made-up address fails instead of jumping anywhere.
-    kernels: RwLock<KernelSet>,
-}
-
-/// The kernel addresses of a device. Looked up on every launch, so hashed with one
-/// multiply instead of SipHash (which was a visible part of each launch): the keys are
-/// symbol addresses of images we loaded ourselves, not keys anyone can choose to collide.
-type KernelSet = HashSet<DeviceAddr, BuildHasherDefault<AddrHasher>>;
-
-#[derive(Default)]
-struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        // The multiply leaves the low bits (the table index) depending only on the low
-        // bits of the address, which are all zero for aligned functions: fold in the top.
-        self.0 ^ (self.0 >> 32)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
+    /// Every kernel of the images loaded here, with what its launches need: launches
+    /// are checked against it, so a stale or made-up address fails instead of jumping
+    /// anywhere.
+    kernels: RwLock<KernelRegistry>,
 }
 
 pub struct Plugin {
@@ -319,8 +300,10 @@ impl Plugin {
             module: module.as_ref(),
             symbols: symbols.as_ref(),
             bias: module.load_bias(),
+            kernel_records: Mutex::new(Vec::new()),
         };
         let (kernels, rows) = ctx.resolve_entries(entries, record)?;
+        let kernel_records = std::mem::take(&mut *lock(&ctx.kernel_records));
         // Entry names by host address, for the table dump: only built when the dump will
         // be printed. A name copy and a hash insert per entry cost 18 % of a 1M-entry
         // load (docs/BENCHMARKS.md 1d); error messages find their origin lazily instead.
@@ -363,7 +346,7 @@ impl Plugin {
             .kernels
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .extend(kernels);
+            .extend(kernel_records);
         Ok(())
     }
 
@@ -675,23 +658,28 @@ impl Plugin {
             .map_err(Self::backend_err(device, "writing the index global"))
     }
 
-    fn check_launch(&self, device: i32, kernel: DeviceAddr) -> Result<usize, PluginError> {
+    /// The device index and the record of a kernel of an image loaded on `device`.
+    fn loaded_kernel(
+        &self,
+        device: i32,
+        kernel: DeviceAddr,
+    ) -> Result<(usize, KernelRecord), PluginError> {
         let (d, state) = self.device(device)?;
-        let known = state
+        let record = state
             .kernels
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .contains(&kernel);
-        if !known {
-            return Err(PluginError::Invalid {
-                device,
-                what: format!("{kernel:#x} is not a kernel of any image loaded on it"),
-            });
-        }
-        Ok(d)
+            .get(&kernel)
+            .copied();
+        let record = record.ok_or_else(|| PluginError::Invalid {
+            device,
+            what: format!("{kernel:#x} is not a kernel of any image loaded on it"),
+        })?;
+        Ok((d, record))
     }
 
-    /// Run a kernel of a loaded image with pointer arguments.
+    /// Run a kernel of a loaded image with pointer arguments, once (an OpenMP kernel of
+    /// a GPU: with the default shape, see [`KernelRecord::plan`]).
     ///
     /// # Safety
     /// The arguments are device addresses valid for what the kernel does with them.
@@ -701,23 +689,20 @@ impl Plugin {
         kernel: DeviceAddr,
         args: &[DeviceAddr],
     ) -> Result<(), PluginError> {
-        let d = self.check_launch(device, kernel)?;
+        let (d, record) = self.loaded_kernel(device, kernel)?;
         diag::debug(|| {
             format!(
                 "device {device}: launching {kernel:#x} with {} args",
                 args.len()
             )
         });
-        // SAFETY: `kernel` is a kernel of an image loaded on this device (checked above);
-        // the caller vouches for the arguments.
-        unsafe { self.backend.launch(d, kernel, args) }
-            .map_err(Self::backend_err_with(device, || {
-                format!("kernel {kernel:#x}")
-            }))
+        // SAFETY: `kernel` is a kernel of an image loaded on this device (its record was
+        // found); the caller vouches for the arguments.
+        unsafe { self.run_kernel(device, d, kernel, args, record.plan(None)) }
     }
 
     /// Run a kernel of a loaded image with the team and thread counts libomptarget asks
-    /// for (0: the backend's default).
+    /// for (0: the default), shaped by LLVM 16's rules ([`KernelRecord::plan`]).
     ///
     /// # Safety
     /// The arguments are device addresses valid for what the kernel does with them.
@@ -728,18 +713,44 @@ impl Plugin {
         args: &[DeviceAddr],
         request: LaunchRequest,
     ) -> Result<(), PluginError> {
-        let d = self.check_launch(device, kernel)?;
+        let (d, record) = self.loaded_kernel(device, kernel)?;
         diag::debug(|| {
             format!(
                 "device {device}: launching {kernel:#x} with {} args, {request:?}",
                 args.len()
             )
         });
-        // SAFETY: `kernel` is a kernel of an image loaded on this device (checked above);
-        // the caller vouches for the arguments.
-        unsafe { self.backend.launch_teams(d, kernel, args, request) }.map_err(
-            Self::backend_err_with(device, || format!("kernel {kernel:#x}")),
-        )
+        // SAFETY: as in `launch`.
+        unsafe { self.run_kernel(device, d, kernel, args, record.plan(Some(request))) }
+    }
+
+    /// Hand a planned launch to the vendor.
+    ///
+    /// # Safety
+    /// `kernel` is a kernel of an image loaded on device `d`, and the arguments are
+    /// valid for it.
+    unsafe fn run_kernel(
+        &self,
+        device: i32,
+        d: usize,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        plan: LaunchPlan,
+    ) -> Result<(), PluginError> {
+        let launched = match plan {
+            // SAFETY: forwarded caller contract.
+            LaunchPlan::Once => unsafe { self.backend.launch(d, kernel, args) },
+            LaunchPlan::Shaped(mode, shape) => {
+                diag::debug(|| {
+                    format!("device {device}: launching {kernel:#x} ({mode:?}) as {shape:?}")
+                });
+                // SAFETY: forwarded caller contract.
+                unsafe { self.backend.launch_shaped(d, kernel, args, shape) }
+            }
+        };
+        launched.map_err(Self::backend_err_with(device, || {
+            format!("kernel {kernel:#x}")
+        }))
     }
 
     /// Allocate memory of one of LLVM 16's kinds (device, pinned host, managed).
@@ -968,6 +979,8 @@ struct LoadContext<'a> {
     symbols: Option<&'a image::ImageSymbols<'a>>,
     /// Where the backend's loader put the image (see [`LoadedModule::load_bias`]).
     bias: Option<u64>,
+    /// The image's kernels and their records, as they are resolved.
+    kernel_records: Mutex<Vec<(DeviceAddr, KernelRecord)>>,
 }
 
 impl<'a> LoadContext<'a> {
@@ -989,17 +1002,80 @@ impl<'a> LoadContext<'a> {
     ) -> Result<DeviceAddr, PluginError> {
         if let Some((_, bias)) = self.own_tables() {
             if let Some(sym) = dynamic.filter(Symbol::is_plain) {
-                return Ok(bias.wrapping_add(sym.value));
+                let addr = bias.wrapping_add(sym.value);
+                if kind == EntryKind::Kernel {
+                    self.record_kernel(entry, addr, None)?;
+                }
+                return Ok(addr);
             }
         }
         // No tables, or not an ordinary symbol the image defines and exports (TLS, an
         // ifunc, one from a library it depends on): the loader answers, as for LLVM's
         // plugin.
-        let found = match kind {
-            EntryKind::Kernel => self.module.function(entry.name()),
-            _ => self.module.global(entry.name()),
+        if kind != EntryKind::Kernel {
+            return self
+                .module
+                .global(entry.name())
+                .map_err(|e| self.entry_err(entry, e.to_string()));
+        }
+        let addr = self
+            .module
+            .function(entry.name())
+            .map_err(|e| self.entry_err(entry, e.to_string()))?;
+        self.record_kernel(entry, addr, Some(self.module))?;
+        Ok(addr)
+    }
+
+    /// Record a kernel with what its launches need: on a GPU its exec mode and the
+    /// vendor's limits for it (`function_of`: the module whose `function` returned
+    /// `addr`); on the host, nothing (it runs kernels once).
+    fn record_kernel(
+        &self,
+        entry: &impl HostEntry,
+        addr: DeviceAddr,
+        function_of: Option<&dyn LoadedModule>,
+    ) -> Result<(), PluginError> {
+        let record = match function_of {
+            Some(module) if self.plugin.kind.is_gpu() => {
+                let mode = self
+                    .exec_mode(entry)?
+                    .or_else(|| self.plugin.backend.untagged_kernel_mode());
+                // SAFETY: `addr` is what `module.function` returned for this entry's name.
+                let limits = unsafe { module.kernel_limits(addr, entry.name()) }
+                    .map_err(|e| self.entry_err(entry, e.to_string()))?;
+                KernelRecord { mode, limits }
+            }
+            _ => KernelRecord {
+                mode: None,
+                limits: None,
+            },
         };
-        found.map_err(|e| self.entry_err(entry, e.to_string()))
+        lock(&self.kernel_records).push((addr, record));
+        Ok(())
+    }
+
+    /// The kernel's `<kernel>_exec_mode` ([`launch_shape::read_exec_mode`]): None when
+    /// the image has no such global (not an OpenMP kernel).
+    fn exec_mode(&self, entry: &impl HostEntry) -> Result<Option<ExecMode>, PluginError> {
+        let global = |name: &CStr| {
+            let Some(size) = self.symbol_size(name) else {
+                return Ok(None);
+            };
+            if size != 1 {
+                // Refused by the size alone, before the driver is asked for its address.
+                return Ok(Some((0, size)));
+            }
+            self.module.global(name).map(|addr| Some((addr, size)))
+        };
+        let read_byte = |addr| {
+            let mut value = [0u8; 1];
+            // SAFETY: `addr` is the device address of a global of this image whose size
+            // was just checked to be 1 byte.
+            unsafe { self.plugin.backend.read(self.d, addr, &mut value) }?;
+            Ok(value[0])
+        };
+        launch_shape::read_exec_mode(entry.name(), global, read_byte)
+            .map_err(|e| self.entry_err(entry, e.to_string()))
     }
 
     /// The device symbol an indirect entry names, by the rule of
