@@ -17,6 +17,7 @@
 
 pub mod abi;
 pub mod backend;
+pub mod device;
 pub mod device_env;
 pub mod diag;
 pub mod entries;
@@ -31,7 +32,8 @@ pub mod radix;
 pub mod symbols;
 
 pub use backend::{Backend, BackendError, DeviceAddr};
+pub use device::{Device, IndexInfo};
 pub use entries::{EntryKind, OffloadEntry};
 pub use error::PluginError;
 pub use fptr::FptrMapEntry;
-pub use plugin::{DeviceEntry, IndexInfo, Plugin, PluginKind};
+pub use plugin::{DeviceEntry, Plugin, PluginKind};

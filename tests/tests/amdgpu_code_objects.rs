@@ -211,8 +211,11 @@ fn clang16_openmp_kernels_are_launched_by_their_exec_mode() {
         .zip(&kernels)
         .map(|(i, k)| e2e_tests::plugin::entry(k, 0x100 + i, 0, 0))
         .collect();
-    let handles = plugin.load_binary(0, 1, &co, &entries).unwrap();
-    let out = plugin.alloc(0, 4).unwrap();
+    let handles = plugin
+        .device(0)
+        .and_then(|on| on.load_binary(1, &co, &entries))
+        .unwrap();
+    let out = plugin.device(0).and_then(|on| on.alloc(4)).unwrap();
     for ((kernel, mode), handle) in kernels.iter().zip(&modes).zip(&handles) {
         let handle = handle.addr;
         fake.clear_log();
@@ -222,7 +225,12 @@ fn clang16_openmp_kernels_are_launched_by_their_exec_mode() {
             tripcount: 0,
         };
         // SAFETY: the stand-in runs nothing; `out` is a live allocation.
-        unsafe { plugin.launch_teams(0, handle, &[out], request) }.unwrap();
+        unsafe {
+            plugin
+                .device(0)
+                .and_then(|on| on.launch_teams(handle, &[out], request))
+        }
+        .unwrap();
         // thread_limit(128) on wave64: a generic kernel's main thread adds a wavefront;
         // no num_teams: the default of 4 teams per compute unit (the stand-in has 104).
         let threads = if *mode == ExecMode::Generic {
