@@ -39,7 +39,7 @@ pub(crate) struct InstalledIndex {
     pub(crate) allocation: DeviceAddr,
 }
 
-/// What [`Plugin::fptr_index`] reports about an image's index.
+/// What [`Device::fptr_index`] reports about an image's index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndexInfo {
     /// Device address of the image's `__omptarget_rs_fptr_index`.
@@ -133,13 +133,12 @@ impl Device {
     }
 
     pub fn init_device(&self) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         self.backend
-            .init_device(d)
-            .map_err(backend_err(device, "initialising"))
+            .init_device(self.index)
+            .map_err(backend_err(self.id, "initialising"))
     }
 
-    /// Load an image on a device, resolve its entries (one device entry per host entry,
+    /// Load an image here, resolve its entries (one device entry per host entry,
     /// in order), and install its indirect function table. `key` identifies the image
     /// (libomptarget's address of it); loading the same key again replaces it.
     pub fn load_binary(
@@ -160,7 +159,7 @@ impl Device {
         Ok(out)
     }
 
-    /// [`Plugin::load_binary`] for any kind of host entry (the C ABI reads
+    /// [`Device::load_binary`] for any kind of host entry (the C ABI reads
     /// libomptarget's in place): `record(i, address)` gets entry `i`'s device address
     /// as it is resolved, straight into the caller's table (no list of a million
     /// addresses in between). If the load fails, what was recorded means nothing.
@@ -349,7 +348,7 @@ impl Device {
         })
     }
 
-    /// Number of images loaded on a device.
+    /// Number of images loaded here.
     pub fn loaded_images(&self) -> usize {
         lock(&self.images).len()
     }
@@ -406,18 +405,17 @@ impl Device {
         map_p: DeviceAddr,
         map_size: DeviceAddr,
     ) -> Result<Option<DeviceAddr>, PluginError> {
-        let (device, d) = (self.id, self.index);
         let bytes = fptr::as_bytes(table);
         let allocation = if table.is_empty() {
             None
         } else {
             let a = self
                 .backend
-                .alloc(d, bytes.len())
-                .map_err(backend_err(device, "allocating the indirect table"))?;
+                .alloc(self.index, bytes.len())
+                .map_err(backend_err(self.id, "allocating the indirect table"))?;
             // SAFETY: `a` is a fresh allocation of exactly `bytes.len()` bytes.
-            unsafe { self.backend.write(d, a, bytes) }
-                .map_err(backend_err(device, "copying the indirect table"))?;
+            unsafe { self.backend.write(self.index, a, bytes) }
+                .map_err(backend_err(self.id, "copying the indirect table"))?;
             Some(a)
         };
         let p = allocation.unwrap_or(0).to_ne_bytes();
@@ -426,10 +424,10 @@ impl Device {
         // globals, resolved through the backend and size-checked against the ELF symbols.
         unsafe {
             self.backend
-                .write(d, map_p, &p)
-                .and_then(|()| self.backend.write(d, map_size, &n))
+                .write(self.index, map_p, &p)
+                .and_then(|()| self.backend.write(self.index, map_size, &n))
         }
-        .map_err(backend_err(device, "writing the indirect table globals"))?;
+        .map_err(backend_err(self.id, "writing the indirect table globals"))?;
         Ok(allocation)
     }
 
@@ -517,12 +515,14 @@ impl Device {
         global: DeviceAddr,
         header: &FptrIndex,
     ) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         // SAFETY: `global` is the address of an image's index header global, resolved
         // through the backend and size-checked (fptr_index::HEADER_BYTES) against its
         // symbol.
-        unsafe { self.backend.write(d, global, bytemuck::bytes_of(header)) }
-            .map_err(backend_err(device, "writing the index global"))
+        unsafe {
+            self.backend
+                .write(self.index, global, bytemuck::bytes_of(header))
+        }
+        .map_err(backend_err(self.id, "writing the index global"))
     }
 
     /// The record of a kernel of an image loaded here.
@@ -588,7 +588,7 @@ impl Device {
     /// Hand a planned launch to the vendor.
     ///
     /// # Safety
-    /// `kernel` is a kernel of an image loaded on device `d`, and the arguments are
+    /// `kernel` is a kernel of an image loaded on this device, and the arguments are
     /// valid for it.
     unsafe fn run_kernel(
         &self,
@@ -596,94 +596,87 @@ impl Device {
         args: &[DeviceAddr],
         plan: LaunchPlan,
     ) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         let launched = match plan {
             // SAFETY: forwarded caller contract.
-            LaunchPlan::Once => unsafe { self.backend.launch(d, kernel, args) },
+            LaunchPlan::Once => unsafe { self.backend.launch(self.index, kernel, args) },
             LaunchPlan::Shaped(mode, shape) => {
                 diag::debug(|| {
-                    format!("device {device}: launching {kernel:#x} ({mode:?}) as {shape:?}")
+                    format!(
+                        "device {}: launching {kernel:#x} ({mode:?}) as {shape:?}",
+                        self.id
+                    )
                 });
                 // SAFETY: forwarded caller contract.
-                unsafe { self.backend.launch_shaped(d, kernel, args, shape) }
+                unsafe { self.backend.launch_shaped(self.index, kernel, args, shape) }
             }
         };
-        launched.map_err(backend_err_with(device, || format!("kernel {kernel:#x}")))
+        launched.map_err(backend_err_with(self.id, || format!("kernel {kernel:#x}")))
     }
 
     /// Allocate memory of one of LLVM 16's kinds (device, pinned host, managed).
     pub fn alloc_kind(&self, size: usize, kind: AllocKind) -> Result<DeviceAddr, PluginError> {
-        let (device, d) = (self.id, self.index);
         self.backend
-            .alloc_kind(d, size, kind)
-            .map_err(backend_err_with(device, || {
+            .alloc_kind(self.index, size, kind)
+            .map_err(backend_err_with(self.id, || {
                 format!("allocating {kind:?} memory")
             }))
     }
 
     pub fn alloc(&self, size: usize) -> Result<DeviceAddr, PluginError> {
-        let (device, d) = (self.id, self.index);
         self.backend
-            .alloc(d, size)
-            .map_err(backend_err(device, "allocating"))
+            .alloc(self.index, size)
+            .map_err(backend_err(self.id, "allocating"))
     }
 
     /// # Safety
     /// `addr` came from `alloc` on this device and is dead.
     pub unsafe fn free(&self, addr: DeviceAddr) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         // SAFETY: forwarded caller contract.
-        unsafe { self.backend.free(d, addr) }.map_err(backend_err(device, "freeing"))
+        unsafe { self.backend.free(self.index, addr) }.map_err(backend_err(self.id, "freeing"))
     }
 
     /// # Safety
     /// `dst .. dst + src.len()` is device memory of `device`.
     pub unsafe fn submit(&self, dst: DeviceAddr, src: &[u8]) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         // SAFETY: forwarded caller contract.
-        unsafe { self.backend.write(d, dst, src) }
-            .map_err(backend_err(device, "copying to the device"))
+        unsafe { self.backend.write(self.index, dst, src) }
+            .map_err(backend_err(self.id, "copying to the device"))
     }
 
     /// # Safety
     /// `src .. src + dst.len()` is device memory of `device`.
     pub unsafe fn retrieve(&self, dst: &mut [u8], src: DeviceAddr) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         // SAFETY: forwarded caller contract.
-        unsafe { self.backend.read(d, src, dst) }
-            .map_err(backend_err(device, "copying from the device"))
+        unsafe { self.backend.read(self.index, src, dst) }
+            .map_err(backend_err(self.id, "copying from the device"))
     }
 
     pub fn synchronize(&self) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         self.backend
-            .synchronize(d)
-            .map_err(backend_err(device, "synchronizing"))
+            .synchronize(self.index)
+            .map_err(backend_err(self.id, "synchronizing"))
     }
 
     /// A queue for asynchronous copies, None where the device copies synchronously.
     pub fn queue_create(&self) -> Result<Option<QueueHandle>, PluginError> {
-        let (device, d) = (self.id, self.index);
         self.backend
-            .queue_create(d)
-            .map_err(backend_err(device, "creating a queue"))
+            .queue_create(self.index)
+            .map_err(backend_err(self.id, "creating a queue"))
     }
 
     /// Wait for a queue's work and destroy it.
     pub fn queue_finish(&self, queue: QueueHandle) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         self.backend
-            .queue_finish(d, queue)
-            .map_err(backend_err_with(device, || {
+            .queue_finish(self.index, queue)
+            .map_err(backend_err_with(self.id, || {
                 format!("finishing queue {queue:#x}")
             }))
     }
 
     pub fn queue_done(&self, queue: QueueHandle) -> Result<bool, PluginError> {
-        let (device, d) = (self.id, self.index);
         self.backend
-            .queue_done(d, queue)
-            .map_err(backend_err_with(device, || {
+            .queue_done(self.index, queue)
+            .map_err(backend_err_with(self.id, || {
                 format!("querying queue {queue:#x}")
             }))
     }
@@ -697,10 +690,9 @@ impl Device {
         len: usize,
         queue: QueueHandle,
     ) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         // SAFETY: forwarded caller contract.
-        unsafe { self.backend.write_async(d, dst, src, len, queue) }
-            .map_err(backend_err(device, "queueing a copy to the device"))
+        unsafe { self.backend.write_async(self.index, dst, src, len, queue) }
+            .map_err(backend_err(self.id, "queueing a copy to the device"))
     }
 
     /// # Safety
@@ -712,18 +704,16 @@ impl Device {
         len: usize,
         queue: QueueHandle,
     ) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         // SAFETY: forwarded caller contract.
-        unsafe { self.backend.read_async(d, src, dst, len, queue) }
-            .map_err(backend_err(device, "queueing a copy from the device"))
+        unsafe { self.backend.read_async(self.index, src, dst, len, queue) }
+            .map_err(backend_err(self.id, "queueing a copy from the device"))
     }
 
     /// A new event, None where events are only tokens (everything is already complete).
     pub fn event_create(&self) -> Result<Option<EventHandle>, PluginError> {
-        let (device, d) = (self.id, self.index);
         self.backend
-            .event_create(d)
-            .map_err(backend_err(device, "creating an event"))
+            .event_create(self.index)
+            .map_err(backend_err(self.id, "creating an event"))
     }
 
     pub fn event_record(
@@ -731,10 +721,9 @@ impl Device {
         event: EventHandle,
         queue: Option<QueueHandle>,
     ) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         self.backend
-            .event_record(d, event, queue)
-            .map_err(backend_err(device, "recording an event"))
+            .event_record(self.index, event, queue)
+            .map_err(backend_err(self.id, "recording an event"))
     }
 
     pub fn event_wait(
@@ -742,23 +731,20 @@ impl Device {
         event: EventHandle,
         queue: Option<QueueHandle>,
     ) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         self.backend
-            .event_wait(d, event, queue)
-            .map_err(backend_err(device, "waiting for an event"))
+            .event_wait(self.index, event, queue)
+            .map_err(backend_err(self.id, "waiting for an event"))
     }
 
     pub fn event_sync(&self, event: EventHandle) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         self.backend
-            .event_sync(d, event)
-            .map_err(backend_err(device, "synchronizing an event"))
+            .event_sync(self.index, event)
+            .map_err(backend_err(self.id, "synchronizing an event"))
     }
 
     pub fn event_destroy(&self, event: EventHandle) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
         self.backend
-            .event_destroy(d, event)
-            .map_err(backend_err(device, "destroying an event"))
+            .event_destroy(self.index, event)
+            .map_err(backend_err(self.id, "destroying an event"))
     }
 }
