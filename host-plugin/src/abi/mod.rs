@@ -6,6 +6,7 @@
 pub mod types;
 
 use crate::backend::{AllocKind, EventHandle, LaunchRequest, QueueHandle};
+use crate::device::Device;
 use crate::diag;
 use crate::entries::{EntryKind, HostEntry};
 use crate::error::PluginError;
@@ -55,6 +56,14 @@ fn plugin() -> &'static Plugin {
         diag::debug(|| format!("plugin {} with {} devices", kind.name(), p.device_count()));
         p
     })
+}
+
+/// `call` on device `device` of the plugin (NoSuchDevice if there is none).
+fn on_device<T>(
+    device: i32,
+    call: impl FnOnce(&Device) -> Result<T, PluginError>,
+) -> Result<T, PluginError> {
+    plugin().device(device).and_then(call)
 }
 
 /// The table handed to libomptarget for one loaded image: it must stay put until the
@@ -336,7 +345,7 @@ pub unsafe extern "C" fn __tgt_rtl_is_valid_binary_info(
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_init_device(device: i32) -> i32 {
     guard("init_device", OFFLOAD_FAIL, || {
-        status(plugin().device(device).and_then(|on| on.init_device()))
+        status(on_device(device, |on| on.init_device()))
     })
 }
 
@@ -490,7 +499,7 @@ pub unsafe extern "C" fn __tgt_rtl_data_delete(device: i32, ptr: *mut c_void, _k
             return Ok(OFFLOAD_SUCCESS);
         }
         // SAFETY: forwarded caller contract.
-        status(unsafe { plugin().device(device).and_then(|on| on.free(ptr as u64)) })
+        status(unsafe { on_device(device, |on| on.free(ptr as u64)) })
     })
 }
 
@@ -523,18 +532,14 @@ unsafe fn submit(
         // SAFETY: caller contract: `hst` holds `n` readable bytes.
         let src = unsafe { std::slice::from_raw_parts(hst as *const u8, n) };
         // SAFETY: caller contract: `tgt` is `n` bytes of device memory.
-        return status(unsafe {
-            plugin()
-                .device(device)
-                .and_then(|on| on.submit(tgt as u64, src))
-        });
+        return status(unsafe { on_device(device, |on| on.submit(tgt as u64, src)) });
     };
     // SAFETY: caller contract: `hst` holds `n` bytes that stay untouched until the queue
     // is synchronized; `tgt` is `n` bytes of device memory.
     status(unsafe {
-        plugin()
-            .device(device)
-            .and_then(|on| on.submit_async(tgt as u64, hst as *const u8, n, queue))
+        on_device(device, |on| {
+            on.submit_async(tgt as u64, hst as *const u8, n, queue)
+        })
     })
 }
 
@@ -563,18 +568,14 @@ unsafe fn retrieve(
         // during the call.
         let dst = unsafe { std::slice::from_raw_parts_mut(hst as *mut u8, n) };
         // SAFETY: caller contract: `tgt` is `n` bytes of device memory.
-        return status(unsafe {
-            plugin()
-                .device(device)
-                .and_then(|on| on.retrieve(dst, tgt as u64))
-        });
+        return status(unsafe { on_device(device, |on| on.retrieve(dst, tgt as u64)) });
     };
     // SAFETY: caller contract: `hst` holds `n` writable bytes nothing else touches until
     // the queue is synchronized; `tgt` is `n` bytes of device memory.
     status(unsafe {
-        plugin()
-            .device(device)
-            .and_then(|on| on.retrieve_async(hst as *mut u8, tgt as u64, n, queue))
+        on_device(device, |on| {
+            on.retrieve_async(hst as *mut u8, tgt as u64, n, queue)
+        })
     })
 }
 
@@ -738,7 +739,7 @@ pub unsafe extern "C" fn __tgt_rtl_data_lock(
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_data_unlock(device: i32, _ptr: *mut c_void) -> i32 {
     guard("data_unlock", OFFLOAD_FAIL, || {
-        status(plugin().device(device).and_then(|on| on.synchronize()))
+        status(on_device(device, |on| on.synchronize()))
     })
 }
 
@@ -789,9 +790,9 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
         };
         // SAFETY: forwarded caller contract; the core checks `entry` is a loaded kernel.
         status(unsafe {
-            plugin()
-                .device(device)
-                .and_then(|on| on.launch_teams(entry as u64, &pointers, request))
+            on_device(device, |on| {
+                on.launch_teams(entry as u64, &pointers, request)
+            })
         })
     })
 }
@@ -807,14 +808,12 @@ pub unsafe extern "C" fn __tgt_rtl_synchronize(device: i32, async_info: *mut Tgt
         if let Some(info) = unsafe { async_info.as_mut() } {
             if !info.queue.is_null() {
                 let queue = std::mem::replace(&mut info.queue, std::ptr::null_mut());
-                return status(
-                    plugin()
-                        .device(device)
-                        .and_then(|on| on.queue_finish(queue as QueueHandle)),
-                );
+                return status(on_device(device, |on| {
+                    on.queue_finish(queue as QueueHandle)
+                }));
             }
         }
-        status(plugin().device(device).and_then(|on| on.synchronize()))
+        status(on_device(device, |on| on.synchronize()))
     })
 }
 
@@ -828,10 +827,10 @@ pub unsafe extern "C" fn __tgt_rtl_query_async(device: i32, async_info: *mut Tgt
     guard("query_async", OFFLOAD_FAIL, || {
         // SAFETY: caller contract: null or valid.
         let Some(info) = (unsafe { async_info.as_mut() }) else {
-            return status(plugin().device(device).and_then(|on| on.synchronize()));
+            return status(on_device(device, |on| on.synchronize()));
         };
         if info.queue.is_null() {
-            return status(plugin().device(device).and_then(|on| on.synchronize()));
+            return status(on_device(device, |on| on.synchronize()));
         }
         let queue = info.queue as QueueHandle;
         if plugin().device(device)?.queue_done(queue)? {
@@ -883,11 +882,9 @@ pub unsafe extern "C" fn __tgt_rtl_record_event(
         }
         // SAFETY: caller contract.
         let queue = unsafe { queue_of(device, async_info) }?;
-        status(
-            plugin()
-                .device(device)
-                .and_then(|on| on.event_record(event as EventHandle, queue)),
-        )
+        status(on_device(device, |on| {
+            on.event_record(event as EventHandle, queue)
+        }))
     })
 }
 
@@ -905,11 +902,9 @@ pub unsafe extern "C" fn __tgt_rtl_wait_event(
         }
         // SAFETY: caller contract.
         let queue = unsafe { queue_of(device, async_info) }?;
-        status(
-            plugin()
-                .device(device)
-                .and_then(|on| on.event_wait(event as EventHandle, queue)),
-        )
+        status(on_device(device, |on| {
+            on.event_wait(event as EventHandle, queue)
+        }))
     })
 }
 
@@ -919,11 +914,7 @@ pub extern "C" fn __tgt_rtl_sync_event(device: i32, event: *mut c_void) -> i32 {
         if is_token(event) {
             return Ok(OFFLOAD_SUCCESS);
         }
-        status(
-            plugin()
-                .device(device)
-                .and_then(|on| on.event_sync(event as EventHandle)),
-        )
+        status(on_device(device, |on| on.event_sync(event as EventHandle)))
     })
 }
 
@@ -933,10 +924,8 @@ pub extern "C" fn __tgt_rtl_destroy_event(device: i32, event: *mut c_void) -> i3
         if is_token(event) {
             return Ok(OFFLOAD_SUCCESS);
         }
-        status(
-            plugin()
-                .device(device)
-                .and_then(|on| on.event_destroy(event as EventHandle)),
-        )
+        status(on_device(device, |on| {
+            on.event_destroy(event as EventHandle)
+        }))
     })
 }
