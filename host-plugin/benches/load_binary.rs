@@ -8,7 +8,7 @@
 //!     load_binary IMAGE ENTRIES REPS
 //!
 //! It times, through the crate's Rust API with the host backend (no libomptarget):
-//! - `total`: `Plugin::load_binary` with ENTRIES host entries, the whole real path;
+//! - `total`: `Device::load_binary` with ENTRIES host entries, the whole real path;
 //! - the phases of that path, each called on its own through the same public pieces:
 //!   `inspect` (ELF checks, the symbol tables located), `dlopen` (temp file + dlopen,
 //!   which runs the image's relocations), `resolve` (per batch of names: lookups in the
@@ -16,7 +16,7 @@
 //!   `build` (`fptr::build_rows`: radix sort, dedupe, validate), `upload` (allocate and
 //!   copy the table, write the two globals), `index` (the table's index:
 //!   `fptr_index::build`, its buckets copied, its header written);
-//! - `set_map`: `Plugin::set_function_ptr_map` with the same ENTRIES rows, shuffled
+//! - `set_map`: `Device::set_function_ptr_map` with the same ENTRIES rows, shuffled
 //!   (validate + sort + upload into the loaded image).
 //!
 //! With two more arguments, `OUR_PLUGIN LLVM_PLUGIN` (plugin files), it also times

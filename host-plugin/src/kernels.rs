@@ -30,7 +30,7 @@ pub enum LaunchPlan {
 }
 
 impl KernelRecord {
-    /// The launch for `request` (None: "run it once", `Plugin::launch`). With limits, a
+    /// The launch for `request` (None: "run it once", `Device::launch`). With limits, a
     /// request gets LLVM 16's shape for the kernel's mode (SPMD's for a kernel without
     /// one: every work-item runs it); without a request an OpenMP kernel gets the default
     /// shape (its generic-mode main thread needs its full block) and any other runs once.

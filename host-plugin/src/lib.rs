@@ -12,8 +12,10 @@
 //! loaded by picks its [`plugin::PluginKind`].
 //!
 //! Layout: [`abi`] holds the `#[repr(C)]` LLVM 16 structures and the `extern "C"`
-//! `__tgt_rtl_*` shims; [`plugin`] is the safe core; [`backend`] holds one module per
-//! device kind (`host`, `cuda`, `hip`). docs/ARCHITECTURE.md walks one image through.
+//! `__tgt_rtl_*` shims; [`plugin`] is the safe core (the plugin, one image's load) and
+//! [`device`] its per-device half (images, [`kernels`], launches, memory); [`backend`]
+//! holds the vendor hooks, one module per device kind (`host`, `cuda`, `hip`).
+//! docs/ARCHITECTURE.md walks one image through.
 
 pub mod abi;
 pub mod backend;

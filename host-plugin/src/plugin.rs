@@ -1,5 +1,5 @@
 //! The safe core: the plugin (its kind, its vendor's hooks, its [`Device`]s), and how
-//! one image's entries are resolved and its table installed ([`LoadContext`]).
+//! one image's entries are resolved and its table installed (`LoadContext`).
 //!
 //! Everything libomptarget asks for goes through here and [`crate::device`]; the `abi`
 //! shims only convert C structures to and from these types.

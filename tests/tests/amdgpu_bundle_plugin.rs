@@ -1,6 +1,6 @@
 //! A clang offload bundle of several AMDGPU code objects, reached the way libomptarget
 //! reaches it: through the plugin core behind `__tgt_rtl_is_valid_binary` and
-//! `__tgt_rtl_load_binary` (`Plugin::is_valid_binary`, `Plugin::load_binary`), against
+//! `__tgt_rtl_load_binary` (`Plugin::is_valid_binary`, `Device::load_binary`), against
 //! the stand-in HIP library (tests/fixtures/amdgpu/fake_hip.c). Each device gets the code
 //! object built for it, and the table is resolved from that code object's symbols.
 

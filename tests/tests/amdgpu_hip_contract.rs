@@ -2,7 +2,7 @@
 //! (tests/fixtures/amdgpu/fake_hip.c: host memory as "device" memory, every call logged).
 //! No AMD GPU has run this backend; these tests pin down which HIP calls it makes, with
 //! which arguments, in which order, and the bytes it writes, driving it through the same
-//! plugin core (`Plugin::load_binary`) that libomptarget's `__tgt_rtl_load_binary` uses,
+//! plugin core (`Device::load_binary`) that libomptarget's `__tgt_rtl_load_binary` uses,
 //! on real code objects built from device-rtl.
 
 mod amdgpu_support;

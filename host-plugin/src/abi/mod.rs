@@ -68,7 +68,7 @@ fn on_device<T>(
 
 /// The table handed to libomptarget for one loaded image: it must stay put until the
 /// image is unloaded, so it is boxed and kept with the image in the plugin
-/// ([`Plugin::keep_with_image`]). Entry names point at libomptarget's own host entries,
+/// ([`crate::device::Device::keep_with_image`]). Entry names point at libomptarget's own host entries,
 /// as LLVM's plugins return them.
 struct PublishedTable {
     _raw: Box<[TgtOffloadEntry]>,
