@@ -170,9 +170,15 @@ fn sweep_one(plugin: &Plugin, image: &[u8]) {
         eprintln!("sweep: rejected: {e}");
         return;
     }
-    match plugin.load_binary(0, 0x2000, image, &fixture_entries()) {
+    match plugin
+        .device(0)
+        .and_then(|on| on.load_binary(0x2000, image, &fixture_entries()))
+    {
         Ok(_) => {
-            plugin.unload(0, 0x2000).expect("unload");
+            plugin
+                .device(0)
+                .and_then(|on| on.unload(0x2000))
+                .expect("unload");
             eprintln!("sweep: loaded");
         }
         Err(e) => eprintln!("sweep: load failed: {e}"),
@@ -198,7 +204,10 @@ fuzz_target!(|data: &[u8]| {
     }
     let key = 0x1000;
     let plugin = &fx.plugin;
-    match plugin.load_binary(device, key, &fx.image, &entries) {
+    match plugin
+        .device(device)
+        .and_then(|on| on.load_binary(key, &fx.image, &entries))
+    {
         Ok(device_entries) => {
             assert!((0..4).contains(&device));
             // One device entry per host entry, in order, same sizes and flags.
@@ -211,22 +220,28 @@ fuzz_target!(|data: &[u8]| {
             }
             // The image links device-rtl: the table is installed, sorted, complete.
             let table = plugin
-                .fptr_table(device, key)
+                .device(device)
+                .ok()
+                .and_then(|on| on.fptr_table(key))
                 .expect("device_image.c has the table globals");
             check_table(&table, &entries);
             // Replacing the image under the same key keeps one image loaded.
             if u.arbitrary().unwrap_or(false) {
                 plugin
-                    .load_binary(device, key, &fx.image, &entries)
+                    .device(device)
+                    .and_then(|on| on.load_binary(key, &fx.image, &entries))
                     .expect("the same load succeeds twice");
-                assert_eq!(plugin.loaded_images(device), 1);
+                assert_eq!(plugin.device(device).map_or(0, |on| on.loaded_images()), 1);
             }
-            plugin.unload(device, key).expect("unload");
+            plugin
+                .device(device)
+                .and_then(|on| on.unload(key))
+                .expect("unload");
         }
         Err(e) => {
             // Nothing stays loaded after a failed load, and the message is not empty.
             assert!(!e.to_string().is_empty());
         }
     }
-    assert_eq!(plugin.loaded_images(device), 0);
+    assert_eq!(plugin.device(device).map_or(0, |on| on.loaded_images()), 0);
 });

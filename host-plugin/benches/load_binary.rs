@@ -8,7 +8,7 @@
 //!     load_binary IMAGE ENTRIES REPS
 //!
 //! It times, through the crate's Rust API with the host backend (no libomptarget):
-//! - `total`: `Plugin::load_binary` with ENTRIES host entries, the whole real path;
+//! - `total`: `Device::load_binary` with ENTRIES host entries, the whole real path;
 //! - the phases of that path, each called on its own through the same public pieces:
 //!   `inspect` (ELF checks, the symbol tables located), `dlopen` (temp file + dlopen,
 //!   which runs the image's relocations), `resolve` (per batch of names: lookups in the
@@ -16,7 +16,7 @@
 //!   `build` (`fptr::build_rows`: radix sort, dedupe, validate), `upload` (allocate and
 //!   copy the table, write the two globals), `index` (the table's index:
 //!   `fptr_index::build`, its buckets copied, its header written);
-//! - `set_map`: `Plugin::set_function_ptr_map` with the same ENTRIES rows, shuffled
+//! - `set_map`: `Device::set_function_ptr_map` with the same ENTRIES rows, shuffled
 //!   (validate + sort + upload into the loaded image).
 //!
 //! With two more arguments, `OUR_PLUGIN LLVM_PLUGIN` (plugin files), it also times
@@ -328,30 +328,45 @@ fn run(image: &str, n: usize, reps: usize, abi: Option<&AbiArgs>) -> Result<(), 
 
     // The real path, checked once before it is timed.
     plugin
-        .load_binary(0, KEY, &bytes, &entries)
+        .device(0)
+        .and_then(|on| on.load_binary(KEY, &bytes, &entries))
         .map_err(|e| e.to_string())?;
     let table = plugin
-        .fptr_table(0, KEY)
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_table(KEY))
         .ok_or("load_binary installed no table")?;
     check_table(&table, n)?;
     // And the index beside it: the timed loads build and upload one too.
     let index = plugin
-        .fptr_index(0, KEY)
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_index(KEY))
         .ok_or("the image has no __omptarget_rs_fptr_index")?;
     if index.header.bucket_count == 0 {
         return Err("load_binary installed no index".into());
     }
-    plugin.unload(0, KEY).map_err(|e| e.to_string())?;
+    plugin
+        .device(0)
+        .and_then(|on| on.unload(KEY))
+        .map_err(|e| e.to_string())?;
 
     let mut total = Vec::with_capacity(reps);
     for _ in 0..reps {
-        let (r, t) = timed(|| plugin.load_binary(0, KEY, &bytes, &entries));
+        let (r, t) = timed(|| {
+            plugin
+                .device(0)
+                .and_then(|on| on.load_binary(KEY, &bytes, &entries))
+        });
         let device_entries = r.map_err(|e| e.to_string())?;
         if device_entries.len() != n {
             return Err(format!("{} device entries for {n}", device_entries.len()));
         }
         total.push(t);
-        plugin.unload(0, KEY).map_err(|e| e.to_string())?;
+        plugin
+            .device(0)
+            .and_then(|on| on.unload(KEY))
+            .map_err(|e| e.to_string())?;
     }
 
     let mut phases: Vec<Vec<Duration>> = vec![Vec::with_capacity(reps); PHASES.len()];
@@ -363,22 +378,34 @@ fn run(image: &str, n: usize, reps: usize, abi: Option<&AbiArgs>) -> Result<(), 
 
     // set_function_ptr_map: the whole table handed over again, in a shuffled order.
     plugin
-        .load_binary(0, KEY, &bytes, &entries)
+        .device(0)
+        .and_then(|on| on.load_binary(KEY, &bytes, &entries))
         .map_err(|e| e.to_string())?;
     let rows: Vec<FptrMapEntry> = (0..n).map(|i| table[(i * 7919) % n]).collect();
     let mut set_map = Vec::with_capacity(reps);
     for _ in 0..reps {
-        let (r, t) = timed(|| plugin.set_function_ptr_map(0, &rows));
+        let (r, t) = timed(|| {
+            plugin
+                .device(0)
+                .and_then(|on| on.set_function_ptr_map(&rows))
+        });
         if r.map_err(|e| e.to_string())? != 1 {
             return Err("set_function_ptr_map patched no image".into());
         }
         set_map.push(t);
     }
     check_table(
-        &plugin.fptr_table(0, KEY).ok_or("no table after set_map")?,
+        &plugin
+            .device(0)
+            .ok()
+            .and_then(|on| on.fptr_table(KEY))
+            .ok_or("no table after set_map")?,
         n,
     )?;
-    plugin.unload(0, KEY).map_err(|e| e.to_string())?;
+    plugin
+        .device(0)
+        .and_then(|on| on.unload(KEY))
+        .map_err(|e| e.to_string())?;
 
     println!("entries {n}");
     let (best, median) = summary(&mut total);

@@ -12,11 +12,14 @@
 //! loaded by picks its [`plugin::PluginKind`].
 //!
 //! Layout: [`abi`] holds the `#[repr(C)]` LLVM 16 structures and the `extern "C"`
-//! `__tgt_rtl_*` shims; [`plugin`] is the safe core; [`backend`] holds one module per
-//! device kind (`host`, `cuda`, `hip`). docs/ARCHITECTURE.md walks one image through.
+//! `__tgt_rtl_*` shims; [`plugin`] is the safe core (the plugin, one image's load) and
+//! [`device`] its per-device half (images, [`kernels`], launches, memory); [`backend`]
+//! holds the vendor hooks, one module per device kind (`host`, `cuda`, `hip`).
+//! docs/ARCHITECTURE.md walks one image through.
 
 pub mod abi;
 pub mod backend;
+pub mod device;
 pub mod device_env;
 pub mod diag;
 pub mod entries;
@@ -24,13 +27,15 @@ pub mod error;
 pub mod fptr;
 pub mod fptr_index;
 pub mod image;
+pub mod kernels;
 pub mod plugin;
 mod prefetch;
 pub mod radix;
 pub mod symbols;
 
 pub use backend::{Backend, BackendError, DeviceAddr};
+pub use device::{Device, IndexInfo};
 pub use entries::{EntryKind, OffloadEntry};
 pub use error::PluginError;
 pub use fptr::FptrMapEntry;
-pub use plugin::{DeviceEntry, IndexInfo, Plugin, PluginKind};
+pub use plugin::{DeviceEntry, Plugin, PluginKind};

@@ -1,22 +1,24 @@
-//! The safe core: devices, the images loaded on them, their entry and fptr tables.
+//! The safe core: the plugin (its kind, its vendor's hooks, its [`Device`]s), and how
+//! one image's entries are resolved and its table installed (`LoadContext`).
 //!
-//! Everything libomptarget asks for goes through here; the `abi` shims only convert
-//! C structures to and from these types.
+//! Everything libomptarget asks for goes through here and [`crate::device`]; the `abi`
+//! shims only convert C structures to and from these types.
 
+use crate::backend::launch_shape::{self, ExecMode};
 use crate::backend::{
-    cuda::CudaBackend, hip::HipBackend, host::HostBackend, AllocKind, Backend, DeviceAddr,
-    EventHandle, LaunchRequest, LoadedModule, QueueHandle,
+    cuda::CudaBackend, hip::HipBackend, host::HostBackend, Backend, DeviceAddr, LoadedModule,
 };
-use crate::entries::{EntryKind, HostEntry, OffloadEntry};
+use crate::device::{backend_err_with, Device, InstalledTable};
+use crate::entries::{EntryKind, HostEntry};
 use crate::error::PluginError;
 use crate::fptr::{self, FptrMapEntry, Origin};
-use crate::fptr_index::{self, FptrIndex, BUCKET_BYTES, INDEX_GLOBAL};
+use crate::fptr_index::{self, INDEX_GLOBAL};
+use crate::kernels::KernelRecord;
 use crate::symbols::{Symbol, Wanted};
 use crate::{diag, image};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::CStr;
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The device runtime's table pointer and size (see device-rtl).
 pub const FPTR_MAP_P: &CStr = c"__omp_offloading_fptr_map_p";
@@ -34,6 +36,11 @@ impl PluginKind {
     /// GPU images carry LLVM's device runtime, which reads a device environment the
     /// plugin writes ([`crate::device_env`]); the host device has none.
     pub fn has_device_environment(self) -> bool {
+        self.is_gpu()
+    }
+
+    /// A GPU kind: its kernels carry an exec mode and launch with a shape.
+    pub fn is_gpu(self) -> bool {
         matches!(self, PluginKind::Cuda | PluginKind::Amdgpu)
     }
 
@@ -71,93 +78,14 @@ pub struct DeviceEntry {
     pub flags: i32,
 }
 
-/// Where an image's fptr table lives on the device, if the image can hold one.
-struct InstalledTable {
-    map_p: DeviceAddr,
-    map_size: DeviceAddr,
-    /// The device copy of the table (None when the table is empty).
-    allocation: Option<DeviceAddr>,
-    table: Vec<FptrMapEntry>,
-    /// The image's index header global, when its device runtime has one (device
-    /// runtimes from before the index do not).
-    index_global: Option<DeviceAddr>,
-    /// The index installed beside the table, if any.
-    index: Option<InstalledIndex>,
-}
-
-/// An index on the device: the header written into the image's global, and the
-/// allocation holding its buckets (aligned inside it).
-#[derive(Clone, Copy, Debug)]
-struct InstalledIndex {
-    header: FptrIndex,
-    allocation: DeviceAddr,
-}
-
-/// What [`Plugin::fptr_index`] reports about an image's index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IndexInfo {
-    /// Device address of the image's `__omptarget_rs_fptr_index`.
-    pub global: DeviceAddr,
-    /// What the plugin wrote into it: the empty header when there is no index.
-    pub header: FptrIndex,
-}
-
-struct LoadedImage {
-    key: usize,
-    name: String,
-    /// Kept alive while the image is loaded; dropping it unloads the image.
-    _module: Box<dyn LoadedModule>,
-    /// Its kernels' addresses (not a copy of every entry: a million names cost time).
-    kernels: Vec<DeviceAddr>,
-    fptr: Option<InstalledTable>,
-    /// What the caller handed to its own caller for this image and must keep in place
-    /// until the image is unloaded (the C ABI's `__tgt_target_table`): it lives and dies
-    /// with the image, so no second list has to be kept in step with this one.
-    published: Option<Box<dyn std::any::Any + Send>>,
-}
-
-#[derive(Default)]
-struct DeviceState {
-    images: Mutex<Vec<LoadedImage>>,
-    /// Addresses of every kernel of the images loaded here: launches are checked
-    /// against it, so a stale or made-up address fails instead of jumping anywhere.
-    kernels: RwLock<KernelSet>,
-}
-
-/// The kernel addresses of a device. Looked up on every launch, so hashed with one
-/// multiply instead of SipHash (which was a visible part of each launch): the keys are
-/// symbol addresses of images we loaded ourselves, not keys anyone can choose to collide.
-type KernelSet = HashSet<DeviceAddr, BuildHasherDefault<AddrHasher>>;
-
-#[derive(Default)]
-struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        // The multiply leaves the low bits (the table index) depending only on the low
-        // bits of the address, which are all zero for aligned functions: fold in the top.
-        self.0 ^ (self.0 >> 32)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
+/// A plugin: its kind, its vendor's hooks, and one [`Device`] per device the vendor
+/// found. libomptarget's per-device calls go to [`Plugin::device`].
 pub struct Plugin {
     kind: PluginKind,
     /// Declared before the backend so the images unload before the backend drops (a GPU
     /// backend releases its contexts then).
-    devices: Vec<DeviceState>,
-    backend: Box<dyn Backend>,
-    /// The most threads a load resolves its entries on ([`load_threads`]).
-    load_thread_cap: usize,
+    devices: Vec<Device>,
+    backend: Arc<dyn Backend>,
 }
 
 /// A name for an image in messages: where libomptarget keeps it and how big it is.
@@ -165,7 +93,7 @@ pub fn image_name(key: usize, len: usize) -> String {
     format!("image {key:#x} ({len} bytes)")
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock was already reported; the data stays usable.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -176,14 +104,14 @@ impl Plugin {
     }
 
     pub fn with_backend(kind: PluginKind, backend: Box<dyn Backend>) -> Self {
+        let backend: Arc<dyn Backend> = Arc::from(backend);
         let devices = (0..backend.device_count())
-            .map(|_| DeviceState::default())
+            .map(|d| Device::new(d, kind, Arc::clone(&backend)))
             .collect();
         Plugin {
             kind,
             backend,
             devices,
-            load_thread_cap: load_thread_cap(),
         }
     }
 
@@ -195,208 +123,35 @@ impl Plugin {
     /// the default is `OMPTARGET_RS_LOAD_THREADS`, else the CPUs this process may use,
     /// at most 8.
     pub fn set_load_threads(&mut self, threads: usize) {
-        self.load_thread_cap = threads.max(1);
+        for device in &mut self.devices {
+            device.load_thread_cap = threads.max(1);
+        }
     }
 
     pub fn device_count(&self) -> usize {
         self.devices.len()
     }
 
-    fn device(&self, device: i32) -> Result<(usize, &DeviceState), PluginError> {
+    /// Device `device` (libomptarget's number), or [`PluginError::NoSuchDevice`].
+    pub fn device(&self, device: i32) -> Result<&Device, PluginError> {
         usize::try_from(device)
             .ok()
-            .and_then(|d| self.devices.get(d).map(|s| (d, s)))
+            .and_then(|d| self.devices.get(d))
             .ok_or(PluginError::NoSuchDevice {
                 device,
                 count: self.devices.len(),
             })
     }
 
-    /// An error mapper for a backend call. `what` becomes a String only on failure:
-    /// these run on every transfer and launch, where an allocation per call showed up.
-    fn backend_err(
-        device: i32,
-        what: impl Into<String>,
-    ) -> impl FnOnce(crate::BackendError) -> PluginError {
-        move |source| PluginError::Backend {
-            device,
-            what: what.into(),
-            source,
-        }
-    }
-
-    /// As [`Self::backend_err`], for a message that has to be formatted (only on failure).
-    fn backend_err_with(
-        device: i32,
-        what: impl FnOnce() -> String,
-    ) -> impl FnOnce(crate::BackendError) -> PluginError {
-        move |source| PluginError::Backend {
-            device,
-            what: what(),
-            source,
-        }
-    }
-
     pub fn is_valid_binary(&self, image: &[u8]) -> bool {
         self.backend.is_valid_image(image)
-    }
-
-    pub fn init_device(&self, device: i32) -> Result<(), PluginError> {
-        let (d, _) = self.device(device)?;
-        self.backend
-            .init_device(d)
-            .map_err(Self::backend_err(device, "initialising"))
-    }
-
-    /// Load an image on a device, resolve its entries (one device entry per host entry,
-    /// in order), and install its indirect function table. `key` identifies the image
-    /// (libomptarget's address of it); loading the same key again replaces it.
-    pub fn load_binary(
-        &self,
-        device: i32,
-        key: usize,
-        image_bytes: &[u8],
-        entries: &[OffloadEntry],
-    ) -> Result<Vec<DeviceEntry>, PluginError> {
-        let mut out: Vec<DeviceEntry> = entries
-            .iter()
-            .map(|e| DeviceEntry {
-                addr: 0,
-                size: e.size,
-                flags: e.flags,
-            })
-            .collect();
-        self.load_entries(device, key, image_bytes, entries, |i, addr| {
-            out[i].addr = addr
-        })?;
-        Ok(out)
-    }
-
-    /// [`Plugin::load_binary`] for any kind of host entry (the C ABI reads
-    /// libomptarget's in place): `record(i, address)` gets entry `i`'s device address
-    /// as it is resolved, straight into the caller's table (no list of a million
-    /// addresses in between). If the load fails, what was recorded means nothing.
-    pub fn load_entries<E: HostEntry + Sync>(
-        &self,
-        device: i32,
-        key: usize,
-        image_bytes: &[u8],
-        entries: &[E],
-        record: impl FnMut(usize, DeviceAddr),
-    ) -> Result<(), PluginError> {
-        let (d, state) = self.device(device)?;
-        let name = image_name(key, image_bytes.len());
-        // The code for this device: the image, or its code object for the device.
-        let code =
-            self.backend
-                .device_code(d, image_bytes)
-                .map_err(|source| PluginError::Load {
-                    image: name.clone(),
-                    device,
-                    source,
-                })?;
-        let image_bytes = code.bytes();
-        let symbols =
-            self.backend
-                .inspect_image(image_bytes)
-                .map_err(|source| PluginError::Image {
-                    image: name.clone(),
-                    device,
-                    source,
-                })?;
-        let module =
-            self.backend
-                .load_image(d, image_bytes)
-                .map_err(|source| PluginError::Load {
-                    image: name.clone(),
-                    device,
-                    source,
-                })?;
-        if self.kind.has_device_environment() {
-            crate::device_env::install(self.backend.as_ref(), module.as_ref(), d).map_err(
-                |source| PluginError::Load {
-                    image: name.clone(),
-                    device,
-                    source,
-                },
-            )?;
-        }
-        let ctx = LoadContext {
-            plugin: self,
-            device,
-            d,
-            image: &name,
-            module: module.as_ref(),
-            symbols: symbols.as_ref(),
-            bias: module.load_bias(),
-        };
-        let (kernels, rows) = ctx.resolve_entries(entries, record)?;
-        // Entry names by host address, for the table dump: only built when the dump will
-        // be printed. A name copy and a hash insert per entry cost 18 % of a 1M-entry
-        // load (docs/BENCHMARKS.md 1d); error messages find their origin lazily instead.
-        let dump =
-            diag::info_enabled(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE) || diag::debug_enabled();
-        let origins: HashMap<u64, String> = if dump {
-            row_origins(entries)
-                .map(|(host, origin)| (host, origin.to_string()))
-                .collect()
-        } else {
-            HashMap::new()
-        };
-        let nth_origin = |host, rank| {
-            row_origins(entries)
-                .filter(|&(h, _)| h == host)
-                .nth(rank)
-                .map(|(_, origin)| origin)
-        };
-        let table = fptr::build_rows(rows, nth_origin).map_err(|source| PluginError::Fptr {
-            image: name.clone(),
-            device,
-            source,
-        })?;
-        let has_indirect = entries
-            .iter()
-            .any(|e| crate::entries::is_indirect(e.flags()));
-        let fptr = ctx.install_table(table, &origins, has_indirect)?;
-
-        let loaded = LoadedImage {
-            key,
-            name,
-            _module: module,
-            kernels: kernels.clone(),
-            fptr,
-            published: None,
-        };
-        self.unload(device, key)?;
-        lock(&state.images).push(loaded);
-        state
-            .kernels
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(kernels);
-        Ok(())
-    }
-
-    /// Unload one image (if loaded): free its table, close it.
-    pub fn unload(&self, device: i32, key: usize) -> Result<(), PluginError> {
-        let (d, state) = self.device(device)?;
-        let removed: Vec<LoadedImage> = {
-            let mut images = lock(&state.images);
-            let (gone, kept) = std::mem::take(&mut *images)
-                .into_iter()
-                .partition(|i| i.key == key);
-            *images = kept;
-            gone
-        };
-        self.release(device, d, state, removed)
     }
 
     /// Unload everything on every device (`__tgt_rtl_deinit_plugin`).
     pub fn unload_all(&self) -> Result<(), PluginError> {
         let mut first_err = Ok(());
-        for (d, state) in self.devices.iter().enumerate() {
-            let removed = std::mem::take(&mut *lock(&state.images));
-            let r = self.release(d as i32, d, state, removed);
+        for device in &self.devices {
+            let r = device.unload_all();
             if first_err.is_ok() {
                 first_err = r;
             }
@@ -404,412 +159,21 @@ impl Plugin {
         first_err
     }
 
-    fn release(
-        &self,
-        device: i32,
-        d: usize,
-        state: &DeviceState,
-        removed: Vec<LoadedImage>,
-    ) -> Result<(), PluginError> {
-        let mut result = Ok(());
-        for img in removed {
-            {
-                let mut kernels = state.kernels.write().unwrap_or_else(|e| e.into_inner());
-                for addr in &img.kernels {
-                    kernels.remove(addr);
-                }
-            }
-            let table = img.fptr.as_ref();
-            let allocations = [
-                table.and_then(|t| t.allocation),
-                table.and_then(|t| t.index).map(|i| i.allocation),
-            ];
-            for alloc in allocations.into_iter().flatten() {
-                // SAFETY: `alloc` came from `backend.alloc` on this device when the table
-                // or its index was installed, and the image using it is being unloaded.
-                let r = unsafe { self.backend.free(d, alloc) };
-                if let Err(source) = r {
-                    result = Err(PluginError::Backend {
-                        device,
-                        what: format!("freeing the indirect table of {}", img.name),
-                        source,
-                    });
-                }
-            }
-            diag::debug(|| format!("device {device}: unloaded {}", img.name));
-        }
-        result
-    }
-
-    /// Keep `table` with the loaded image `key` until it is unloaded (the C ABI's
-    /// published entry table, which libomptarget reads until then).
-    pub fn keep_with_image(
-        &self,
-        device: i32,
-        key: usize,
-        table: Box<dyn std::any::Any + Send>,
-    ) -> Result<(), PluginError> {
-        let (_, state) = self.device(device)?;
-        let mut images = lock(&state.images);
-        let image =
-            images
-                .iter_mut()
-                .find(|i| i.key == key)
-                .ok_or_else(|| PluginError::Invalid {
-                    device,
-                    what: format!("no image {key:#x} is loaded"),
-                })?;
-        image.published = Some(table);
-        Ok(())
-    }
-
     /// Every loaded image, as (device, key).
     pub fn loaded_image_keys(&self) -> Vec<(i32, usize)> {
         self.devices
             .iter()
-            .enumerate()
-            .flat_map(|(d, state)| {
-                lock(&state.images)
-                    .iter()
-                    .map(|i| (d as i32, i.key))
-                    .collect::<Vec<_>>()
+            .flat_map(|device| {
+                device
+                    .loaded_image_keys()
+                    .into_iter()
+                    .map(|key| (device.id(), key))
             })
             .collect()
     }
 
-    /// The indirect function table installed for an image (for tools and tests).
-    pub fn fptr_table(&self, device: i32, key: usize) -> Option<Vec<FptrMapEntry>> {
-        let (_, state) = self.device(device).ok()?;
-        let images = lock(&state.images);
-        let img = images.iter().find(|i| i.key == key)?;
-        img.fptr.as_ref().map(|t| t.table.clone())
-    }
-
-    /// The index header global of an image and what was written into it; None when the
-    /// image has no table or its device runtime has no index global.
-    pub fn fptr_index(&self, device: i32, key: usize) -> Option<IndexInfo> {
-        let (_, state) = self.device(device).ok()?;
-        let images = lock(&state.images);
-        let table = images.iter().find(|i| i.key == key)?.fptr.as_ref()?;
-        Some(IndexInfo {
-            global: table.index_global?,
-            header: table.index.map_or(FptrIndex::NONE, |i| i.header),
-        })
-    }
-
-    /// Number of images loaded on a device.
-    pub fn loaded_images(&self, device: i32) -> usize {
-        self.device(device)
-            .map(|(_, s)| lock(&s.images).len())
-            .unwrap_or(0)
-    }
-
-    /// `__tgt_rtl_set_function_ptr_map`: install a whole table, handed over by the host
-    /// runtime, in every image loaded on the device that has the table globals.
-    pub fn set_function_ptr_map(
-        &self,
-        device: i32,
-        rows: &[FptrMapEntry],
-    ) -> Result<usize, PluginError> {
-        let (d, state) = self.device(device)?;
-        let table = fptr::from_rows(rows).map_err(|source| PluginError::Fptr {
-            image: "the table given to __tgt_rtl_set_function_ptr_map".into(),
-            device,
-            source,
-        })?;
-        let mut images = lock(&state.images);
-        let mut patched = 0;
-        for img in images.iter_mut() {
-            let Some(installed) = img.fptr.as_mut() else {
-                continue;
-            };
-            // The old index describes the old table: off first, so that no step below
-            // can leave the device with an index of another table.
-            if let Some(global) = installed.index_global {
-                self.write_index_header(device, d, global, &FptrIndex::NONE)?;
-                if let Some(old) = installed.index.take() {
-                    // SAFETY: `old.allocation` came from `backend.alloc` on this device
-                    // and the image's header no longer points into it.
-                    unsafe { self.backend.free(d, old.allocation) }
-                        .map_err(Self::backend_err(device, "freeing the previous index"))?;
-                }
-            }
-            let new_alloc = self.upload(device, d, &table, installed.map_p, installed.map_size)?;
-            let old_table = std::mem::replace(&mut installed.allocation, new_alloc);
-            installed.table = table.clone();
-            if let Some(old) = old_table {
-                // SAFETY: `old` came from `backend.alloc` on this device and the image
-                // now points at the new table.
-                unsafe { self.backend.free(d, old) }
-                    .map_err(Self::backend_err(device, "freeing the previous table"))?;
-            }
-            if let Some(global) = installed.index_global {
-                let (index, note) = self.upload_index(device, d, &table, global)?;
-                diag::debug(|| format!("device {device}: {}: {note}", img.name));
-                installed.index = index;
-            }
-            patched += 1;
-        }
-        Ok(patched)
-    }
-
-    /// Copy a table to the device and point the image's globals at it.
-    fn upload(
-        &self,
-        device: i32,
-        d: usize,
-        table: &[FptrMapEntry],
-        map_p: DeviceAddr,
-        map_size: DeviceAddr,
-    ) -> Result<Option<DeviceAddr>, PluginError> {
-        let bytes = fptr::as_bytes(table);
-        let allocation = if table.is_empty() {
-            None
-        } else {
-            let a = self
-                .backend
-                .alloc(d, bytes.len())
-                .map_err(Self::backend_err(device, "allocating the indirect table"))?;
-            // SAFETY: `a` is a fresh allocation of exactly `bytes.len()` bytes.
-            unsafe { self.backend.write(d, a, bytes) }
-                .map_err(Self::backend_err(device, "copying the indirect table"))?;
-            Some(a)
-        };
-        let p = allocation.unwrap_or(0).to_ne_bytes();
-        let n = (table.len() as u64).to_ne_bytes();
-        // SAFETY: `map_p` and `map_size` are the addresses of the image's 8-byte table
-        // globals, resolved through the backend and size-checked against the ELF symbols.
-        unsafe {
-            self.backend
-                .write(d, map_p, &p)
-                .and_then(|()| self.backend.write(d, map_size, &n))
-        }
-        .map_err(Self::backend_err(
-            device,
-            "writing the indirect table globals",
-        ))?;
-        Ok(allocation)
-    }
-
-    /// Build the index of `table`, copy its buckets to the device and write its header
-    /// into the image's index global; without an index (turned off, the builder gave up,
-    /// no device memory for it) the global gets the empty header, so the device searches
-    /// the table. Returns the index and a line for the log; an error only when the header
-    /// cannot be written (then nothing of the index is left allocated).
-    fn upload_index(
-        &self,
-        device: i32,
-        d: usize,
-        table: &[FptrMapEntry],
-        global: DeviceAddr,
-    ) -> Result<(Option<InstalledIndex>, String), PluginError> {
-        let built = if fptr_index::enabled() {
-            fptr_index::build(table).map_err(fptr_index::describe)
-        } else {
-            Err("turned off by OMPTARGET_RS_FPTR_INDEX=0".to_string())
-        };
-        let (index, note) = match built {
-            Ok(built) => match self.copy_index(d, &built) {
-                Ok(index) => {
-                    let note = format!(
-                        "index: {} buckets of {} pairs ({} bytes) at {:#x}, seed pair {}",
-                        index.header.bucket_count,
-                        fptr_index::SLOTS,
-                        built.as_bytes().len(),
-                        index.header.buckets,
-                        built.attempts
-                    );
-                    (Some(index), note)
-                }
-                Err(e) => (
-                    None,
-                    format!(
-                        "no index (copying it to the device failed: {e}): lookups search \
-                         the table"
-                    ),
-                ),
-            },
-            Err(reason) => (
-                None,
-                format!("no index ({reason}): lookups search the table"),
-            ),
-        };
-        let header = index.map_or(FptrIndex::NONE, |i| i.header);
-        if let Err(e) = self.write_index_header(device, d, global, &header) {
-            if let Some(index) = index {
-                // SAFETY: the allocation is fresh and the header does not point into it.
-                let _ = unsafe { self.backend.free(d, index.allocation) };
-            }
-            return Err(e);
-        }
-        Ok((index, note))
-    }
-
-    /// Allocate device memory for an index's buckets (32-byte aligned inside it) and copy
-    /// them there; nothing stays allocated on failure.
-    fn copy_index(
-        &self,
-        d: usize,
-        built: &fptr_index::HostIndex,
-    ) -> Result<InstalledIndex, crate::BackendError> {
-        let bytes = built.as_bytes();
-        // Room to start the buckets on a 32-byte boundary.
-        let allocation = self.backend.alloc(d, bytes.len() + BUCKET_BYTES - 1)?;
-        let buckets = fptr_index::aligned_buckets(allocation);
-        // SAFETY: `buckets .. buckets + bytes.len()` lies inside the fresh allocation of
-        // bytes.len() + 31 bytes at `allocation` (aligned_buckets moves the start by at
-        // most 31).
-        if let Err(e) = unsafe { self.backend.write(d, buckets, bytes) } {
-            // SAFETY: nothing points at the fresh allocation.
-            let _ = unsafe { self.backend.free(d, allocation) };
-            return Err(e);
-        }
-        Ok(InstalledIndex {
-            header: built.header(buckets),
-            allocation,
-        })
-    }
-
-    /// Write an index header into an image's index global.
-    fn write_index_header(
-        &self,
-        device: i32,
-        d: usize,
-        global: DeviceAddr,
-        header: &FptrIndex,
-    ) -> Result<(), PluginError> {
-        // SAFETY: `global` is the address of an image's index header global, resolved
-        // through the backend and size-checked (fptr_index::HEADER_BYTES) against its
-        // symbol.
-        unsafe { self.backend.write(d, global, bytemuck::bytes_of(header)) }
-            .map_err(Self::backend_err(device, "writing the index global"))
-    }
-
-    fn check_launch(&self, device: i32, kernel: DeviceAddr) -> Result<usize, PluginError> {
-        let (d, state) = self.device(device)?;
-        let known = state
-            .kernels
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&kernel);
-        if !known {
-            return Err(PluginError::Invalid {
-                device,
-                what: format!("{kernel:#x} is not a kernel of any image loaded on it"),
-            });
-        }
-        Ok(d)
-    }
-
-    /// Run a kernel of a loaded image with pointer arguments.
+    /// A copy between two devices of this plugin.
     ///
-    /// # Safety
-    /// The arguments are device addresses valid for what the kernel does with them.
-    pub unsafe fn launch(
-        &self,
-        device: i32,
-        kernel: DeviceAddr,
-        args: &[DeviceAddr],
-    ) -> Result<(), PluginError> {
-        let d = self.check_launch(device, kernel)?;
-        diag::debug(|| {
-            format!(
-                "device {device}: launching {kernel:#x} with {} args",
-                args.len()
-            )
-        });
-        // SAFETY: `kernel` is a kernel of an image loaded on this device (checked above);
-        // the caller vouches for the arguments.
-        unsafe { self.backend.launch(d, kernel, args) }
-            .map_err(Self::backend_err_with(device, || {
-                format!("kernel {kernel:#x}")
-            }))
-    }
-
-    /// Run a kernel of a loaded image with the team and thread counts libomptarget asks
-    /// for (0: the backend's default).
-    ///
-    /// # Safety
-    /// The arguments are device addresses valid for what the kernel does with them.
-    pub unsafe fn launch_teams(
-        &self,
-        device: i32,
-        kernel: DeviceAddr,
-        args: &[DeviceAddr],
-        request: LaunchRequest,
-    ) -> Result<(), PluginError> {
-        let d = self.check_launch(device, kernel)?;
-        diag::debug(|| {
-            format!(
-                "device {device}: launching {kernel:#x} with {} args, {request:?}",
-                args.len()
-            )
-        });
-        // SAFETY: `kernel` is a kernel of an image loaded on this device (checked above);
-        // the caller vouches for the arguments.
-        unsafe { self.backend.launch_teams(d, kernel, args, request) }.map_err(
-            Self::backend_err_with(device, || format!("kernel {kernel:#x}")),
-        )
-    }
-
-    /// Allocate memory of one of LLVM 16's kinds (device, pinned host, managed).
-    pub fn alloc_kind(
-        &self,
-        device: i32,
-        size: usize,
-        kind: AllocKind,
-    ) -> Result<DeviceAddr, PluginError> {
-        let (d, _) = self.device(device)?;
-        self.backend
-            .alloc_kind(d, size, kind)
-            .map_err(Self::backend_err_with(device, || {
-                format!("allocating {kind:?} memory")
-            }))
-    }
-
-    pub fn alloc(&self, device: i32, size: usize) -> Result<DeviceAddr, PluginError> {
-        let (d, _) = self.device(device)?;
-        self.backend
-            .alloc(d, size)
-            .map_err(Self::backend_err(device, "allocating"))
-    }
-
-    /// # Safety
-    /// `addr` came from `alloc` on this device and is dead.
-    pub unsafe fn free(&self, device: i32, addr: DeviceAddr) -> Result<(), PluginError> {
-        let (d, _) = self.device(device)?;
-        // SAFETY: forwarded caller contract.
-        unsafe { self.backend.free(d, addr) }.map_err(Self::backend_err(device, "freeing"))
-    }
-
-    /// # Safety
-    /// `dst .. dst + src.len()` is device memory of `device`.
-    pub unsafe fn submit(
-        &self,
-        device: i32,
-        dst: DeviceAddr,
-        src: &[u8],
-    ) -> Result<(), PluginError> {
-        let (d, _) = self.device(device)?;
-        // SAFETY: forwarded caller contract.
-        unsafe { self.backend.write(d, dst, src) }
-            .map_err(Self::backend_err(device, "copying to the device"))
-    }
-
-    /// # Safety
-    /// `src .. src + dst.len()` is device memory of `device`.
-    pub unsafe fn retrieve(
-        &self,
-        device: i32,
-        dst: &mut [u8],
-        src: DeviceAddr,
-    ) -> Result<(), PluginError> {
-        let (d, _) = self.device(device)?;
-        // SAFETY: forwarded caller contract.
-        unsafe { self.backend.read(d, src, dst) }
-            .map_err(Self::backend_err(device, "copying from the device"))
-    }
-
     /// # Safety
     /// Both ranges of `len` bytes are device memory of their devices.
     pub unsafe fn exchange(
@@ -820,132 +184,22 @@ impl Plugin {
         dst: DeviceAddr,
         len: usize,
     ) -> Result<(), PluginError> {
-        let (s, _) = self.device(src_device)?;
-        let (t, _) = self.device(dst_device)?;
+        let s = self.device(src_device)?.index;
+        let t = self.device(dst_device)?.index;
         // SAFETY: forwarded caller contract.
         unsafe { self.backend.copy(s, src, t, dst, len) }
-            .map_err(Self::backend_err_with(dst_device, || {
+            .map_err(backend_err_with(dst_device, || {
                 format!("copying from device {src_device}")
             }))
-    }
-
-    pub fn synchronize(&self, device: i32) -> Result<(), PluginError> {
-        let (d, _) = self.device(device)?;
-        self.backend
-            .synchronize(d)
-            .map_err(Self::backend_err(device, "synchronizing"))
-    }
-
-    /// A queue for asynchronous copies, None where the device copies synchronously.
-    pub fn queue_create(&self, device: i32) -> Result<Option<QueueHandle>, PluginError> {
-        let (d, _) = self.device(device)?;
-        self.backend
-            .queue_create(d)
-            .map_err(Self::backend_err(device, "creating a queue"))
-    }
-
-    /// Wait for a queue's work and destroy it.
-    pub fn queue_finish(&self, device: i32, queue: QueueHandle) -> Result<(), PluginError> {
-        let (d, _) = self.device(device)?;
-        self.backend
-            .queue_finish(d, queue)
-            .map_err(Self::backend_err_with(device, || {
-                format!("finishing queue {queue:#x}")
-            }))
-    }
-
-    pub fn queue_done(&self, device: i32, queue: QueueHandle) -> Result<bool, PluginError> {
-        let (d, _) = self.device(device)?;
-        self.backend
-            .queue_done(d, queue)
-            .map_err(Self::backend_err_with(device, || {
-                format!("querying queue {queue:#x}")
-            }))
-    }
-
-    /// # Safety
-    /// As [`Backend::write_async`].
-    pub unsafe fn submit_async(
-        &self,
-        device: i32,
-        dst: DeviceAddr,
-        src: *const u8,
-        len: usize,
-        queue: QueueHandle,
-    ) -> Result<(), PluginError> {
-        let (d, _) = self.device(device)?;
-        // SAFETY: forwarded caller contract.
-        unsafe { self.backend.write_async(d, dst, src, len, queue) }
-            .map_err(Self::backend_err(device, "queueing a copy to the device"))
-    }
-
-    /// # Safety
-    /// As [`Backend::read_async`].
-    pub unsafe fn retrieve_async(
-        &self,
-        device: i32,
-        dst: *mut u8,
-        src: DeviceAddr,
-        len: usize,
-        queue: QueueHandle,
-    ) -> Result<(), PluginError> {
-        let (d, _) = self.device(device)?;
-        // SAFETY: forwarded caller contract.
-        unsafe { self.backend.read_async(d, src, dst, len, queue) }
-            .map_err(Self::backend_err(device, "queueing a copy from the device"))
-    }
-
-    /// A new event, None where events are only tokens (everything is already complete).
-    pub fn event_create(&self, device: i32) -> Result<Option<EventHandle>, PluginError> {
-        let (d, _) = self.device(device)?;
-        self.backend
-            .event_create(d)
-            .map_err(Self::backend_err(device, "creating an event"))
-    }
-
-    pub fn event_record(
-        &self,
-        device: i32,
-        event: EventHandle,
-        queue: Option<QueueHandle>,
-    ) -> Result<(), PluginError> {
-        let (d, _) = self.device(device)?;
-        self.backend
-            .event_record(d, event, queue)
-            .map_err(Self::backend_err(device, "recording an event"))
-    }
-
-    pub fn event_wait(
-        &self,
-        device: i32,
-        event: EventHandle,
-        queue: Option<QueueHandle>,
-    ) -> Result<(), PluginError> {
-        let (d, _) = self.device(device)?;
-        self.backend
-            .event_wait(d, event, queue)
-            .map_err(Self::backend_err(device, "waiting for an event"))
-    }
-
-    pub fn event_sync(&self, device: i32, event: EventHandle) -> Result<(), PluginError> {
-        let (d, _) = self.device(device)?;
-        self.backend
-            .event_sync(d, event)
-            .map_err(Self::backend_err(device, "synchronizing an event"))
-    }
-
-    pub fn event_destroy(&self, device: i32, event: EventHandle) -> Result<(), PluginError> {
-        let (d, _) = self.device(device)?;
-        self.backend
-            .event_destroy(d, event)
-            .map_err(Self::backend_err(device, "destroying an event"))
     }
 }
 
 /// The (host address, origin) of every table row the entries give, in the order
 /// [`LoadContext::resolve_entries`] gathers them: the rows carry no names, so a conflict
 /// or the table dump finds them again from the host side alone.
-fn row_origins<'e, E: HostEntry>(entries: &'e [E]) -> impl Iterator<Item = (u64, Origin<'e>)> {
+pub(crate) fn row_origins<'e, E: HostEntry>(
+    entries: &'e [E],
+) -> impl Iterator<Item = (u64, Origin<'e>)> {
     entries.iter().flat_map(|e| {
         let name = e.name().to_bytes();
         let kind = e.kind();
@@ -978,7 +232,7 @@ const MAX_LOAD_THREADS: usize = 8;
 /// The default of [`Plugin::set_load_threads`]: `OMPTARGET_RS_LOAD_THREADS=N` (1: the
 /// calling thread alone), else the CPUs this process may use; at most
 /// [`MAX_LOAD_THREADS`] either way.
-fn load_thread_cap() -> usize {
+pub(crate) fn load_thread_cap() -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let asked = std::env::var("OMPTARGET_RS_LOAD_THREADS")
         .ok()
@@ -993,16 +247,19 @@ fn load_threads(entries: usize, cap: usize) -> usize {
     (entries / ENTRIES_PER_LOAD_THREAD).clamp(1, cap.max(1))
 }
 
-struct LoadContext<'a> {
-    plugin: &'a Plugin,
-    device: i32,
-    d: usize,
-    image: &'a str,
-    module: &'a dyn LoadedModule,
+pub(crate) struct LoadContext<'a> {
+    /// The device the image loads on (its generic side and vendor hooks).
+    pub(crate) plugin: &'a Device,
+    pub(crate) device: i32,
+    pub(crate) d: usize,
+    pub(crate) image: &'a str,
+    pub(crate) module: &'a dyn LoadedModule,
     /// The image's symbol sizes from its ELF file; None: ask the loaded module.
-    symbols: Option<&'a image::ImageSymbols<'a>>,
+    pub(crate) symbols: Option<&'a image::ImageSymbols<'a>>,
     /// Where the backend's loader put the image (see [`LoadedModule::load_bias`]).
-    bias: Option<u64>,
+    pub(crate) bias: Option<u64>,
+    /// The image's kernels and their records, as they are resolved.
+    pub(crate) kernel_records: Mutex<Vec<(DeviceAddr, KernelRecord)>>,
 }
 
 impl<'a> LoadContext<'a> {
@@ -1024,17 +281,80 @@ impl<'a> LoadContext<'a> {
     ) -> Result<DeviceAddr, PluginError> {
         if let Some((_, bias)) = self.own_tables() {
             if let Some(sym) = dynamic.filter(Symbol::is_plain) {
-                return Ok(bias.wrapping_add(sym.value));
+                let addr = bias.wrapping_add(sym.value);
+                if kind == EntryKind::Kernel {
+                    self.record_kernel(entry, addr, None)?;
+                }
+                return Ok(addr);
             }
         }
         // No tables, or not an ordinary symbol the image defines and exports (TLS, an
         // ifunc, one from a library it depends on): the loader answers, as for LLVM's
         // plugin.
-        let found = match kind {
-            EntryKind::Kernel => self.module.function(entry.name()),
-            _ => self.module.global(entry.name()),
+        if kind != EntryKind::Kernel {
+            return self
+                .module
+                .global(entry.name())
+                .map_err(|e| self.entry_err(entry, e.to_string()));
+        }
+        let addr = self
+            .module
+            .function(entry.name())
+            .map_err(|e| self.entry_err(entry, e.to_string()))?;
+        self.record_kernel(entry, addr, Some(self.module))?;
+        Ok(addr)
+    }
+
+    /// Record a kernel with what its launches need: on a GPU its exec mode and the
+    /// vendor's limits for it (`function_of`: the module whose `function` returned
+    /// `addr`); on the host, nothing (it runs kernels once).
+    fn record_kernel(
+        &self,
+        entry: &impl HostEntry,
+        addr: DeviceAddr,
+        function_of: Option<&dyn LoadedModule>,
+    ) -> Result<(), PluginError> {
+        let record = match function_of {
+            Some(module) if self.plugin.kind.is_gpu() => {
+                let mode = self
+                    .exec_mode(entry)?
+                    .or_else(|| self.plugin.backend.untagged_kernel_mode());
+                // SAFETY: `addr` is what `module.function` returned for this entry's name.
+                let limits = unsafe { module.kernel_limits(addr, entry.name()) }
+                    .map_err(|e| self.entry_err(entry, e.to_string()))?;
+                KernelRecord { mode, limits }
+            }
+            _ => KernelRecord {
+                mode: None,
+                limits: None,
+            },
         };
-        found.map_err(|e| self.entry_err(entry, e.to_string()))
+        lock(&self.kernel_records).push((addr, record));
+        Ok(())
+    }
+
+    /// The kernel's `<kernel>_exec_mode` ([`launch_shape::read_exec_mode`]): None when
+    /// the image has no such global (not an OpenMP kernel).
+    fn exec_mode(&self, entry: &impl HostEntry) -> Result<Option<ExecMode>, PluginError> {
+        let global = |name: &CStr| {
+            let Some(size) = self.symbol_size(name) else {
+                return Ok(None);
+            };
+            if size != 1 {
+                // Refused by the size alone, before the driver is asked for its address.
+                return Ok(Some((0, size)));
+            }
+            self.module.global(name).map(|addr| Some((addr, size)))
+        };
+        let read_byte = |addr| {
+            let mut value = [0u8; 1];
+            // SAFETY: `addr` is the device address of a global of this image whose size
+            // was just checked to be 1 byte.
+            unsafe { self.plugin.backend.read(self.d, addr, &mut value) }?;
+            Ok(value[0])
+        };
+        launch_shape::read_exec_mode(entry.name(), global, read_byte)
+            .map_err(|e| self.entry_err(entry, e.to_string()))
     }
 
     /// The device symbol an indirect entry names, by the rule of
@@ -1173,11 +493,12 @@ impl<'a> LoadContext<'a> {
     ///
     /// Where the image's own symbol tables answer (the host: its reads are plain memory
     /// reads, which any thread may do) and there are enough entries, contiguous parts of
-    /// the entries resolve on up to [`Plugin::set_load_threads`] threads at once: the symbol lookups, the
+    /// the entries resolve on up to [`Plugin::set_load_threads`] threads at once: the
+    /// symbol lookups, the
     /// checks and the reads of a part need nothing of another part. The results are
     /// joined in entry order, so the rows, the kernels and the first error are those of
     /// one thread resolving every entry in turn.
-    fn resolve_entries<E: HostEntry + Sync>(
+    pub(crate) fn resolve_entries<E: HostEntry + Sync>(
         &self,
         entries: &[E],
         mut record: impl FnMut(usize, DeviceAddr),
@@ -1372,7 +693,7 @@ impl<'a> LoadContext<'a> {
     }
 
     /// Upload the table and patch the device runtime's globals, if the image has them.
-    fn install_table(
+    pub(crate) fn install_table(
         &self,
         table: Vec<FptrMapEntry>,
         origins: &HashMap<u64, String>,
@@ -1417,16 +738,11 @@ impl<'a> LoadContext<'a> {
             }
             return Ok(None);
         };
-        let allocation = self
-            .plugin
-            .upload(self.device, self.d, &table, map_p, map_size)?;
+        let allocation = self.plugin.upload(&table, map_p, map_size)?;
         let index_global = self.index_global()?;
         let (index, index_note) = match index_global {
             Some(global) => {
-                match self
-                    .plugin
-                    .upload_index(self.device, self.d, &table, global)
-                {
+                match self.plugin.upload_index(&table, global) {
                     Ok(done) => done,
                     Err(e) => {
                         if let Some(a) = allocation {

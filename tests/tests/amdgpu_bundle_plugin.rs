@@ -1,6 +1,6 @@
 //! A clang offload bundle of several AMDGPU code objects, reached the way libomptarget
 //! reaches it: through the plugin core behind `__tgt_rtl_is_valid_binary` and
-//! `__tgt_rtl_load_binary` (`Plugin::is_valid_binary`, `Plugin::load_binary`), against
+//! `__tgt_rtl_load_binary` (`Plugin::is_valid_binary`, `Device::load_binary`), against
 //! the stand-in HIP library (tests/fixtures/amdgpu/fake_hip.c). Each device gets the code
 //! object built for it, and the table is resolved from that code object's symbols.
 
@@ -43,8 +43,14 @@ fn a_bundle_loads_each_device_its_own_code_object() {
     );
 
     fake.clear_log();
-    let on0 = plugin.load_binary(0, 1, &bundled, &entries()).unwrap();
-    let on1 = plugin.load_binary(1, 2, &bundled, &entries()).unwrap();
+    let on0 = plugin
+        .device(0)
+        .and_then(|on| on.load_binary(1, &bundled, &entries()))
+        .unwrap();
+    let on1 = plugin
+        .device(1)
+        .and_then(|on| on.load_binary(2, &bundled, &entries()))
+        .unwrap();
     let loads: Vec<String> = fake
         .log()
         .into_iter()
@@ -65,7 +71,11 @@ fn a_bundle_loads_each_device_its_own_code_object() {
     // The kernel resolved on each device, and each table maps both host functions.
     for (device, key, out) in [(0, 1, &on0), (1, 2, &on1)] {
         assert_ne!(out[0].addr, 0, "kernel on device {device}");
-        let table = plugin.fptr_table(device, key).expect("a table");
+        let table = plugin
+            .device(device)
+            .ok()
+            .and_then(|on| on.fptr_table(key))
+            .expect("a table");
         let keys: Vec<u64> = table.iter().map(|r| r.host_ptr).collect();
         assert_eq!(keys, [HOST_NEGATE, HOST_ADD_ONE], "device {device}");
         assert_eq!(table[0].tgt_ptr, NEGATE_ON_DEVICE, "device {device}");

@@ -130,7 +130,7 @@ fn clang16_openmp_kernels_are_launched_by_their_exec_mode() {
     use host_plugin::backend::hip::HipBackend;
     use host_plugin::backend::launch_shape::ExecMode;
     use host_plugin::backend::LaunchRequest;
-    use host_plugin::Backend;
+    use host_plugin::{Plugin, PluginKind};
     use std::process::Command;
 
     let dir = scratch("clang16-openmp");
@@ -205,11 +205,19 @@ fn clang16_openmp_kernels_are_launched_by_their_exec_mode() {
     }
     let backend = HipBackend::from_library(fake.path_str()).unwrap();
     assert!(backend.accepts_image(&co));
-    let module = backend.load_image(0, &co).unwrap();
-    let out = backend.alloc(0, 4).unwrap();
-    for (kernel, mode) in kernels.iter().zip(&modes) {
-        let name = std::ffi::CString::new(kernel.as_str()).unwrap();
-        let handle = module.function(&name).unwrap();
+    // Through the plugin core, which reads each kernel's mode and shapes its launches.
+    let plugin = Plugin::with_backend(PluginKind::Amdgpu, Box::new(backend));
+    let entries: Vec<_> = (0u64..)
+        .zip(&kernels)
+        .map(|(i, k)| e2e_tests::plugin::entry(k, 0x100 + i, 0, 0))
+        .collect();
+    let handles = plugin
+        .device(0)
+        .and_then(|on| on.load_binary(1, &co, &entries))
+        .unwrap();
+    let out = plugin.device(0).and_then(|on| on.alloc(4)).unwrap();
+    for ((kernel, mode), handle) in kernels.iter().zip(&modes).zip(&handles) {
+        let handle = handle.addr;
         fake.clear_log();
         let request = LaunchRequest {
             num_teams: 0,
@@ -217,7 +225,12 @@ fn clang16_openmp_kernels_are_launched_by_their_exec_mode() {
             tripcount: 0,
         };
         // SAFETY: the stand-in runs nothing; `out` is a live allocation.
-        unsafe { backend.launch_teams(0, handle, &[out], request) }.unwrap();
+        unsafe {
+            plugin
+                .device(0)
+                .and_then(|on| on.launch_teams(handle, &[out], request))
+        }
+        .unwrap();
         // thread_limit(128) on wave64: a generic kernel's main thread adds a wavefront;
         // no num_teams: the default of 4 teams per compute unit (the stand-in has 104).
         let threads = if *mode == ExecMode::Generic {

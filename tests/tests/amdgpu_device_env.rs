@@ -60,7 +60,8 @@ fn the_amdgpu_device_environment_is_written_per_device() {
     for device in [0usize, 1] {
         fake.clear_log();
         plugin
-            .load_binary(device as i32, 10 + device, &co, &none)
+            .device(device as i32)
+            .and_then(|on| on.load_binary(10 + device, &co, &none))
             .unwrap();
         let log = fake.log();
         assert!(

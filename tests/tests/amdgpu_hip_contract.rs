@@ -2,7 +2,7 @@
 //! (tests/fixtures/amdgpu/fake_hip.c: host memory as "device" memory, every call logged).
 //! No AMD GPU has run this backend; these tests pin down which HIP calls it makes, with
 //! which arguments, in which order, and the bytes it writes, driving it through the same
-//! plugin core (`Plugin::load_binary`) that libomptarget's `__tgt_rtl_load_binary` uses,
+//! plugin core (`Device::load_binary`) that libomptarget's `__tgt_rtl_load_binary` uses,
 //! on real code objects built from device-rtl.
 
 mod amdgpu_support;
@@ -90,12 +90,15 @@ fn load_binary_installs_the_table_through_hip() {
     let plugin = Plugin::with_backend(PluginKind::Amdgpu, Box::new(backend));
     assert_eq!(plugin.device_count(), 2);
     assert!(plugin.is_valid_binary(&co));
-    plugin.init_device(0).unwrap();
+    plugin.device(0).and_then(|on| on.init_device()).unwrap();
 
     fake.clear_log();
     let key = 0xA11;
     let entries = entries();
-    let dev = plugin.load_binary(0, key, &co, &entries).unwrap();
+    let dev = plugin
+        .device(0)
+        .and_then(|on| on.load_binary(key, &co, &entries))
+        .unwrap();
     let log = fake.log();
     eprintln!("HIP calls of load_binary:\n{}", log.join("\n"));
 
@@ -190,7 +193,12 @@ fn load_binary_installs_the_table_through_hip() {
     let header = words_at(index_global, 4);
     assert_eq!(header[..2], [buckets, 2]);
     assert_eq!(
-        plugin.fptr_index(0, key).unwrap().header,
+        plugin
+            .device(0)
+            .ok()
+            .and_then(|on| on.fptr_index(key))
+            .unwrap()
+            .header,
         FptrIndex {
             buckets,
             bucket_count: 2,
@@ -210,7 +218,11 @@ fn load_binary_installs_the_table_through_hip() {
     assert_eq!(index.translate(HOST_ADD_ONE), add_one_on_device);
     assert_eq!(index.translate(HOST_ADD_ONE + 16), HOST_ADD_ONE + 16);
 
-    let rows = plugin.fptr_table(0, key).unwrap();
+    let rows = plugin
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_table(key))
+        .unwrap();
     assert_eq!(
         rows.iter()
             .map(|r| (r.host_ptr, r.tgt_ptr))
@@ -231,11 +243,16 @@ fn load_binary_installs_the_table_through_hip() {
     // A launch of this plain kernel (no `_exec_mode`): the kernel's hipFunction_t, one
     // work-item, the pointer arguments packed in one buffer, then a synchronize (the
     // backend contract is "run to completion").
-    let a = plugin.alloc(0, 8).unwrap();
-    let b = plugin.alloc(0, 4).unwrap();
+    let a = plugin.device(0).and_then(|on| on.alloc(8)).unwrap();
+    let b = plugin.device(0).and_then(|on| on.alloc(4)).unwrap();
     fake.clear_log();
     // SAFETY: the stand-in runs nothing; the arguments are live allocations.
-    unsafe { plugin.launch(0, dev[0].addr, &[a, b]) }.unwrap();
+    unsafe {
+        plugin
+            .device(0)
+            .and_then(|on| on.launch(dev[0].addr, &[a, b]))
+    }
+    .unwrap();
     assert_eq!(
         fake.log(),
         [
@@ -249,14 +266,19 @@ fn load_binary_installs_the_table_through_hip() {
     // An address that is no kernel never reaches HIP.
     fake.clear_log();
     // SAFETY: rejected before any call.
-    assert!(unsafe { plugin.launch(0, counter, &[a]) }.is_err());
+    assert!(unsafe { plugin.device(0).and_then(|on| on.launch(counter, &[a])) }.is_err());
     assert!(fake.log().is_empty(), "{:?}", fake.log());
     // Transfers go through hipMemcpy with the right kinds.
     // SAFETY: `a` is an 8-byte allocation.
-    unsafe { plugin.submit(0, a, &0x1234u64.to_ne_bytes()) }.unwrap();
+    unsafe {
+        plugin
+            .device(0)
+            .and_then(|on| on.submit(a, &0x1234u64.to_ne_bytes()))
+    }
+    .unwrap();
     let mut back = [0u8; 8];
     // SAFETY: as above.
-    unsafe { plugin.retrieve(0, &mut back, a) }.unwrap();
+    unsafe { plugin.device(0).and_then(|on| on.retrieve(&mut back, a)) }.unwrap();
     assert_eq!(u64::from_ne_bytes(back), 0x1234);
     assert_eq!(words_at(a, 1), [0x1234]);
     let kinds: Vec<String> = fake.log();
@@ -264,7 +286,7 @@ fn load_binary_installs_the_table_through_hip() {
 
     // Unloading frees the table and unloads the module.
     fake.clear_log();
-    plugin.unload(0, key).unwrap();
+    plugin.device(0).and_then(|on| on.unload(key)).unwrap();
     in_order(
         &fake.log(),
         &[
@@ -272,7 +294,11 @@ fn load_binary_installs_the_table_through_hip() {
             "hipModuleUnload(module1)",
         ],
     );
-    assert!(plugin.fptr_table(0, key).is_none());
+    assert!(plugin
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_table(key))
+        .is_none());
 }
 
 #[test]
@@ -326,7 +352,8 @@ fn each_device_gets_only_code_it_can_run() {
     let plugin = Plugin::with_backend(PluginKind::Amdgpu, Box::new(backend));
     fake.clear_log();
     let err = plugin
-        .load_binary(0, 1, &gfx90a_xnack_on, &entries())
+        .device(0)
+        .and_then(|on| on.load_binary(1, &gfx90a_xnack_on, &entries()))
         .expect_err("xnack+ code on an xnack- device");
     let msg = err.to_string();
     assert!(matches!(err, PluginError::Load { .. }), "{msg}");
@@ -335,7 +362,8 @@ fn each_device_gets_only_code_it_can_run() {
         "{msg}"
     );
     let err = plugin
-        .load_binary(1, 1, &gfx90a_xnack_off, &entries())
+        .device(1)
+        .and_then(|on| on.load_binary(1, &gfx90a_xnack_off, &entries()))
         .unwrap_err();
     assert!(err.to_string().contains("gfx1100"), "{err}");
     assert!(
@@ -347,7 +375,10 @@ fn each_device_gets_only_code_it_can_run() {
         fake.log()
     );
     // The right builds load.
-    plugin.load_binary(1, 2, &gfx1100, &entries()).unwrap();
+    plugin
+        .device(1)
+        .and_then(|on| on.load_binary(2, &gfx1100, &entries()))
+        .unwrap();
     assert!(fake
         .log()
         .iter()
@@ -362,7 +393,7 @@ fn a_runtime_without_devices_gives_a_plugin_without_devices() {
     let plugin = Plugin::with_backend(PluginKind::Amdgpu, Box::new(backend));
     assert_eq!(plugin.device_count(), 0);
     assert!(matches!(
-        plugin.init_device(0),
+        plugin.device(0).and_then(|on| on.init_device()),
         Err(PluginError::NoSuchDevice { .. })
     ));
     // It asked how many devices there are, and nothing else.
@@ -415,7 +446,12 @@ fn teams_geometry(
 ) -> (u32, u32) {
     fake.clear_log();
     // SAFETY: the stand-in runs nothing; `out` is a live allocation.
-    unsafe { plugin.launch_teams(device, kernel, &[out], request) }.unwrap();
+    unsafe {
+        plugin
+            .device(device)
+            .and_then(|on| on.launch_teams(kernel, &[out], request))
+    }
+    .unwrap();
     let log = fake.log();
     assert_eq!(
         log.last().unwrap(),
@@ -454,7 +490,8 @@ fn launch_teams_uses_llvm_16s_geometry_per_execution_mode() {
 
     fake.clear_log();
     let dev0 = plugin
-        .load_binary(0, 1, &gfx90a, &kernel_entries())
+        .device(0)
+        .and_then(|on| on.load_binary(1, &gfx90a, &kernel_entries()))
         .unwrap();
     // Each OpenMP kernel's mode is read through HIP once, when it is resolved: the
     // global's address, then its one byte device-to-host.
@@ -483,7 +520,7 @@ fn launch_teams_uses_llvm_16s_geometry_per_execution_mode() {
     );
 
     let (plain, generic, spmd) = (dev0[0].addr, dev0[4].addr, dev0[5].addr);
-    let out = plugin.alloc(0, 4).unwrap();
+    let out = plugin.device(0).and_then(|on| on.alloc(4)).unwrap();
     let run = |device: i32, kernel: u64, num_teams: u32, thread_limit: u32, tripcount: u64| {
         teams_geometry(
             &fake,
@@ -518,25 +555,31 @@ fn launch_teams_uses_llvm_16s_geometry_per_execution_mode() {
     for (kernel, expected) in [(plain, (1, 1)), (generic, (240, 256))] {
         fake.clear_log();
         // SAFETY: as above.
-        unsafe { plugin.launch(0, kernel, &[out]) }.unwrap();
+        unsafe { plugin.device(0).and_then(|on| on.launch(kernel, &[out])) }.unwrap();
         assert_eq!(launch_geometry(&fake.log()), expected);
     }
 
     // wave32 gfx1100: the main thread's extra warp is 32 work-items.
     let dev1 = plugin
-        .load_binary(1, 2, &gfx1100, &kernel_entries())
+        .device(1)
+        .and_then(|on| on.load_binary(2, &gfx1100, &kernel_entries()))
         .unwrap();
-    let out1 = plugin.alloc(1, 4).unwrap();
+    let out1 = plugin.device(1).and_then(|on| on.alloc(4)).unwrap();
     assert_eq!(
         teams_geometry(&fake, &plugin, 1, dev1[4].addr, out1, request(0, 128, 0)),
         (240, 128 + 32)
     );
 
     // Unloading forgets the kernels: a stale handle is refused before reaching HIP.
-    plugin.unload(0, 1).unwrap();
+    plugin.device(0).and_then(|on| on.unload(1)).unwrap();
     fake.clear_log();
     // SAFETY: refused before any launch.
-    assert!(unsafe { plugin.launch_teams(0, generic, &[out], LaunchRequest::default()) }.is_err());
+    assert!(unsafe {
+        plugin
+            .device(0)
+            .and_then(|on| on.launch_teams(generic, &[out], LaunchRequest::default()))
+    }
+    .is_err());
     assert!(!fake
         .log()
         .iter()
@@ -554,8 +597,11 @@ fn the_grid_limit_from_hip_caps_num_teams() {
         PluginKind::Amdgpu,
         Box::new(HipBackend::from_library(fake.path_str()).unwrap()),
     );
-    let dev = plugin.load_binary(0, 1, &co, &kernel_entries()).unwrap();
-    let out = plugin.alloc(0, 4).unwrap();
+    let dev = plugin
+        .device(0)
+        .and_then(|on| on.load_binary(1, &co, &kernel_entries()))
+        .unwrap();
+    let out = plugin.device(0).and_then(|on| on.alloc(4)).unwrap();
     assert_eq!(
         teams_geometry(&fake, &plugin, 0, dev[5].addr, out, request(5000, 0, 0)),
         (1000, 256)
@@ -576,9 +622,10 @@ fn a_hip_without_attribute_queries_still_loads_and_uses_llvm_16s_grid_values() {
     assert_eq!(limits[1].warp_size, 32);
     let plugin = Plugin::with_backend(PluginKind::Amdgpu, Box::new(backend));
     let dev = plugin
-        .load_binary(0, 1, &gfx90a, &kernel_entries())
+        .device(0)
+        .and_then(|on| on.load_binary(1, &gfx90a, &kernel_entries()))
         .unwrap();
-    let out = plugin.alloc(0, 4).unwrap();
+    let out = plugin.device(0).and_then(|on| on.alloc(4)).unwrap();
     assert_eq!(
         teams_geometry(&fake, &plugin, 0, dev[4].addr, out, request(0, 128, 0)),
         (440, 128 + 64)
@@ -596,7 +643,8 @@ fn an_exec_mode_llvm_16_does_not_define_fails_the_load() {
         Box::new(HipBackend::from_library(fake.path_str()).unwrap()),
     );
     let err = plugin
-        .load_binary(0, 1, &co, &kernel_entries())
+        .device(0)
+        .and_then(|on| on.load_binary(1, &co, &kernel_entries()))
         .expect_err("mode 7");
     let msg = err.to_string();
     assert!(

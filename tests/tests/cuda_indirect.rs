@@ -93,13 +93,19 @@ fn gpu_with(test: &str, variant: RtlVariant) -> Option<Gpu> {
     };
     println!("{test}: device 0 is {name} (sm_{major}{minor}), fixture sm_{sm}, {variant:?} RTL");
     let plugin = Plugin::with_backend(PluginKind::Cuda, Box::new(backend));
-    plugin.init_device(0).expect("init device 0");
+    plugin
+        .device(0)
+        .and_then(|on| on.init_device())
+        .expect("init device 0");
     let cubin = fixture_cubin(variant, sm);
     let loaded = plugin
-        .load_binary(0, 1, &cubin, &entries())
+        .device(0)
+        .and_then(|on| on.load_binary(1, &cubin, &entries()))
         .unwrap_or_else(|e| panic!("loading the fixture: {e}"));
     let loaded_table = plugin
-        .fptr_table(0, 1)
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_table(1))
         .expect("the image has the table globals");
     Some(Gpu {
         plugin,
@@ -113,23 +119,32 @@ fn gpu_with(test: &str, variant: RtlVariant) -> Option<Gpu> {
 
 impl Gpu {
     fn upload(&self, bytes: &[u8]) -> DeviceAddr {
-        let a = self.plugin.alloc(0, bytes.len()).expect("alloc");
+        let a = self
+            .plugin
+            .device(0)
+            .and_then(|on| on.alloc(bytes.len()))
+            .expect("alloc");
         // SAFETY: `a` is a fresh allocation of bytes.len() bytes.
-        unsafe { self.plugin.submit(0, a, bytes) }.expect("submit");
+        unsafe { self.plugin.device(0).and_then(|on| on.submit(a, bytes)) }.expect("submit");
         a
     }
 
     fn download(&self, addr: DeviceAddr, len: usize) -> Vec<u8> {
         let mut out = vec![0u8; len];
         // SAFETY: `addr` is an allocation of at least `len` bytes.
-        unsafe { self.plugin.retrieve(0, &mut out, addr) }.expect("retrieve");
+        unsafe {
+            self.plugin
+                .device(0)
+                .and_then(|on| on.retrieve(&mut out, addr))
+        }
+        .expect("retrieve");
         out
     }
 
     fn free(&self, addrs: &[DeviceAddr]) {
         for &a in addrs {
             // SAFETY: each came from `upload` and is no longer used.
-            unsafe { self.plugin.free(0, a) }.expect("free");
+            unsafe { self.plugin.device(0).and_then(|on| on.free(a)) }.expect("free");
         }
     }
 
@@ -150,7 +165,8 @@ impl Gpu {
         // pointers are allocations of n words, threads * n ints and 2 u32.
         unsafe {
             self.plugin
-                .launch_teams(0, self.call, &[fns, out, n as u64, shape], request)
+                .device(0)
+                .and_then(|on| on.launch_teams(self.call, &[fns, out, n as u64, shape], request))
         }
         .expect("launch call_through_host_pointers");
         let results = self.download(out, threads * n * 4);
@@ -197,7 +213,8 @@ impl Gpu {
         // of n words and n.
         unsafe {
             self.plugin
-                .launch_teams(0, self.translate, &[input, output, n as u64], request)
+                .device(0)
+                .and_then(|on| on.launch_teams(self.translate, &[input, output, n as u64], request))
         }
         .expect("launch translate_all");
         let bytes = self.download(output, n * 8);
@@ -226,12 +243,13 @@ impl Gpu {
         // SAFETY: translate_in_groups takes (void **, void **, unsigned long, unsigned
         // long): n words in, one word per launched thread out, n, group.
         unsafe {
-            self.plugin.launch_teams(
-                0,
-                self.translate_in_groups,
-                &[input, output, pointers.len() as u64, group],
-                request,
-            )
+            self.plugin.device(0).and_then(|on| {
+                on.launch_teams(
+                    self.translate_in_groups,
+                    &[input, output, pointers.len() as u64, group],
+                    request,
+                )
+            })
         }
         .expect("launch translate_in_groups");
         let bytes = self.download(output, threads * 8);
@@ -309,10 +327,19 @@ fn run_with_variant(test: &str, total: usize, variant: RtlVariant) {
         );
     }
     if total != 3 {
-        let patched = gpu.plugin.set_function_ptr_map(0, &table).expect("install");
+        let patched = gpu
+            .plugin
+            .device(0)
+            .and_then(|on| on.set_function_ptr_map(&table))
+            .expect("install");
         assert_eq!(patched, 1, "one loaded image takes the table");
     }
-    let installed = gpu.plugin.fptr_table(0, 1).unwrap();
+    let installed = gpu
+        .plugin
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_table(1))
+        .unwrap();
     assert_eq!(installed.len(), total);
 
     let callable: Vec<u64> = [HOST_ADD_ONE, HOST_TIMES_THREE, HOST_SQUARE]
@@ -403,9 +430,13 @@ fn cuda_memory_kinds_round_trip() {
         AllocKind::Shared,
     ] {
         let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
-        let a = gpu.plugin.alloc_kind(0, data.len(), kind).expect("alloc");
+        let a = gpu
+            .plugin
+            .device(0)
+            .and_then(|on| on.alloc_kind(data.len(), kind))
+            .expect("alloc");
         // SAFETY: `a` is a fresh allocation of data.len() bytes.
-        unsafe { gpu.plugin.submit(0, a, &data) }.expect("submit");
+        unsafe { gpu.plugin.device(0).and_then(|on| on.submit(a, &data)) }.expect("submit");
         let back = gpu.download(a, data.len());
         gpu.free(&[a]);
         assert_eq!(back, data, "{kind:?} memory round trip");
@@ -421,7 +452,8 @@ fn cuda_size_0_indirect_entries_are_refused_clearly() {
     bad.push(entry("add_one", 0x7000, 0, FLAG_INDIRECT));
     let err = gpu
         .plugin
-        .load_binary(0, 2, &fixture_cubin(RtlVariant::Default, gpu.sm), &bad)
+        .device(0)
+        .and_then(|on| on.load_binary(2, &fixture_cubin(RtlVariant::Default, gpu.sm), &bad))
         .expect_err("a size-0 indirect entry cannot be resolved on CUDA");
     assert!(err.to_string().contains("size-0"), "{err}");
 }
@@ -436,7 +468,8 @@ fn cuda_cubin_for_another_arch_is_refused_clearly() {
     };
     let err = gpu
         .plugin
-        .load_binary(0, 3, &fixture_cubin(RtlVariant::Default, other), &entries())
+        .device(0)
+        .and_then(|on| on.load_binary(3, &fixture_cubin(RtlVariant::Default, other), &entries()))
         .expect_err("a cubin for another major architecture cannot load");
     assert!(err.to_string().contains(&format!("sm_{other}")), "{err}");
 }

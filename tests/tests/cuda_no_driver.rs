@@ -32,8 +32,8 @@ fn backend_reports_a_reason_exactly_when_it_has_no_devices() {
     let plugin = Plugin::new(PluginKind::Cuda);
     assert_eq!(plugin.device_count(), backend.device_count());
     if plugin.device_count() == 0 {
-        assert!(plugin.init_device(0).is_err());
-        assert!(plugin.alloc(0, 8).is_err());
+        assert!(plugin.device(0).and_then(|on| on.init_device()).is_err());
+        assert!(plugin.device(0).and_then(|on| on.alloc(8)).is_err());
     }
     // A cubin is a valid binary exactly when some device can run its SM.
     if let Ok(dir) = std::env::var(cuda_support::FIXTURES_ENV) {

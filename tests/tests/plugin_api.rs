@@ -36,19 +36,31 @@ fn full_entries() -> Vec<OffloadEntry<'static>> {
 
 /// Run `kernel_call` on the device: returns (io[0] after the call, translated pointer).
 fn call_through(plugin: &Plugin, kernel: &DeviceEntry, host_fp: u64, arg: i64) -> (i64, u64) {
-    let fp = plugin.alloc(0, 8).unwrap();
-    let io = plugin.alloc(0, 16).unwrap();
+    let fp = plugin.device(0).and_then(|on| on.alloc(8)).unwrap();
+    let io = plugin.device(0).and_then(|on| on.alloc(16)).unwrap();
     let mut io_bytes = [0u8; 16];
     io_bytes[..8].copy_from_slice(&arg.to_ne_bytes());
     // SAFETY: fp and io are fresh device allocations of 8 and 16 bytes; kernel_call takes
     // two pointers to exactly those.
     unsafe {
-        plugin.submit(0, fp, &host_fp.to_ne_bytes()).unwrap();
-        plugin.submit(0, io, &io_bytes).unwrap();
-        plugin.launch(0, kernel.addr, &[fp, io]).unwrap();
-        plugin.retrieve(0, &mut io_bytes, io).unwrap();
-        plugin.free(0, fp).unwrap();
-        plugin.free(0, io).unwrap();
+        plugin
+            .device(0)
+            .and_then(|on| on.submit(fp, &host_fp.to_ne_bytes()))
+            .unwrap();
+        plugin
+            .device(0)
+            .and_then(|on| on.submit(io, &io_bytes))
+            .unwrap();
+        plugin
+            .device(0)
+            .and_then(|on| on.launch(kernel.addr, &[fp, io]))
+            .unwrap();
+        plugin
+            .device(0)
+            .and_then(|on| on.retrieve(&mut io_bytes, io))
+            .unwrap();
+        plugin.device(0).and_then(|on| on.free(fp)).unwrap();
+        plugin.device(0).and_then(|on| on.free(io)).unwrap();
     }
     (
         i64::from_ne_bytes(io_bytes[..8].try_into().unwrap()),
@@ -60,10 +72,13 @@ fn call_through(plugin: &Plugin, kernel: &DeviceEntry, host_fp: u64, arg: i64) -
 fn every_kind_of_indirect_entry_translates_on_the_device() {
     let image = host_image("device_image", true);
     let plugin = Plugin::new(PluginKind::X86_64);
-    plugin.init_device(0).unwrap();
+    plugin.device(0).and_then(|on| on.init_device()).unwrap();
     let key = 0x1111;
     let entries = full_entries();
-    let dev = plugin.load_binary(0, key, &image, &entries).unwrap();
+    let dev = plugin
+        .device(0)
+        .and_then(|on| on.load_binary(key, &image, &entries))
+        .unwrap();
 
     // One device entry per host entry, in order: libomptarget 16 matches by index.
     assert_eq!(dev.len(), entries.len());
@@ -74,7 +89,9 @@ fn every_kind_of_indirect_entry_translates_on_the_device() {
 
     // The table: sorted by host address, the vtable's null slot skipped.
     let table = plugin
-        .fptr_table(0, key)
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_table(key))
         .expect("the image has the table globals");
     let keys: Vec<u64> = table.iter().map(|r| r.host_ptr).collect();
     assert_eq!(
@@ -102,25 +119,41 @@ fn every_kind_of_indirect_entry_translates_on_the_device() {
     // The global entry is the real device global: a kernel's write shows through it.
     let counter = dev[2].addr;
     let mut value = [0u8; 4];
-    let by = plugin.alloc(0, 4).unwrap();
+    let by = plugin.device(0).and_then(|on| on.alloc(4)).unwrap();
     // SAFETY: `counter` is the image's 4-byte global; `by` a fresh 4-byte allocation
     // that kernel_bump reads.
     unsafe {
-        plugin.retrieve(0, &mut value, counter).unwrap();
+        plugin
+            .device(0)
+            .and_then(|on| on.retrieve(&mut value, counter))
+            .unwrap();
         assert_eq!(i32::from_ne_bytes(value), 5);
-        plugin.submit(0, by, &3i32.to_ne_bytes()).unwrap();
-        plugin.launch(0, dev[1].addr, &[by]).unwrap();
-        plugin.retrieve(0, &mut value, counter).unwrap();
-        plugin.free(0, by).unwrap();
+        plugin
+            .device(0)
+            .and_then(|on| on.submit(by, &3i32.to_ne_bytes()))
+            .unwrap();
+        plugin
+            .device(0)
+            .and_then(|on| on.launch(dev[1].addr, &[by]))
+            .unwrap();
+        plugin
+            .device(0)
+            .and_then(|on| on.retrieve(&mut value, counter))
+            .unwrap();
+        plugin.device(0).and_then(|on| on.free(by)).unwrap();
     }
     assert_eq!(i32::from_ne_bytes(value), 8);
 
     // Unloading closes the image and forgets its kernels.
-    plugin.unload(0, key).unwrap();
-    assert_eq!(plugin.loaded_images(0), 0);
-    assert!(plugin.fptr_table(0, key).is_none());
+    plugin.device(0).and_then(|on| on.unload(key)).unwrap();
+    assert_eq!(plugin.device(0).map_or(0, |on| on.loaded_images()), 0);
+    assert!(plugin
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_table(key))
+        .is_none());
     // SAFETY: the launch is refused before anything runs (the kernel is gone).
-    let err = unsafe { plugin.launch(0, kernel.addr, &[]) }.unwrap_err();
+    let err = unsafe { plugin.device(0).and_then(|on| on.launch(kernel.addr, &[])) }.unwrap_err();
     assert!(err.to_string().contains("not a kernel"), "{err}");
 }
 
@@ -133,7 +166,10 @@ fn set_function_ptr_map_replaces_the_table() {
         entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
         entry("twice", 0x5100, 0, FLAG_INDIRECT),
     ];
-    let dev = plugin.load_binary(1, 7, &image, &entries).unwrap();
+    let dev = plugin
+        .device(1)
+        .and_then(|on| on.load_binary(7, &image, &entries))
+        .unwrap();
     let (add_one, twice) = (dev[1].addr, dev[2].addr);
     // Rows out of order; the plugin sorts its copy.
     let rows = [
@@ -146,21 +182,35 @@ fn set_function_ptr_map_replaces_the_table() {
             tgt_ptr: add_one,
         },
     ];
-    assert_eq!(plugin.set_function_ptr_map(1, &rows).unwrap(), 1);
+    assert_eq!(
+        plugin
+            .device(1)
+            .and_then(|on| on.set_function_ptr_map(&rows))
+            .unwrap(),
+        1
+    );
     let keys: Vec<u64> = plugin
-        .fptr_table(1, 7)
+        .device(1)
+        .ok()
+        .and_then(|on| on.fptr_table(7))
         .unwrap()
         .iter()
         .map(|r| r.host_ptr)
         .collect();
     assert_eq!(keys, vec![0x6000, 0x7000]);
     // `call_through` runs on device 0; load the same image there too.
-    let dev0 = plugin.load_binary(0, 7, &image, &entries).unwrap();
+    let dev0 = plugin
+        .device(0)
+        .and_then(|on| on.load_binary(7, &image, &entries))
+        .unwrap();
     let rows0 = [host_plugin::FptrMapEntry {
         host_ptr: 0x6000,
         tgt_ptr: dev0[2].addr,
     }];
-    plugin.set_function_ptr_map(0, &rows0).unwrap();
+    plugin
+        .device(0)
+        .and_then(|on| on.set_function_ptr_map(&rows0))
+        .unwrap();
     assert_eq!(call_through(&plugin, &dev0[0], 0x6000, 4).0, 8);
     // The entries' own table was replaced: HOST_ADD_ONE is no longer known.
     assert_eq!(
@@ -175,7 +225,10 @@ fn set_function_ptr_map_replaces_the_table() {
             tgt_ptr: add_one,
         },
     ];
-    let err = plugin.set_function_ptr_map(1, &conflict).unwrap_err();
+    let err = plugin
+        .device(1)
+        .and_then(|on| on.set_function_ptr_map(&conflict))
+        .unwrap_err();
     assert!(err.to_string().contains("0x7000"), "{err}");
     plugin.unload_all().unwrap();
 }
@@ -184,14 +237,24 @@ fn set_function_ptr_map_replaces_the_table() {
 fn index_global_on_device(plugin: &Plugin, device: i32, info: IndexInfo) -> FptrIndex {
     let mut bytes = [0u8; 32];
     // SAFETY: `info.global` is the image's 32-byte index global.
-    unsafe { plugin.retrieve(device, &mut bytes, info.global) }.unwrap();
+    unsafe {
+        plugin
+            .device(device)
+            .and_then(|on| on.retrieve(&mut bytes, info.global))
+    }
+    .unwrap();
     bytemuck::pod_read_unaligned(&bytes)
 }
 
 /// Write an index header into the image's global, as the plugin would.
 fn write_index_global(plugin: &Plugin, info: IndexInfo, header: FptrIndex) {
     // SAFETY: `info.global` is the image's 32-byte index global on device 0.
-    unsafe { plugin.submit(0, info.global, bytemuck::bytes_of(&header)) }.unwrap();
+    unsafe {
+        plugin
+            .device(0)
+            .and_then(|on| on.submit(info.global, bytemuck::bytes_of(&header)))
+    }
+    .unwrap();
 }
 
 /// The plugin writes the index beside the table, the device answers from it (an emptied
@@ -202,10 +265,15 @@ fn the_index_is_installed_used_and_optional() {
     let image = host_image("device_image", true);
     let plugin = Plugin::new(PluginKind::X86_64);
     let key = 0x2222;
-    let dev = plugin.load_binary(0, key, &image, &full_entries()).unwrap();
+    let dev = plugin
+        .device(0)
+        .and_then(|on| on.load_binary(key, &image, &full_entries()))
+        .unwrap();
     let kernel = &dev[0];
     let info = plugin
-        .fptr_index(0, key)
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_index(key))
         .expect("device-rtl has the index global");
     // What the plugin says it wrote is what the device's global holds.
     let header = index_global_on_device(&plugin, 0, info);
@@ -242,7 +310,12 @@ fn the_index_is_installed_used_and_optional() {
     // key of this table) and the header back, the device finds nothing.
     let bytes = header.bucket_count as usize * 32;
     // SAFETY: the plugin's bucket allocation of this image holds `bytes` bytes there.
-    unsafe { plugin.submit(0, header.buckets, &vec![0u8; bytes]) }.unwrap();
+    unsafe {
+        plugin
+            .device(0)
+            .and_then(|on| on.submit(header.buckets, &vec![0u8; bytes]))
+    }
+    .unwrap();
     write_index_global(&plugin, info, header);
     assert_eq!(
         call_through(&plugin, kernel, HOST_ADD_ONE, 41),
@@ -261,8 +334,16 @@ fn set_function_ptr_map_rebuilds_the_index() {
         entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
         entry("twice", 0x5100, 0, FLAG_INDIRECT),
     ];
-    let dev = plugin.load_binary(0, 9, &image, &entries).unwrap();
-    let before = plugin.fptr_index(0, 9).unwrap().header;
+    let dev = plugin
+        .device(0)
+        .and_then(|on| on.load_binary(9, &image, &entries))
+        .unwrap();
+    let before = plugin
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_index(9))
+        .unwrap()
+        .header;
     // 1000 rows, all to `twice`.
     let rows: Vec<host_plugin::FptrMapEntry> = (0..1000u64)
         .map(|i| host_plugin::FptrMapEntry {
@@ -270,8 +351,15 @@ fn set_function_ptr_map_rebuilds_the_index() {
             tgt_ptr: dev[2].addr,
         })
         .collect();
-    plugin.set_function_ptr_map(0, &rows).unwrap();
-    let info = plugin.fptr_index(0, 9).unwrap();
+    plugin
+        .device(0)
+        .and_then(|on| on.set_function_ptr_map(&rows))
+        .unwrap();
+    let info = plugin
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_index(9))
+        .unwrap();
     let after = index_global_on_device(&plugin, 0, info);
     assert_eq!(after, info.header);
     assert_ne!(after.buckets, before.buckets);
@@ -284,8 +372,15 @@ fn set_function_ptr_map_rebuilds_the_index() {
         (4, HOST_ADD_ONE)
     );
     // An empty table: no index, the empty header.
-    plugin.set_function_ptr_map(0, &[]).unwrap();
-    let info = plugin.fptr_index(0, 9).unwrap();
+    plugin
+        .device(0)
+        .and_then(|on| on.set_function_ptr_map(&[]))
+        .unwrap();
+    let info = plugin
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_index(9))
+        .unwrap();
     assert_eq!(info.header, FptrIndex::NONE);
     assert_eq!(index_global_on_device(&plugin, 0, info), FptrIndex::NONE);
     plugin.unload_all().unwrap();
@@ -301,9 +396,24 @@ fn image_with_a_runtime_from_before_the_index_still_works() {
         entry("kernel_call", 0x100, 0, 0),
         entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
     ];
-    let dev = plugin.load_binary(0, 5, &image, &entries).unwrap();
-    assert_eq!(plugin.fptr_table(0, 5).unwrap().len(), 1);
-    assert!(plugin.fptr_index(0, 5).is_none());
+    let dev = plugin
+        .device(0)
+        .and_then(|on| on.load_binary(5, &image, &entries))
+        .unwrap();
+    assert_eq!(
+        plugin
+            .device(0)
+            .ok()
+            .and_then(|on| on.fptr_table(5))
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(plugin
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_index(5))
+        .is_none());
     assert_eq!(call_through(&plugin, &dev[0], HOST_ADD_ONE, 1).0, 2);
     assert_eq!(call_through(&plugin, &dev[0], 0x4000, 1), (1, 0x4000));
     plugin.unload_all().unwrap();
@@ -311,12 +421,15 @@ fn image_with_a_runtime_from_before_the_index_still_works() {
 
 /// Load must fail with an error naming `needles`, and leave nothing loaded.
 fn assert_load_fails(plugin: &Plugin, image: &[u8], entries: &[OffloadEntry], needles: &[&str]) {
-    let err = plugin.load_binary(0, 42, image, entries).unwrap_err();
+    let err = plugin
+        .device(0)
+        .and_then(|on| on.load_binary(42, image, entries))
+        .unwrap_err();
     let msg = err.to_string();
     for n in needles {
         assert!(msg.contains(n), "error {msg:?} does not mention {n:?}");
     }
-    assert_eq!(plugin.loaded_images(0), 0);
+    assert_eq!(plugin.device(0).map_or(0, |on| on.loaded_images()), 0);
 }
 
 #[test]
@@ -377,8 +490,11 @@ fn bad_images_and_entries_fail_with_clear_errors() {
     ];
     // Slot 1 holds add_one on the device too: the same pair twice, no conflict; slot 2
     // holds `twice`, as the entry before it says.
-    assert!(plugin.load_binary(0, 5, &image, &slot_conflict).is_ok());
-    plugin.unload(0, 5).unwrap();
+    assert!(plugin
+        .device(0)
+        .and_then(|on| on.load_binary(5, &image, &slot_conflict))
+        .is_ok());
+    plugin.device(0).and_then(|on| on.unload(5)).unwrap();
     // Host 0x5000: add_one twice (one row), then slot 2 mapping it to `twice`: the
     // conflict is the third row of that address, named by its slot.
     let mut vt_wrong = slot_conflict[1].clone();
@@ -409,7 +525,10 @@ fn bad_images_and_entries_fail_with_clear_errors() {
     )];
     assert_load_fails(&plugin, &image, &vtable_without_host, &["vtable_ptr"]);
 
-    let bad_device = plugin.load_binary(9, 1, &image, &[]).unwrap_err();
+    let bad_device = plugin
+        .device(9)
+        .and_then(|on| on.load_binary(1, &image, &[]))
+        .unwrap_err();
     assert!(matches!(
         bad_device,
         PluginError::NoSuchDevice { device: 9, .. }
@@ -420,10 +539,21 @@ fn bad_images_and_entries_fail_with_clear_errors() {
         entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
         entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
     ];
-    plugin.load_binary(0, 1, &image, &dup).unwrap();
-    assert_eq!(plugin.fptr_table(0, 1).unwrap().len(), 1);
+    plugin
+        .device(0)
+        .and_then(|on| on.load_binary(1, &image, &dup))
+        .unwrap();
+    assert_eq!(
+        plugin
+            .device(0)
+            .ok()
+            .and_then(|on| on.fptr_table(1))
+            .unwrap()
+            .len(),
+        1
+    );
     plugin.unload_all().unwrap();
-    assert_eq!(plugin.loaded_images(0), 0);
+    assert_eq!(plugin.device(0).map_or(0, |on| on.loaded_images()), 0);
 }
 
 #[test]
@@ -434,11 +564,18 @@ fn image_without_the_device_runtime_still_loads() {
         entry("kernel_nop", 0x100, 0, 0),
         entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
     ];
-    let dev = plugin.load_binary(2, 3, &image, &entries).unwrap();
-    assert!(plugin.fptr_table(2, 3).is_none());
+    let dev = plugin
+        .device(2)
+        .and_then(|on| on.load_binary(3, &image, &entries))
+        .unwrap();
+    assert!(plugin
+        .device(2)
+        .ok()
+        .and_then(|on| on.fptr_table(3))
+        .is_none());
     // SAFETY: kernel_nop takes no arguments.
-    unsafe { plugin.launch(2, dev[0].addr, &[]) }.unwrap();
-    plugin.unload(2, 3).unwrap();
+    unsafe { plugin.device(2).and_then(|on| on.launch(dev[0].addr, &[])) }.unwrap();
+    plugin.device(2).and_then(|on| on.unload(3)).unwrap();
 }
 
 #[test]
@@ -446,8 +583,8 @@ fn gpu_kinds_have_no_devices_yet() {
     for kind in [PluginKind::Cuda, PluginKind::Amdgpu] {
         let plugin = Plugin::new(kind);
         assert_eq!(plugin.device_count(), 0);
-        assert!(plugin.init_device(0).is_err());
-        assert!(plugin.alloc(0, 8).is_err());
+        assert!(plugin.device(0).and_then(|on| on.init_device()).is_err());
+        assert!(plugin.device(0).and_then(|on| on.alloc(8)).is_err());
     }
     assert_eq!(Plugin::new(PluginKind::X86_64).device_count(), 4);
 }
@@ -500,10 +637,11 @@ fn load_with_threads(
 ) -> Result<LoadResult, PluginError> {
     let mut plugin = Plugin::new(PluginKind::X86_64);
     plugin.set_load_threads(threads);
-    plugin.init_device(0).unwrap();
-    let addrs = plugin.load_binary(0, 1, image, entries)?;
+    let device = plugin.device(0).unwrap();
+    device.init_device().unwrap();
+    let addrs = device.load_binary(1, image, entries)?;
     let base = addrs[0].addr;
-    let table = plugin.fptr_table(0, 1).expect("the image holds a table");
+    let table = device.fptr_table(1).expect("the image holds a table");
     Ok((
         addrs.iter().map(|a| a.addr.wrapping_sub(base)).collect(),
         table

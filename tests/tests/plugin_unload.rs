@@ -32,9 +32,18 @@ fn unload_and_unload_all_close_every_image() {
     let plugin = Plugin::new(PluginKind::X86_64);
     assert_eq!(mapped_images(), 0);
 
-    plugin.load_binary(0, 1, &image, &entries).unwrap();
-    plugin.load_binary(1, 1, &image, &entries).unwrap();
-    plugin.load_binary(1, 2, &image, &entries).unwrap();
+    plugin
+        .device(0)
+        .and_then(|on| on.load_binary(1, &image, &entries))
+        .unwrap();
+    plugin
+        .device(1)
+        .and_then(|on| on.load_binary(1, &image, &entries))
+        .unwrap();
+    plugin
+        .device(1)
+        .and_then(|on| on.load_binary(2, &image, &entries))
+        .unwrap();
     let per_image = mapped_images() / 3;
     assert!(
         per_image > 0,
@@ -53,12 +62,19 @@ fn unload_and_unload_all_close_every_image() {
     assert_eq!(leftovers, 0);
 
     // Reloading a key replaces the image instead of adding one.
-    plugin.load_binary(1, 2, &image, &entries).unwrap();
+    plugin
+        .device(1)
+        .and_then(|on| on.load_binary(2, &image, &entries))
+        .unwrap();
     assert_eq!(mapped_images(), 3 * per_image);
 
-    plugin.unload(1, 2).unwrap();
+    plugin.device(1).and_then(|on| on.unload(2)).unwrap();
     assert_eq!(mapped_images(), 2 * per_image);
     plugin.unload_all().unwrap();
     assert_eq!(mapped_images(), 0);
-    assert_eq!(plugin.loaded_images(0) + plugin.loaded_images(1), 0);
+    assert_eq!(
+        plugin.device(0).map_or(0, |on| on.loaded_images())
+            + plugin.device(1).map_or(0, |on| on.loaded_images()),
+        0
+    );
 }

@@ -52,7 +52,11 @@ fn api_row(
 fn rust_api_rows(image: &[u8]) -> Vec<Row> {
     let plugin = Plugin::new(PluginKind::X86_64);
     let mut rows = Vec::new();
-    let load = |bytes: &[u8], entries: &[OffloadEntry]| plugin.load_binary(0, 42, bytes, entries);
+    let load = |bytes: &[u8], entries: &[OffloadEntry]| {
+        plugin
+            .device(0)
+            .and_then(|on| on.load_binary(42, bytes, entries))
+    };
 
     api_row(
         &mut rows,
@@ -167,24 +171,26 @@ fn rust_api_rows(image: &[u8]) -> Vec<Row> {
     api_row(
         &mut rows,
         "device id 9 on a 4-device plugin",
-        plugin.load_binary(9, 1, image, &[]),
+        plugin
+            .device(9)
+            .and_then(|on| on.load_binary(1, image, &[])),
         &["device 9"],
     );
     api_row(
         &mut rows,
         "negative device id (-1)",
-        plugin.alloc(-1, 8),
+        plugin.device(-1).and_then(|on| on.alloc(8)),
         &["device -1"],
     );
     let loaded = plugin
-        .load_binary(0, 7, image, &[entry("add_one", 0x5000, 0, FLAG_INDIRECT)])
+        .device(0)
+        .and_then(|on| on.load_binary(7, image, &[entry("add_one", 0x5000, 0, FLAG_INDIRECT)]))
         .expect("a good image loads");
     api_row(
         &mut rows,
         "set_function_ptr_map: one host address, two device functions",
-        plugin.set_function_ptr_map(
-            0,
-            &[
+        plugin.device(0).and_then(|on| {
+            on.set_function_ptr_map(&[
                 FptrMapEntry {
                     host_ptr: 0x7000,
                     tgt_ptr: loaded[0].addr,
@@ -193,12 +199,12 @@ fn rust_api_rows(image: &[u8]) -> Vec<Row> {
                     host_ptr: 0x7000,
                     tgt_ptr: loaded[0].addr + 16,
                 },
-            ],
-        ),
+            ])
+        }),
         &["0x7000"],
     );
     // SAFETY: the launch is refused before anything runs: the address is no kernel.
-    let made_up = unsafe { plugin.launch(0, 0x1234, &[]) };
+    let made_up = unsafe { plugin.device(0).and_then(|on| on.launch(0x1234, &[])) };
     api_row(
         &mut rows,
         "launch of an address that is no loaded kernel",
@@ -209,7 +215,9 @@ fn rust_api_rows(image: &[u8]) -> Vec<Row> {
     api_row(
         &mut rows,
         "any device call on a GPU kind without devices (cuda, no driver)",
-        Plugin::new(PluginKind::Cuda).alloc(0, 8),
+        Plugin::new(PluginKind::Cuda)
+            .device(0)
+            .and_then(|on| on.alloc(8)),
         &["device 0"],
     );
     rows
@@ -238,7 +246,9 @@ fn seed_convention_rows() -> Vec<Row> {
     api_row(
         &mut rows,
         "seed entry (size 0) naming a function neither symbol table defines",
-        plugin.load_binary(0, 42, &image, &[seed("no_such_function")]),
+        plugin
+            .device(0)
+            .and_then(|on| on.load_binary(42, &image, &[seed("no_such_function")])),
         &[
             "no_such_function",
             "neither its dynamic symbol table nor its static one",
@@ -247,14 +257,18 @@ fn seed_convention_rows() -> Vec<Row> {
     api_row(
         &mut rows,
         "seed entry naming a data object (a declare-target int), not a function",
-        plugin.load_binary(0, 42, &image, &[seed("bias")]),
+        plugin
+            .device(0)
+            .and_then(|on| on.load_binary(42, &image, &[seed("bias")])),
         &["`bias`", "data object", "not a function"],
     );
     let two_files = openmp_image("seed-static", &["seed_static_a.c", "seed_static_b.c"], &[]);
     api_row(
         &mut rows,
         "seed entry naming a static function that two translation units define",
-        plugin.load_binary(0, 42, &two_files, &[seed("helper")]),
+        plugin
+            .device(0)
+            .and_then(|on| on.load_binary(42, &two_files, &[seed("helper")])),
         &[
             "`helper`",
             "2 definitions",
@@ -270,10 +284,12 @@ fn seed_convention_rows() -> Vec<Row> {
     api_row(
         &mut rows,
         "seed entry naming a hidden function of a stripped device image (linked with -s)",
-        plugin.load_binary(0, 42, &stripped, &[seed("seed_add")]),
+        plugin
+            .device(0)
+            .and_then(|on| on.load_binary(42, &stripped, &[seed("seed_add")])),
         &["`seed_add`", ".symtab was stripped"],
     );
-    assert_eq!(plugin.loaded_images(0), 0);
+    assert_eq!(plugin.device(0).map_or(0, |on| on.loaded_images()), 0);
     rows
 }
 

@@ -412,7 +412,7 @@ const SWEEP_IMAGES: u64 = 300;
 /// clang-16 image with 1-4 bytes changed outside its executable segments (changed code is
 /// code the user asked to run; changed structure must be caught by our validation). The
 /// `load_binary` fuzz binary runs each file once (`OMPTARGET_RS_FUZZ_DLOPEN_MUTATED`):
-/// validation, then `Plugin::load_binary` if accepted. A process that dies is an image our
+/// validation, then `Device::load_binary` if accepted. A process that dies is an image our
 /// validation let through to a crash: a validator gap, so the sweep fails and keeps it.
 fn dlopen_sweep(binary: &Path, image_path: &Path, dir: &Path, images: u64) -> Result<()> {
     section(&format!("fuzz: dlopen sweep of {images} mutated images"));

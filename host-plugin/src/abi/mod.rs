@@ -6,6 +6,7 @@
 pub mod types;
 
 use crate::backend::{AllocKind, EventHandle, LaunchRequest, QueueHandle};
+use crate::device::Device;
 use crate::diag;
 use crate::entries::{EntryKind, HostEntry};
 use crate::error::PluginError;
@@ -57,9 +58,17 @@ fn plugin() -> &'static Plugin {
     })
 }
 
+/// `call` on device `device` of the plugin (NoSuchDevice if there is none).
+fn on_device<T>(
+    device: i32,
+    call: impl FnOnce(&Device) -> Result<T, PluginError>,
+) -> Result<T, PluginError> {
+    plugin().device(device).and_then(call)
+}
+
 /// The table handed to libomptarget for one loaded image: it must stay put until the
 /// image is unloaded, so it is boxed and kept with the image in the plugin
-/// ([`Plugin::keep_with_image`]). Entry names point at libomptarget's own host entries,
+/// ([`crate::device::Device::keep_with_image`]). Entry names point at libomptarget's own host entries,
 /// as LLVM's plugins return them.
 struct PublishedTable {
     _raw: Box<[TgtOffloadEntry]>,
@@ -239,7 +248,7 @@ pub extern "C" fn __tgt_rtl_deinit_plugin() -> i32 {
             .into_iter()
             .filter(|&(_, key)| !host_range_mapped(key, 1));
         for (device, key) in gone {
-            plugin().unload(device, key)?;
+            plugin().device(device)?.unload(key)?;
         }
         Ok(OFFLOAD_SUCCESS)
     })
@@ -341,14 +350,14 @@ pub unsafe extern "C" fn __tgt_rtl_is_valid_binary_info(
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_init_device(device: i32) -> i32 {
     guard("init_device", OFFLOAD_FAIL, || {
-        status(plugin().init_device(device))
+        status(on_device(device, |on| on.init_device()))
     })
 }
 
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_deinit_device(device: i32) -> i32 {
     guard("deinit_device", OFFLOAD_FAIL, || {
-        plugin().synchronize(device)?;
+        plugin().device(device)?.synchronize()?;
         Ok(OFFLOAD_SUCCESS)
     })
 }
@@ -370,17 +379,18 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(
         // The returned table: the host entries (their names are what LLVM's plugins
         // return too), each address replaced by the device one as it resolves.
         let mut raw: Box<[TgtOffloadEntry]> = entries.iter().map(|h| h.0).collect();
-        plugin().load_entries(device, key, bytes, entries, |i, addr| {
-            raw[i].addr = addr as *mut c_void
-        })?;
+        plugin()
+            .device(device)?
+            .load_entries(key, bytes, entries, |i, addr| {
+                raw[i].addr = addr as *mut c_void
+            })?;
         let range = raw.as_mut_ptr_range();
         let mut table = Box::new(TgtTargetTable {
             entries_begin: range.start,
             entries_end: range.end,
         });
         let table_ptr: *mut TgtTargetTable = &mut *table;
-        plugin().keep_with_image(
-            device,
+        plugin().device(device)?.keep_with_image(
             key,
             Box::new(PublishedTable {
                 _raw: raw,
@@ -420,7 +430,7 @@ pub unsafe extern "C" fn __tgt_rtl_unregister_lib(desc: *mut TgtBinDesc) -> i32 
         for img in images {
             let key = img.image_start as usize;
             for device in 0..p.device_count() as i32 {
-                p.unload(device, key)?;
+                p.device(device)?.unload(key)?;
             }
         }
         Ok(OFFLOAD_SUCCESS)
@@ -453,7 +463,7 @@ pub unsafe extern "C" fn __tgt_rtl_set_function_ptr_map(
             // SAFETY: caller contract: `table` points at `n` entries.
             unsafe { std::slice::from_raw_parts(table, n) }
         };
-        let patched = plugin().set_function_ptr_map(device, rows)?;
+        let patched = plugin().device(device)?.set_function_ptr_map(rows)?;
         diag::debug(|| {
             format!(
                 "device {device}: fptr map of {} rows installed in {patched} images",
@@ -481,7 +491,7 @@ pub extern "C" fn __tgt_rtl_data_alloc(
             .ok_or_else(|| invalid(device, format!("unknown allocation kind {kind}")))?;
         let size = usize::try_from(size)
             .map_err(|_| invalid(device, format!("allocation size {size}")))?;
-        Ok(plugin().alloc_kind(device, size, kind)? as *mut c_void)
+        Ok(plugin().device(device)?.alloc_kind(size, kind)? as *mut c_void)
     })
 }
 
@@ -494,7 +504,7 @@ pub unsafe extern "C" fn __tgt_rtl_data_delete(device: i32, ptr: *mut c_void, _k
             return Ok(OFFLOAD_SUCCESS);
         }
         // SAFETY: forwarded caller contract.
-        status(unsafe { plugin().free(device, ptr as u64) })
+        status(unsafe { on_device(device, |on| on.free(ptr as u64)) })
     })
 }
 
@@ -527,11 +537,15 @@ unsafe fn submit(
         // SAFETY: caller contract: `hst` holds `n` readable bytes.
         let src = unsafe { std::slice::from_raw_parts(hst as *const u8, n) };
         // SAFETY: caller contract: `tgt` is `n` bytes of device memory.
-        return status(unsafe { plugin().submit(device, tgt as u64, src) });
+        return status(unsafe { on_device(device, |on| on.submit(tgt as u64, src)) });
     };
     // SAFETY: caller contract: `hst` holds `n` bytes that stay untouched until the queue
     // is synchronized; `tgt` is `n` bytes of device memory.
-    status(unsafe { plugin().submit_async(device, tgt as u64, hst as *const u8, n, queue) })
+    status(unsafe {
+        on_device(device, |on| {
+            on.submit_async(tgt as u64, hst as *const u8, n, queue)
+        })
+    })
 }
 
 /// The one body of `data_retrieve` and `data_retrieve_async`.
@@ -559,11 +573,15 @@ unsafe fn retrieve(
         // during the call.
         let dst = unsafe { std::slice::from_raw_parts_mut(hst as *mut u8, n) };
         // SAFETY: caller contract: `tgt` is `n` bytes of device memory.
-        return status(unsafe { plugin().retrieve(device, dst, tgt as u64) });
+        return status(unsafe { on_device(device, |on| on.retrieve(dst, tgt as u64)) });
     };
     // SAFETY: caller contract: `hst` holds `n` writable bytes nothing else touches until
     // the queue is synchronized; `tgt` is `n` bytes of device memory.
-    status(unsafe { plugin().retrieve_async(device, hst as *mut u8, tgt as u64, n, queue) })
+    status(unsafe {
+        on_device(device, |on| {
+            on.retrieve_async(hst as *mut u8, tgt as u64, n, queue)
+        })
+    })
 }
 
 /// # Safety
@@ -613,7 +631,7 @@ unsafe fn queue_of(
     if !info.queue.is_null() {
         return Ok(Some(info.queue as QueueHandle));
     }
-    let queue = plugin().queue_create(device)?;
+    let queue = plugin().device(device)?.queue_create()?;
     if let Some(q) = queue {
         info.queue = q as *mut c_void;
     }
@@ -714,7 +732,7 @@ pub unsafe extern "C" fn __tgt_rtl_data_lock(
     locked: *mut *mut c_void,
 ) -> i32 {
     guard("data_lock", OFFLOAD_FAIL, || {
-        plugin().synchronize(device)?;
+        plugin().device(device)?.synchronize()?;
         // SAFETY: caller contract: null or a writable pointer slot.
         let slot = unsafe { locked.as_mut() }
             .ok_or_else(|| invalid(device, "data_lock without an output"))?;
@@ -726,7 +744,7 @@ pub unsafe extern "C" fn __tgt_rtl_data_lock(
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_data_unlock(device: i32, _ptr: *mut c_void) -> i32 {
     guard("data_unlock", OFFLOAD_FAIL, || {
-        status(plugin().synchronize(device))
+        status(on_device(device, |on| on.synchronize()))
     })
 }
 
@@ -776,7 +794,11 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
             tripcount: ka.tripcount,
         };
         // SAFETY: forwarded caller contract; the core checks `entry` is a loaded kernel.
-        status(unsafe { plugin().launch_teams(device, entry as u64, &pointers, request) })
+        status(unsafe {
+            on_device(device, |on| {
+                on.launch_teams(entry as u64, &pointers, request)
+            })
+        })
     })
 }
 
@@ -791,10 +813,12 @@ pub unsafe extern "C" fn __tgt_rtl_synchronize(device: i32, async_info: *mut Tgt
         if let Some(info) = unsafe { async_info.as_mut() } {
             if !info.queue.is_null() {
                 let queue = std::mem::replace(&mut info.queue, std::ptr::null_mut());
-                return status(plugin().queue_finish(device, queue as QueueHandle));
+                return status(on_device(device, |on| {
+                    on.queue_finish(queue as QueueHandle)
+                }));
             }
         }
-        status(plugin().synchronize(device))
+        status(on_device(device, |on| on.synchronize()))
     })
 }
 
@@ -808,15 +832,15 @@ pub unsafe extern "C" fn __tgt_rtl_query_async(device: i32, async_info: *mut Tgt
     guard("query_async", OFFLOAD_FAIL, || {
         // SAFETY: caller contract: null or valid.
         let Some(info) = (unsafe { async_info.as_mut() }) else {
-            return status(plugin().synchronize(device));
+            return status(on_device(device, |on| on.synchronize()));
         };
         if info.queue.is_null() {
-            return status(plugin().synchronize(device));
+            return status(on_device(device, |on| on.synchronize()));
         }
         let queue = info.queue as QueueHandle;
-        if plugin().queue_done(device, queue)? {
+        if plugin().device(device)?.queue_done(queue)? {
             info.queue = std::ptr::null_mut();
-            plugin().queue_finish(device, queue)?;
+            plugin().device(device)?.queue_finish(queue)?;
         }
         Ok(OFFLOAD_SUCCESS)
     })
@@ -841,7 +865,7 @@ pub unsafe extern "C" fn __tgt_rtl_create_event(device: i32, event: *mut *mut c_
         // SAFETY: caller contract: null or a writable handle slot.
         let slot = unsafe { event.as_mut() }
             .ok_or_else(|| invalid(device, "create_event without an output"))?;
-        *slot = match plugin().event_create(device)? {
+        *slot = match plugin().device(device)?.event_create()? {
             Some(e) => e as *mut c_void,
             None => &EVENT_TOKEN as *const u8 as *mut c_void,
         };
@@ -863,7 +887,9 @@ pub unsafe extern "C" fn __tgt_rtl_record_event(
         }
         // SAFETY: caller contract.
         let queue = unsafe { queue_of(device, async_info) }?;
-        status(plugin().event_record(device, event as EventHandle, queue))
+        status(on_device(device, |on| {
+            on.event_record(event as EventHandle, queue)
+        }))
     })
 }
 
@@ -881,7 +907,9 @@ pub unsafe extern "C" fn __tgt_rtl_wait_event(
         }
         // SAFETY: caller contract.
         let queue = unsafe { queue_of(device, async_info) }?;
-        status(plugin().event_wait(device, event as EventHandle, queue))
+        status(on_device(device, |on| {
+            on.event_wait(event as EventHandle, queue)
+        }))
     })
 }
 
@@ -891,7 +919,7 @@ pub extern "C" fn __tgt_rtl_sync_event(device: i32, event: *mut c_void) -> i32 {
         if is_token(event) {
             return Ok(OFFLOAD_SUCCESS);
         }
-        status(plugin().event_sync(device, event as EventHandle))
+        status(on_device(device, |on| on.event_sync(event as EventHandle)))
     })
 }
 
@@ -901,6 +929,8 @@ pub extern "C" fn __tgt_rtl_destroy_event(device: i32, event: *mut c_void) -> i3
         if is_token(event) {
             return Ok(OFFLOAD_SUCCESS);
         }
-        status(plugin().event_destroy(device, event as EventHandle))
+        status(on_device(device, |on| {
+            on.event_destroy(event as EventHandle)
+        }))
     })
 }

@@ -1,8 +1,8 @@
 //! What the plugin core needs from a device kind: memory, transfers, images, symbols,
 //! launches. One implementation per kind; the core never knows which one it drives.
-//! Rules every GPU shares are written once, here or in the core: the launch shape
-//! (`Backend::launch_teams` over `kernel_limits` + `launch_shaped`), the exec-mode
-//! reader ([`launch_shape::read_exec_mode`]), the device environment
+//! Rules every GPU shares are written once, in the core: the kernel registry, the exec
+//! mode and the launch shape ([`crate::kernels`], from what
+//! [`LoadedModule::kernel_limits`] reports), the device environment
 //! ([`crate::device_env`]); a vendor implements only the calls that differ.
 
 pub mod cuda;
@@ -230,6 +230,19 @@ pub trait LoadedModule: Send + Sync {
     fn global_size(&self, _name: &CStr) -> Option<u64> {
         None
     }
+    /// The device's and the kernel's limits for the generic launch rules, asked once
+    /// per kernel when its image is loaded. None where launches have no geometry (the
+    /// host).
+    ///
+    /// # Safety
+    /// `kernel` is what [`LoadedModule::function`] returned for `name` on this module.
+    unsafe fn kernel_limits(
+        &self,
+        _kernel: DeviceAddr,
+        _name: &CStr,
+    ) -> Result<Option<launch_shape::Limits>, BackendError> {
+        Ok(None)
+    }
 }
 
 /// A device kind. Methods taking raw device addresses are `unsafe`: the caller promises
@@ -413,18 +426,16 @@ pub trait Backend: Send + Sync {
         self.alloc(device, size)
     }
 
-    /// What the generic launch rules need to know about a kernel: its execution mode and
-    /// the device's and the kernel's limits. None where launches have no geometry (the
-    /// host runs a kernel once, with `launch`).
-    fn kernel_limits(
-        &self,
-        _device: usize,
-        _kernel: DeviceAddr,
-    ) -> Result<Option<(launch_shape::ExecMode, launch_shape::Limits)>, BackendError> {
-        Ok(None)
+    /// The execution mode of a kernel without `<kernel>_exec_mode` (not an OpenMP
+    /// kernel), recorded in its [`crate::kernels::KernelRecord`]: None (the default) runs
+    /// it once when launched without a request; CUDA launches such kernels with SPMD's
+    /// default shape.
+    fn untagged_kernel_mode(&self) -> Option<launch_shape::ExecMode> {
+        None
     }
 
-    /// Launch with the shape the generic rules computed, and wait for the kernel.
+    /// Launch with the shape the generic rules computed ([`crate::kernels`]), and wait
+    /// for the kernel.
     ///
     /// # Safety
     /// As for `launch`.
@@ -437,37 +448,6 @@ pub trait Backend: Send + Sync {
     ) -> Result<(), BackendError> {
         // SAFETY: forwarded caller contract.
         unsafe { self.launch(device, kernel, args) }
-    }
-
-    /// Run a kernel with the team and thread counts libomptarget asks for: the shape is
-    /// computed here, once for every vendor, by LLVM 16's rules ([`launch_shape`]) from
-    /// what [`Backend::kernel_limits`] says; the vendor only launches it.
-    ///
-    /// # Safety
-    /// As for `launch`.
-    unsafe fn launch_teams(
-        &self,
-        device: usize,
-        kernel: DeviceAddr,
-        args: &[DeviceAddr],
-        request: LaunchRequest,
-    ) -> Result<(), BackendError> {
-        let Some((mode, limits)) = self.kernel_limits(device, kernel)? else {
-            // SAFETY: forwarded caller contract.
-            return unsafe { self.launch(device, kernel, args) };
-        };
-        let shape = launch_shape::shape(
-            mode,
-            request.num_teams,
-            request.thread_limit,
-            request.tripcount,
-            &limits,
-        );
-        crate::diag::debug(|| {
-            format!("device {device}: launching {kernel:#x} ({mode:?}) as {shape:?}")
-        });
-        // SAFETY: forwarded caller contract.
-        unsafe { self.launch_shaped(device, kernel, args, shape) }
     }
 }
 

@@ -310,7 +310,8 @@ fn run(options: &Options) -> Result<(), String> {
     );
     let plugin = Plugin::with_backend(PluginKind::Cuda, Box::new(backend));
     plugin
-        .init_device(0)
+        .device(0)
+        .and_then(|on| on.init_device())
         .map_err(|e| format!("init device 0: {e}"))?;
     let mut bench = Bench {
         plugin: &plugin,
@@ -331,7 +332,7 @@ fn run(options: &Options) -> Result<(), String> {
             println!("FAILED: {variant}: {e}");
             failures.push(variant);
             // Leave no table-holding image behind for the next set_function_ptr_map.
-            let _ = plugin.unload(0, image_key + 1);
+            let _ = plugin.device(0).and_then(|on| on.unload(image_key + 1));
         }
     }
     let names: Vec<&str> = available.iter().map(|(v, _)| *v).collect();
@@ -399,10 +400,12 @@ impl Bench<'_> {
     fn upload(&self, bytes: &[u8]) -> Result<DeviceAddr, String> {
         let a = self
             .plugin
-            .alloc(0, bytes.len())
+            .device(0)
+            .and_then(|on| on.alloc(bytes.len()))
             .map_err(|e| format!("alloc: {e}"))?;
         // SAFETY: `a` is a fresh allocation of bytes.len() bytes on device 0.
-        unsafe { self.plugin.submit(0, a, bytes) }.map_err(|e| format!("submit: {e}"))?;
+        unsafe { self.plugin.device(0).and_then(|on| on.submit(a, bytes)) }
+            .map_err(|e| format!("submit: {e}"))?;
         Ok(a)
     }
 
@@ -410,7 +413,8 @@ impl Bench<'_> {
         for &a in addrs {
             // SAFETY: each came from `upload` and no launch using it is in flight (the
             // launches are synchronous).
-            unsafe { self.plugin.free(0, a) }.map_err(|e| format!("free: {e}"))?;
+            unsafe { self.plugin.device(0).and_then(|on| on.free(a)) }
+                .map_err(|e| format!("free: {e}"))?;
         }
         Ok(())
     }
@@ -437,7 +441,8 @@ impl Bench<'_> {
         }
         let loaded = self
             .plugin
-            .load_binary(0, key, bytes, &entries)
+            .device(0)
+            .and_then(|on| on.load_binary(key, bytes, &entries))
             .map_err(|e| format!("load_binary: {e}"))?;
         let mut functions = [0u64; FUNCTIONS];
         for (f, slot) in functions.iter_mut().enumerate() {
@@ -480,7 +485,8 @@ impl Bench<'_> {
                 Lookup::Ours { index } => {
                     let patched = self
                         .plugin
-                        .set_function_ptr_map(0, &rows)
+                        .device(0)
+                        .and_then(|on| on.set_function_ptr_map(&rows))
                         .map_err(|e| format!("set_function_ptr_map: {e}"))?;
                     if patched != 1 {
                         return Err(format!(
@@ -489,7 +495,9 @@ impl Bench<'_> {
                     }
                     let installed = self
                         .plugin
-                        .fptr_index(0, image_key)
+                        .device(0)
+                        .ok()
+                        .and_then(|on| on.fptr_index(image_key))
                         .ok_or("the cubin has no __omptarget_rs_fptr_index")?;
                     if index && installed.header.bucket_count == 0 {
                         if size >= 2 {
@@ -506,8 +514,9 @@ impl Bench<'_> {
                         let none = FptrIndex::NONE;
                         // SAFETY: `installed.global` is the image's 32-byte index global.
                         unsafe {
-                            self.plugin
-                                .submit(0, installed.global, bytemuck::bytes_of(&none))
+                            self.plugin.device(0).and_then(|on| {
+                                on.submit(installed.global, bytemuck::bytes_of(&none))
+                            })
                         }
                         .map_err(|e| format!("clearing the index header: {e}"))?;
                     }
@@ -520,11 +529,9 @@ impl Bench<'_> {
                     // SAFETY: `env` is the image's 48-byte environment global; bytes 24..40
                     // are its table pointer and row count.
                     unsafe {
-                        self.plugin.submit(
-                            0,
-                            env + LLVM19_TABLE_OFFSET,
-                            &words(&[table, size as u64]),
-                        )
+                        self.plugin.device(0).and_then(|on| {
+                            on.submit(env + LLVM19_TABLE_OFFSET, &words(&[table, size as u64]))
+                        })
                     }
                     .map_err(|e| format!("writing LLVM 19's environment: {e}"))?;
                 }
@@ -556,7 +563,8 @@ impl Bench<'_> {
             self.free(&owned)?;
         }
         self.plugin
-            .unload(0, image_key)
+            .device(0)
+            .and_then(|on| on.unload(image_key))
             .map_err(|e| format!("unload: {e}"))
     }
 
@@ -569,7 +577,12 @@ impl Bench<'_> {
     ) -> Result<Duration, String> {
         let sentinel = vec![SENTINEL; TOTAL_THREADS * 4];
         // SAFETY: `out` is an allocation of TOTAL_THREADS u32.
-        unsafe { self.plugin.submit(0, out, &sentinel) }.map_err(|e| format!("submit: {e}"))?;
+        unsafe {
+            self.plugin
+                .device(0)
+                .and_then(|on| on.submit(out, &sentinel))
+        }
+        .map_err(|e| format!("submit: {e}"))?;
         let request = LaunchRequest {
             num_teams: BLOCKS,
             thread_limit: THREADS,
@@ -580,10 +593,15 @@ impl Bench<'_> {
         // u32 *out, u32 *shape): `keys` holds mask + 1 words, `out` TOTAL_THREADS u32 (one
         // per thread of this launch) and `shape` two u32; every key is a device function
         // or a host key the variant's table maps to one.
-        unsafe { self.plugin.launch_teams(0, image.kernel, &args, request) }
-            .map_err(|e| format!("launch: {e}"))?;
+        unsafe {
+            self.plugin
+                .device(0)
+                .and_then(|on| on.launch_teams(image.kernel, &args, request))
+        }
+        .map_err(|e| format!("launch: {e}"))?;
         self.plugin
-            .synchronize(0)
+            .device(0)
+            .and_then(|on| on.synchronize())
             .map_err(|e| format!("synchronize: {e}"))?;
         Ok(start.elapsed())
     }
@@ -638,8 +656,13 @@ impl Bench<'_> {
         // SAFETY: `out` and `shape` are allocations of exactly these sizes.
         unsafe {
             self.plugin
-                .retrieve(0, &mut got, out)
-                .and_then(|()| self.plugin.retrieve(0, &mut seen, shape))
+                .device(0)
+                .and_then(|on| on.retrieve(&mut got, out))
+                .and_then(|()| {
+                    self.plugin
+                        .device(0)
+                        .and_then(|on| on.retrieve(&mut seen, shape))
+                })
         }
         .map_err(|e| format!("retrieve: {e}"))?;
         self.free(&[out, shape])?;

@@ -12,16 +12,16 @@
 
 pub mod image;
 
-use super::launch_shape::{self, ExecMode, Limits, Shape};
+use super::launch_shape::{ExecMode, Limits, Shape};
 use super::{
     AllocKind, Backend, BackendError, DeviceAddr, EventHandle, HandleKind, HandleRegistry,
-    LaunchRequest, LoadedModule, QueueHandle,
+    LoadedModule, QueueHandle,
 };
 use cudarc::driver::{result, sys, DriverError};
 use image::CudaImage;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::{c_void, CStr};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 /// The device environment is written for every GPU kind by the plugin core
 /// ([`crate::device_env`]); these names stay for the tests and tools that asked here.
@@ -79,22 +79,18 @@ struct Device {
     context: Mutex<Option<Context>>,
 }
 
-/// What a launch needs to know about a kernel handle.
-#[derive(Clone, Copy)]
-struct Kernel {
-    function: Function,
-    mode: ExecMode,
-    max_threads: u32,
+impl Device {
+    /// The device's launch limits; `max_threads` is capped per kernel.
+    fn limits(&self) -> Limits {
+        Limits {
+            warp_size: 32,
+            max_threads: self.max_threads,
+            block_limit: self.block_limit,
+            default_threads: DEFAULT_THREADS,
+            default_blocks: DEFAULT_BLOCKS,
+        }
+    }
 }
-
-#[derive(Clone, Copy)]
-struct Function(sys::CUfunction);
-// SAFETY: a CUfunction is an opaque driver handle usable from any thread.
-unsafe impl Send for Function {}
-// SAFETY: as above.
-unsafe impl Sync for Function {}
-
-type KernelRegistry = Arc<Mutex<HashMap<DeviceAddr, Kernel>>>;
 
 pub struct CudaBackend {
     devices: Vec<Device>,
@@ -102,7 +98,6 @@ pub struct CudaBackend {
     unavailable: Option<String>,
     /// Page-locked host allocations (TARGET_ALLOC_HOST): freed with cuMemFreeHost.
     host_allocations: Mutex<HashSet<DeviceAddr>>,
-    kernels: KernelRegistry,
     /// The streams and events handed out: only these reach the driver.
     handles: HandleRegistry,
 }
@@ -165,7 +160,6 @@ impl CudaBackend {
             devices,
             unavailable,
             host_allocations: Mutex::new(HashSet::new()),
-            kernels: Arc::new(Mutex::new(HashMap::new())),
             handles: HandleRegistry::default(),
         }
     }
@@ -186,14 +180,6 @@ impl CudaBackend {
         self.devices
             .get(device)
             .ok_or(BackendError::NoDevices("cuda"))
-    }
-
-    /// A kernel of a loaded module, by its handle.
-    fn kernel(&self, kernel: DeviceAddr) -> Result<Kernel, BackendError> {
-        lock(&self.kernels)
-            .get(&kernel)
-            .copied()
-            .ok_or_else(|| BackendError::Launch(format!("{kernel:#x} is not a loaded kernel")))
     }
 
     /// An event and the queue it is recorded on or waited from must both be live.
@@ -243,10 +229,8 @@ impl Drop for CudaBackend {
 struct CudaModule {
     module: sys::CUmodule,
     context: Context,
-    kernels: KernelRegistry,
-    /// The kernel handles this module registered, removed again on unload.
-    mine: Mutex<Vec<DeviceAddr>>,
-    device_max_threads: u32,
+    /// The device's launch limits (the kernel's own cap is asked per kernel).
+    device_limits: Limits,
 }
 
 // SAFETY: the module handle is an opaque driver object usable from any thread (with its
@@ -260,21 +244,6 @@ impl CudaModule {
         self.context.make_current().ok()?;
         // SAFETY: the module is loaded until self drops.
         unsafe { result::module::get_global(self.module, name.to_owned()) }.ok()
-    }
-
-    /// The kernel's execution mode ([`launch_shape::read_exec_mode`]); none means a
-    /// plain CUDA kernel, which every thread runs (SPMD).
-    fn exec_mode(&self, kernel: &CStr) -> Result<ExecMode, BackendError> {
-        let global = |name: &CStr| Ok(self.lookup_global(name).map(|(a, n)| (a, n as u64)));
-        let read_byte = |addr| {
-            let mut value = [0u8; 1];
-            // SAFETY: `addr` is the 1-byte global just resolved in this module; the
-            // module's context is current (lookup_global made it so).
-            unsafe { result::memcpy_dtoh_sync(&mut value, addr) }
-                .map_err(|e| driver_err("cuMemcpyDtoH", e))?;
-            Ok(value[0])
-        };
-        Ok(launch_shape::read_exec_mode(kernel, global, read_byte)?.unwrap_or(ExecMode::Spmd))
     }
 }
 
@@ -295,26 +264,28 @@ impl LoadedModule for CudaModule {
         // SAFETY: the module is loaded until self drops.
         let function = unsafe { result::module::get_function(self.module, name.to_owned()) }
             .map_err(|_| BackendError::MissingSymbol(name.to_string_lossy().into_owned()))?;
-        let mode = self.exec_mode(name)?;
-        // SAFETY: `function` came from cuModuleGetFunction on a loaded module.
+        Ok(function as DeviceAddr)
+    }
+
+    /// The device's limits, threads capped by the kernel's MAX_THREADS_PER_BLOCK.
+    unsafe fn kernel_limits(
+        &self,
+        kernel: DeviceAddr,
+        _name: &CStr,
+    ) -> Result<Option<Limits>, BackendError> {
+        self.context.make_current()?;
+        // SAFETY: the caller promises `kernel` is the handle `function` returned for this
+        // module, which stays loaded until self drops.
         let kernel_max = unsafe {
             result::function::get_function_attribute(
-                function,
+                kernel as sys::CUfunction,
                 sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
             )
         }
         .map_err(|e| driver_err("cuFuncGetAttribute", e))?;
-        let handle = function as DeviceAddr;
-        lock(&self.kernels).insert(
-            handle,
-            Kernel {
-                function: Function(function),
-                mode,
-                max_threads: (kernel_max.max(1) as u32).min(self.device_max_threads),
-            },
-        );
-        lock(&self.mine).push(handle);
-        Ok(handle)
+        let mut limits = self.device_limits;
+        limits.max_threads = (kernel_max.max(1) as u32).min(limits.max_threads);
+        Ok(Some(limits))
     }
 
     fn indirect_function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
@@ -330,11 +301,6 @@ impl LoadedModule for CudaModule {
 
 impl Drop for CudaModule {
     fn drop(&mut self) {
-        let mut kernels = lock(&self.kernels);
-        for handle in lock(&self.mine).drain(..) {
-            kernels.remove(&handle);
-        }
-        drop(kernels);
         if self.context.make_current().is_ok() {
             // SAFETY: the module was loaded by load_image and is unloaded once, here.
             let _ = unsafe { result::module::unload(self.module) };
@@ -414,9 +380,7 @@ impl Backend for CudaBackend {
         let loaded = CudaModule {
             module,
             context,
-            kernels: self.kernels.clone(),
-            mine: Mutex::new(Vec::new()),
-            device_max_threads: dev.max_threads,
+            device_limits: dev.limits(),
         };
         Ok(Box::new(loaded))
     }
@@ -504,31 +468,27 @@ impl Backend for CudaBackend {
             .map_err(|e| driver_err("cuMemcpy", e))
     }
 
+    /// Run the kernel once: one block of one thread. The core asks for this only for
+    /// a kernel without an exec mode launched without a request, and CUDA records those
+    /// as SPMD ([`Backend::untagged_kernel_mode`]), so through the core every CUDA launch
+    /// is shaped.
     unsafe fn launch(
         &self,
         device: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
     ) -> Result<(), BackendError> {
+        let once = Shape {
+            blocks: 1,
+            threads: 1,
+        };
         // SAFETY: forwarded caller contract.
-        unsafe { self.launch_teams(device, kernel, args, LaunchRequest::default()) }
+        unsafe { self.launch_shaped(device, kernel, args, once) }
     }
 
-    fn kernel_limits(
-        &self,
-        device: usize,
-        kernel: DeviceAddr,
-    ) -> Result<Option<(ExecMode, Limits)>, BackendError> {
-        let dev = self.device(device)?;
-        let k = self.kernel(kernel)?;
-        let limits = Limits {
-            warp_size: 32,
-            max_threads: k.max_threads,
-            block_limit: dev.block_limit,
-            default_threads: DEFAULT_THREADS,
-            default_blocks: DEFAULT_BLOCKS,
-        };
-        Ok(Some((k.mode, limits)))
+    /// A plain CUDA kernel is run by every thread: SPMD's rules.
+    fn untagged_kernel_mode(&self) -> Option<ExecMode> {
+        Some(ExecMode::Spmd)
     }
 
     unsafe fn launch_shaped(
@@ -538,7 +498,6 @@ impl Backend for CudaBackend {
         args: &[DeviceAddr],
         shape: Shape,
     ) -> Result<(), BackendError> {
-        let k = self.kernel(kernel)?;
         self.enter(device)?;
         // cuLaunchKernel takes a pointer to each argument's value.
         let mut values: Vec<u64> = args.to_vec();
@@ -546,12 +505,13 @@ impl Backend for CudaBackend {
             .iter_mut()
             .map(|v| (v as *mut u64).cast::<c_void>())
             .collect();
-        // SAFETY: the caller promises `kernel` is a kernel of a loaded image taking
+        // SAFETY: the caller promises `kernel` is a kernel (the CUfunction handle
+        // `CudaModule::function` returned) of an image loaded on this device, taking
         // `args.len()` pointer-sized arguments; `values` outlives the launch, which is
         // waited for below before anything is dropped.
         unsafe {
             result::launch_kernel(
-                k.function.0,
+                kernel as sys::CUfunction,
                 (shape.blocks, 1, 1),
                 (shape.threads, 1, 1),
                 0,

@@ -11,13 +11,12 @@
 //! [`code_object`] picks, among the code objects of an image, the one whose target ID
 //! suits the device (xnack/sramecc rules). [`grid`] holds LLVM 16's AMDGPU launch limits.
 //!
-//! Launch geometry: the generic `Backend::launch_teams` sizes the grid by LLVM 16's
-//! rules ([`launch_shape`]) from what `kernel_limits` reports here: the kernel's
-//! `<kernel>_exec_mode` (read once, when the kernel is resolved) and the device's limits;
-//! a kernel without that global (not an OpenMP kernel) gets SPMD's rules. `launch` ("run
-//! it once") keeps one work-item for such plain kernels, and uses the default geometry
-//! for OpenMP ones, which need their full work-group (the generic-mode main thread is in
-//! its last warp). The device environment is written by the plugin core, as for CUDA.
+//! Launch geometry: the plugin core keeps the kernels, reads each one's
+//! `<kernel>_exec_mode` and sizes the grid by LLVM 16's rules ([`crate::kernels`]) from
+//! the limits `kernel_limits` reports here (the device's, capped by the kernel's own
+//! work-group limit); this module only launches the shape it is given, or, for a plain
+//! kernel launched without a request, one work-item (`launch`). The device environment
+//! is written by the plugin core, as for CUDA.
 //!
 //! What is known and what is not: this backend has run only against the stand-in HIP
 //! library of `tests/tests/amdgpu_hip_contract.rs`, never on AMD hardware.
@@ -27,8 +26,8 @@ pub mod grid;
 pub mod result;
 pub mod sys;
 
-use super::launch_shape::{self, ExecMode, Limits, Shape};
-use super::{Backend, BackendError, DeviceAddr, DeviceCode, LaunchRequest, LoadedModule};
+use super::launch_shape::{Limits, Shape};
+use super::{Backend, BackendError, DeviceAddr, DeviceCode, LoadedModule};
 use crate::diag;
 use grid::{DeviceAttributes, DeviceLimits};
 use object::read::elf::ElfFile64;
@@ -37,7 +36,7 @@ use offload_formats::target_id::TargetId;
 use result::{device, function, launch, memory, module, HipCallError};
 use std::collections::HashMap;
 use std::ffi::{c_int, CStr, CString};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use sys::HipApi;
 
 /// Environment variable naming the HIP runtime library to load instead of the default.
@@ -60,24 +59,6 @@ pub struct HipDevice {
     pub target_id: Option<TargetId>,
     /// LLVM 16's launch limits for the device (from HIP's attributes, else grid values).
     pub limits: DeviceLimits,
-}
-
-/// What a launch needs to know about a kernel, recorded when it is resolved.
-#[derive(Clone, Copy, Debug)]
-struct Kernel {
-    device: usize,
-    /// From `<kernel>_exec_mode`; None for a kernel without that global.
-    mode: Option<ExecMode>,
-    /// HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK; None where HIP could not say.
-    max_threads: Option<u32>,
-}
-
-/// Kernels of the loaded modules by `hipFunction_t`, shared by the backend (launches)
-/// and the modules (which add theirs when resolved and remove them when unloaded).
-type KernelRegistry = Arc<Mutex<HashMap<DeviceAddr, Kernel>>>;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A device attribute, None when HIP lacks the call, fails, or answers a non-positive
@@ -114,7 +95,6 @@ struct Runtime {
 /// The AMDGPU backend over the HIP runtime. With no runtime it has no devices.
 pub struct HipBackend {
     runtime: Option<Runtime>,
-    kernels: KernelRegistry,
 }
 
 /// A failed HIP call as the typed driver error.
@@ -151,10 +131,7 @@ impl HipBackend {
             }
         }
         diag::debug(|| format!("no HIP runtime, 0 AMDGPU devices ({})", reasons.join("; ")));
-        HipBackend {
-            runtime: None,
-            kernels: KernelRegistry::default(),
-        }
+        HipBackend { runtime: None }
     }
 
     /// The backend of the HIP runtime at `path` (a path, or a soname to search for).
@@ -188,7 +165,6 @@ impl HipBackend {
                 api: Arc::new(api),
                 devices,
             }),
-            kernels: KernelRegistry::default(),
         })
     }
 
@@ -225,10 +201,6 @@ impl HipBackend {
         }
         device::set(&rt.api, device).map_err(driver_failed)?;
         Ok(&rt.api)
-    }
-
-    fn kernel(&self, handle: DeviceAddr) -> Option<Kernel> {
-        lock(&self.kernels).get(&handle).copied()
     }
 
     /// Launch with the given geometry and wait for the kernel (the [`Backend`] contract
@@ -275,9 +247,8 @@ struct HipModule {
     handle: usize,
     /// Defined dynamic symbols of the code object, by name.
     symbols: HashMap<Vec<u8>, ElfSymbol>,
-    kernels: KernelRegistry,
-    /// The registry keys this module added (removed when it is unloaded).
-    mine: Mutex<Vec<DeviceAddr>>,
+    /// The device's launch limits (capped per kernel by `kernel_limits`).
+    limits: DeviceLimits,
 }
 
 impl HipModule {
@@ -296,44 +267,13 @@ impl HipModule {
         self.symbols.contains_key(&kd)
     }
 
-    /// `<kernel>_exec_mode`, the 1-byte global clang emits for an OpenMP kernel: None
-    /// when the code object has none (a plain kernel, no HIP call made), else its value
-    /// read through HIP (the loader may relocate or the image may be rewritten).
-    fn exec_mode(&self, kernel: &CStr) -> Result<Option<ExecMode>, BackendError> {
-        let global = |name: &CStr| {
-            let Some(sym) = self.symbol(name) else {
-                return Ok(None);
-            };
-            if sym.kind != SymbolKind::Data {
-                return Err(BackendError::Load(format!(
-                    "{} is a {:?} symbol, not a variable",
-                    name.to_string_lossy(),
-                    sym.kind
-                )));
-            }
-            if sym.size != 1 {
-                // Refused by the size alone, before any HIP call.
-                return Ok(Some((0, sym.size)));
-            }
-            device::set(&self.api, self.device).map_err(driver_failed)?;
-            // SAFETY: the module is live for as long as `self`.
-            let (addr, _) = unsafe { module::get_global(&self.api, self.raw(), name) }
-                .map_err(driver_failed)?;
-            Ok(Some((addr, sym.size)))
-        };
-        let read_byte = |addr| {
-            let mut value = [0u8; 1];
-            // SAFETY: `addr` is the device address of a 1-byte global of this module, on
-            // the device just made current.
-            unsafe { memory::copy_to_host(&self.api, &mut value, addr) }.map_err(driver_failed)?;
-            Ok(value[0])
-        };
-        launch_shape::read_exec_mode(kernel, global, read_byte)
-    }
-
     /// The kernel's largest work-group as HIP reports it (None where it cannot).
-    fn max_threads(&self, f: sys::HipFunction, name: &CStr) -> Option<u32> {
-        // SAFETY: `f` came from hipModuleGetFunction on this live module.
+    ///
+    /// # Safety
+    /// `f` came from hipModuleGetFunction on this module.
+    unsafe fn max_threads(&self, f: sys::HipFunction, name: &CStr) -> Option<u32> {
+        // SAFETY: `f` came from hipModuleGetFunction on this module (the caller's
+        // promise), which is live for as long as `self`.
         match unsafe {
             function::attribute(&self.api, f, sys::HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
         } {
@@ -403,15 +343,18 @@ impl LoadedModule for HipModule {
         if f.is_null() {
             return Err(missing());
         }
-        let kernel = Kernel {
-            device: self.device,
-            mode: self.exec_mode(name)?,
-            max_threads: self.max_threads(f, name),
-        };
-        let handle = f as DeviceAddr;
-        lock(&self.kernels).insert(handle, kernel);
-        lock(&self.mine).push(handle);
-        Ok(handle)
+        Ok(f as DeviceAddr)
+    }
+
+    /// The device's limits, capped by the kernel's own largest work-group.
+    unsafe fn kernel_limits(
+        &self,
+        kernel: DeviceAddr,
+        name: &CStr,
+    ) -> Result<Option<Limits>, BackendError> {
+        // SAFETY: forwarded caller contract (`kernel` is this module's hipFunction_t).
+        let max_threads = unsafe { self.max_threads(kernel as sys::HipFunction, name) };
+        Ok(Some(self.limits.for_kernel(max_threads)))
     }
 
     /// A device function's code address (what an indirect call jumps to).
@@ -433,12 +376,6 @@ impl LoadedModule for HipModule {
 
 impl Drop for HipModule {
     fn drop(&mut self) {
-        {
-            let mut kernels = lock(&self.kernels);
-            for handle in lock(&self.mine).drain(..) {
-                kernels.remove(&handle);
-            }
-        }
         // Errors cannot be reported from a drop; the runtime reclaims modules at exit.
         if device::set(&self.api, self.device).is_ok() {
             // SAFETY: the module came from hipModuleLoadData and dies with `self`.
@@ -537,14 +474,14 @@ impl Backend for HipBackend {
         let bytes = code.bytes();
         let symbols = dynamic_symbols(bytes)?;
         let api = self.on_device(device)?;
+        let limits = self.runtime()?.devices[device].limits;
         let handle = module::load_data(api, bytes).map_err(driver_failed)?;
         Ok(Box::new(HipModule {
             api: Arc::clone(api),
             device,
             handle: handle as usize,
             symbols,
-            kernels: Arc::clone(&self.kernels),
-            mine: Mutex::new(Vec::new()),
+            limits,
         }))
     }
 
@@ -612,44 +549,15 @@ impl Backend for HipBackend {
         .map_err(driver_failed)
     }
 
+    /// Run a plain kernel once: one work-group of one work-item.
     unsafe fn launch(
         &self,
         device: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
     ) -> Result<(), BackendError> {
-        let openmp = self.kernel(kernel).is_some_and(|k| k.mode.is_some());
-        if openmp {
-            // SAFETY: forwarded caller contract.
-            return unsafe { self.launch_teams(device, kernel, args, LaunchRequest::default()) };
-        }
         // SAFETY: forwarded caller contract.
         unsafe { self.launch_with(device, kernel, args, ONCE_GRID, ONCE_BLOCK) }
-    }
-
-    /// The device's and the kernel's limits for LLVM 16's geometry; a kernel without
-    /// an exec mode is no OpenMP kernel: every work-item runs it (SPMD's rules).
-    fn kernel_limits(
-        &self,
-        device: usize,
-        kernel: DeviceAddr,
-    ) -> Result<Option<(ExecMode, Limits)>, BackendError> {
-        let k = self
-            .kernel(kernel)
-            .ok_or_else(|| BackendError::Launch(format!("{kernel:#x} is not a loaded kernel")))?;
-        let info = self
-            .runtime()?
-            .devices
-            .get(device)
-            .ok_or(BackendError::NoDevices("amdgpu"))?;
-        if k.device != device {
-            return Err(BackendError::Launch(format!(
-                "kernel {kernel:#x} belongs to device {}, not {device}",
-                k.device
-            )));
-        }
-        let mode = k.mode.unwrap_or(ExecMode::Spmd);
-        Ok(Some((mode, info.limits.for_kernel(k.max_threads))))
     }
 
     unsafe fn launch_shaped(

@@ -1,0 +1,753 @@
+//! One device, as nextgen's `GenericDeviceTy` sees it: the generic per-device state and
+//! rules (the images loaded on it with their indirect tables, its kernel registry, its
+//! allocations, copies, queues and events), over the vendor's hooks ([`Backend`], called
+//! with this device's index). libomptarget's calls for a device go to its `Device`
+//! through [`crate::Plugin::device`]; what spans devices stays on the `Plugin`.
+
+use crate::backend::{
+    AllocKind, Backend, DeviceAddr, EventHandle, LaunchRequest, LoadedModule, QueueHandle,
+};
+use crate::diag;
+use crate::entries::{HostEntry, OffloadEntry};
+use crate::error::PluginError;
+use crate::fptr::{self, FptrMapEntry};
+use crate::fptr_index::{self, FptrIndex, BUCKET_BYTES};
+use crate::kernels::{KernelRecord, KernelRegistry, LaunchPlan};
+use crate::plugin::{image_name, lock, row_origins, DeviceEntry, LoadContext, PluginKind};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Where an image's fptr table lives on the device, if the image can hold one.
+pub(crate) struct InstalledTable {
+    pub(crate) map_p: DeviceAddr,
+    pub(crate) map_size: DeviceAddr,
+    /// The device copy of the table (None when the table is empty).
+    pub(crate) allocation: Option<DeviceAddr>,
+    pub(crate) table: Vec<FptrMapEntry>,
+    /// The image's index header global, when its device runtime has one (device
+    /// runtimes from before the index do not).
+    pub(crate) index_global: Option<DeviceAddr>,
+    /// The index installed beside the table, if any.
+    pub(crate) index: Option<InstalledIndex>,
+}
+
+/// An index on the device: the header written into the image's global, and the
+/// allocation holding its buckets (aligned inside it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InstalledIndex {
+    pub(crate) header: FptrIndex,
+    pub(crate) allocation: DeviceAddr,
+}
+
+/// What [`Device::fptr_index`] reports about an image's index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexInfo {
+    /// Device address of the image's `__omptarget_rs_fptr_index`.
+    pub global: DeviceAddr,
+    /// What the plugin wrote into it: the empty header when there is no index.
+    pub header: FptrIndex,
+}
+
+pub(crate) struct LoadedImage {
+    pub(crate) key: usize,
+    pub(crate) name: String,
+    /// Kept alive while the image is loaded; dropping it unloads the image.
+    pub(crate) _module: Box<dyn LoadedModule>,
+    /// Its kernels' addresses (not a copy of every entry: a million names cost time).
+    pub(crate) kernels: Vec<DeviceAddr>,
+    pub(crate) fptr: Option<InstalledTable>,
+    /// What the caller handed to its own caller for this image and must keep in place
+    /// until the image is unloaded (the C ABI's `__tgt_target_table`): it lives and dies
+    /// with the image, so no second list has to be kept in step with this one.
+    pub(crate) published: Option<Box<dyn std::any::Any + Send>>,
+}
+
+/// One device of a plugin: its generic state, and the vendor's hooks for it.
+pub struct Device {
+    /// libomptarget's number for the device (what messages and errors name).
+    pub(crate) id: i32,
+    /// The vendor's index of the device (what its hooks take).
+    pub(crate) index: usize,
+    pub(crate) kind: PluginKind,
+    /// Declared before the backend so the images unload before the last reference to
+    /// the backend drops (a GPU backend releases its contexts then).
+    images: Mutex<Vec<LoadedImage>>,
+    /// Every kernel of the images loaded here, with what its launches need: launches
+    /// are checked against it, so a stale or made-up address fails instead of jumping
+    /// anywhere.
+    kernels: RwLock<KernelRegistry>,
+    pub(crate) backend: Arc<dyn Backend>,
+    /// The most threads a load resolves its entries on ([`Plugin::set_load_threads`]).
+    pub(crate) load_thread_cap: usize,
+}
+
+/// An error mapper for a backend call. `what` becomes a String only on failure: these
+/// run on every transfer and launch, where an allocation per call showed up.
+pub(crate) fn backend_err(
+    device: i32,
+    what: impl Into<String>,
+) -> impl FnOnce(crate::BackendError) -> PluginError {
+    move |source| PluginError::Backend {
+        device,
+        what: what.into(),
+        source,
+    }
+}
+
+/// As [`backend_err`], for a message that has to be formatted (only on failure).
+pub(crate) fn backend_err_with(
+    device: i32,
+    what: impl FnOnce() -> String,
+) -> impl FnOnce(crate::BackendError) -> PluginError {
+    move |source| PluginError::Backend {
+        device,
+        what: what(),
+        source,
+    }
+}
+
+impl Device {
+    pub(crate) fn new(index: usize, kind: PluginKind, backend: Arc<dyn Backend>) -> Self {
+        Device {
+            id: index as i32,
+            index,
+            kind,
+            images: Mutex::default(),
+            kernels: RwLock::default(),
+            backend,
+            load_thread_cap: crate::plugin::load_thread_cap(),
+        }
+    }
+
+    /// libomptarget's number for this device.
+    pub fn id(&self) -> i32 {
+        self.id
+    }
+
+    /// Unload every image (`__tgt_rtl_deinit_plugin`).
+    pub fn unload_all(&self) -> Result<(), PluginError> {
+        let removed = std::mem::take(&mut *lock(&self.images));
+        self.release(removed)
+    }
+
+    /// The keys of the images loaded here.
+    pub fn loaded_image_keys(&self) -> Vec<usize> {
+        lock(&self.images).iter().map(|i| i.key).collect()
+    }
+
+    pub fn init_device(&self) -> Result<(), PluginError> {
+        self.backend
+            .init_device(self.index)
+            .map_err(backend_err(self.id, "initialising"))
+    }
+
+    /// Load an image here, resolve its entries (one device entry per host entry,
+    /// in order), and install its indirect function table. `key` identifies the image
+    /// (libomptarget's address of it); loading the same key again replaces it.
+    pub fn load_binary(
+        &self,
+        key: usize,
+        image_bytes: &[u8],
+        entries: &[OffloadEntry],
+    ) -> Result<Vec<DeviceEntry>, PluginError> {
+        let mut out: Vec<DeviceEntry> = entries
+            .iter()
+            .map(|e| DeviceEntry {
+                addr: 0,
+                size: e.size,
+                flags: e.flags,
+            })
+            .collect();
+        self.load_entries(key, image_bytes, entries, |i, addr| out[i].addr = addr)?;
+        Ok(out)
+    }
+
+    /// [`Device::load_binary`] for any kind of host entry (the C ABI reads
+    /// libomptarget's in place): `record(i, address)` gets entry `i`'s device address
+    /// as it is resolved, straight into the caller's table (no list of a million
+    /// addresses in between). If the load fails, what was recorded means nothing.
+    pub fn load_entries<E: HostEntry + Sync>(
+        &self,
+        key: usize,
+        image_bytes: &[u8],
+        entries: &[E],
+        record: impl FnMut(usize, DeviceAddr),
+    ) -> Result<(), PluginError> {
+        let (device, d) = (self.id, self.index);
+        let name = image_name(key, image_bytes.len());
+        // The code for this device: the image, or its code object for the device.
+        let code =
+            self.backend
+                .device_code(d, image_bytes)
+                .map_err(|source| PluginError::Load {
+                    image: name.clone(),
+                    device,
+                    source,
+                })?;
+        let image_bytes = code.bytes();
+        let symbols =
+            self.backend
+                .inspect_image(image_bytes)
+                .map_err(|source| PluginError::Image {
+                    image: name.clone(),
+                    device,
+                    source,
+                })?;
+        let module =
+            self.backend
+                .load_image(d, image_bytes)
+                .map_err(|source| PluginError::Load {
+                    image: name.clone(),
+                    device,
+                    source,
+                })?;
+        if self.kind.has_device_environment() {
+            crate::device_env::install(self.backend.as_ref(), module.as_ref(), d).map_err(
+                |source| PluginError::Load {
+                    image: name.clone(),
+                    device,
+                    source,
+                },
+            )?;
+        }
+        let ctx = LoadContext {
+            plugin: self,
+            device,
+            d,
+            image: &name,
+            module: module.as_ref(),
+            symbols: symbols.as_ref(),
+            bias: module.load_bias(),
+            kernel_records: Mutex::new(Vec::new()),
+        };
+        let (kernels, rows) = ctx.resolve_entries(entries, record)?;
+        let kernel_records = std::mem::take(&mut *lock(&ctx.kernel_records));
+        // Entry names by host address, for the table dump: only built when the dump will
+        // be printed. A name copy and a hash insert per entry cost 18 % of a 1M-entry
+        // load (docs/BENCHMARKS.md 1d); error messages find their origin lazily instead.
+        let dump =
+            diag::info_enabled(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE) || diag::debug_enabled();
+        let origins: HashMap<u64, String> = if dump {
+            row_origins(entries)
+                .map(|(host, origin)| (host, origin.to_string()))
+                .collect()
+        } else {
+            HashMap::new()
+        };
+        let nth_origin = |host, rank| {
+            row_origins(entries)
+                .filter(|&(h, _)| h == host)
+                .nth(rank)
+                .map(|(_, origin)| origin)
+        };
+        let table = fptr::build_rows(rows, nth_origin).map_err(|source| PluginError::Fptr {
+            image: name.clone(),
+            device,
+            source,
+        })?;
+        let has_indirect = entries
+            .iter()
+            .any(|e| crate::entries::is_indirect(e.flags()));
+        let fptr = ctx.install_table(table, &origins, has_indirect)?;
+
+        let loaded = LoadedImage {
+            key,
+            name,
+            _module: module,
+            kernels: kernels.clone(),
+            fptr,
+            published: None,
+        };
+        self.unload(key)?;
+        lock(&self.images).push(loaded);
+        self.kernels
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(kernel_records);
+        Ok(())
+    }
+
+    /// Unload one image (if loaded): free its table, close it.
+    pub fn unload(&self, key: usize) -> Result<(), PluginError> {
+        let removed: Vec<LoadedImage> = {
+            let mut images = lock(&self.images);
+            let (gone, kept) = std::mem::take(&mut *images)
+                .into_iter()
+                .partition(|i| i.key == key);
+            *images = kept;
+            gone
+        };
+        self.release(removed)
+    }
+
+    fn release(&self, removed: Vec<LoadedImage>) -> Result<(), PluginError> {
+        let (device, d) = (self.id, self.index);
+        let mut result = Ok(());
+        for img in removed {
+            {
+                let mut kernels = self.kernels.write().unwrap_or_else(|e| e.into_inner());
+                for addr in &img.kernels {
+                    kernels.remove(addr);
+                }
+            }
+            let table = img.fptr.as_ref();
+            let allocations = [
+                table.and_then(|t| t.allocation),
+                table.and_then(|t| t.index).map(|i| i.allocation),
+            ];
+            for alloc in allocations.into_iter().flatten() {
+                // SAFETY: `alloc` came from `backend.alloc` on this device when the table
+                // or its index was installed, and the image using it is being unloaded.
+                let r = unsafe { self.backend.free(d, alloc) };
+                if let Err(source) = r {
+                    result = Err(PluginError::Backend {
+                        device,
+                        what: format!("freeing the indirect table of {}", img.name),
+                        source,
+                    });
+                }
+            }
+            diag::debug(|| format!("device {device}: unloaded {}", img.name));
+        }
+        result
+    }
+
+    /// Keep `table` with the loaded image `key` until it is unloaded (the C ABI's
+    /// published entry table, which libomptarget reads until then).
+    pub fn keep_with_image(
+        &self,
+        key: usize,
+        table: Box<dyn std::any::Any + Send>,
+    ) -> Result<(), PluginError> {
+        let device = self.id;
+        let mut images = lock(&self.images);
+        let image =
+            images
+                .iter_mut()
+                .find(|i| i.key == key)
+                .ok_or_else(|| PluginError::Invalid {
+                    device,
+                    what: format!("no image {key:#x} is loaded"),
+                })?;
+        image.published = Some(table);
+        Ok(())
+    }
+
+    /// The indirect function table installed for an image (for tools and tests).
+    pub fn fptr_table(&self, key: usize) -> Option<Vec<FptrMapEntry>> {
+        let images = lock(&self.images);
+        let img = images.iter().find(|i| i.key == key)?;
+        img.fptr.as_ref().map(|t| t.table.clone())
+    }
+
+    /// The index header global of an image and what was written into it; None when the
+    /// image has no table or its device runtime has no index global.
+    pub fn fptr_index(&self, key: usize) -> Option<IndexInfo> {
+        let images = lock(&self.images);
+        let table = images.iter().find(|i| i.key == key)?.fptr.as_ref()?;
+        Some(IndexInfo {
+            global: table.index_global?,
+            header: table.index.map_or(FptrIndex::NONE, |i| i.header),
+        })
+    }
+
+    /// Number of images loaded here.
+    pub fn loaded_images(&self) -> usize {
+        lock(&self.images).len()
+    }
+
+    /// `__tgt_rtl_set_function_ptr_map`: install a whole table, handed over by the host
+    /// runtime, in every image loaded on the device that has the table globals.
+    pub fn set_function_ptr_map(&self, rows: &[FptrMapEntry]) -> Result<usize, PluginError> {
+        let (device, d) = (self.id, self.index);
+        let table = fptr::from_rows(rows).map_err(|source| PluginError::Fptr {
+            image: "the table given to __tgt_rtl_set_function_ptr_map".into(),
+            device,
+            source,
+        })?;
+        let mut images = lock(&self.images);
+        let mut patched = 0;
+        for img in images.iter_mut() {
+            let Some(installed) = img.fptr.as_mut() else {
+                continue;
+            };
+            // The old index describes the old table: off first, so that no step below
+            // can leave the device with an index of another table.
+            if let Some(global) = installed.index_global {
+                self.write_index_header(global, &FptrIndex::NONE)?;
+                if let Some(old) = installed.index.take() {
+                    // SAFETY: `old.allocation` came from `backend.alloc` on this device
+                    // and the image's header no longer points into it.
+                    unsafe { self.backend.free(d, old.allocation) }
+                        .map_err(backend_err(device, "freeing the previous index"))?;
+                }
+            }
+            let new_alloc = self.upload(&table, installed.map_p, installed.map_size)?;
+            let old_table = std::mem::replace(&mut installed.allocation, new_alloc);
+            installed.table = table.clone();
+            if let Some(old) = old_table {
+                // SAFETY: `old` came from `backend.alloc` on this device and the image
+                // now points at the new table.
+                unsafe { self.backend.free(d, old) }
+                    .map_err(backend_err(device, "freeing the previous table"))?;
+            }
+            if let Some(global) = installed.index_global {
+                let (index, note) = self.upload_index(&table, global)?;
+                diag::debug(|| format!("device {device}: {}: {note}", img.name));
+                installed.index = index;
+            }
+            patched += 1;
+        }
+        Ok(patched)
+    }
+
+    /// Copy a table to the device and point the image's globals at it.
+    pub(crate) fn upload(
+        &self,
+        table: &[FptrMapEntry],
+        map_p: DeviceAddr,
+        map_size: DeviceAddr,
+    ) -> Result<Option<DeviceAddr>, PluginError> {
+        let bytes = fptr::as_bytes(table);
+        let allocation = if table.is_empty() {
+            None
+        } else {
+            let a = self
+                .backend
+                .alloc(self.index, bytes.len())
+                .map_err(backend_err(self.id, "allocating the indirect table"))?;
+            // SAFETY: `a` is a fresh allocation of exactly `bytes.len()` bytes.
+            unsafe { self.backend.write(self.index, a, bytes) }
+                .map_err(backend_err(self.id, "copying the indirect table"))?;
+            Some(a)
+        };
+        let p = allocation.unwrap_or(0).to_ne_bytes();
+        let n = (table.len() as u64).to_ne_bytes();
+        // SAFETY: `map_p` and `map_size` are the addresses of the image's 8-byte table
+        // globals, resolved through the backend and size-checked against the ELF symbols.
+        unsafe {
+            self.backend
+                .write(self.index, map_p, &p)
+                .and_then(|()| self.backend.write(self.index, map_size, &n))
+        }
+        .map_err(backend_err(self.id, "writing the indirect table globals"))?;
+        Ok(allocation)
+    }
+
+    /// Build the index of `table`, copy its buckets to the device and write its header
+    /// into the image's index global; without an index (turned off, the builder gave up,
+    /// no device memory for it) the global gets the empty header, so the device searches
+    /// the table. Returns the index and a line for the log; an error only when the header
+    /// cannot be written (then nothing of the index is left allocated).
+    pub(crate) fn upload_index(
+        &self,
+        table: &[FptrMapEntry],
+        global: DeviceAddr,
+    ) -> Result<(Option<InstalledIndex>, String), PluginError> {
+        let d = self.index;
+        let built = if fptr_index::enabled() {
+            fptr_index::build(table).map_err(fptr_index::describe)
+        } else {
+            Err("turned off by OMPTARGET_RS_FPTR_INDEX=0".to_string())
+        };
+        let (index, note) = match built {
+            Ok(built) => match self.copy_index(&built) {
+                Ok(index) => {
+                    let note = format!(
+                        "index: {} buckets of {} pairs ({} bytes) at {:#x}, seed pair {}",
+                        index.header.bucket_count,
+                        fptr_index::SLOTS,
+                        built.as_bytes().len(),
+                        index.header.buckets,
+                        built.attempts
+                    );
+                    (Some(index), note)
+                }
+                Err(e) => (
+                    None,
+                    format!(
+                        "no index (copying it to the device failed: {e}): lookups search \
+                         the table"
+                    ),
+                ),
+            },
+            Err(reason) => (
+                None,
+                format!("no index ({reason}): lookups search the table"),
+            ),
+        };
+        let header = index.map_or(FptrIndex::NONE, |i| i.header);
+        if let Err(e) = self.write_index_header(global, &header) {
+            if let Some(index) = index {
+                // SAFETY: the allocation is fresh and the header does not point into it.
+                let _ = unsafe { self.backend.free(d, index.allocation) };
+            }
+            return Err(e);
+        }
+        Ok((index, note))
+    }
+
+    /// Allocate device memory for an index's buckets (32-byte aligned inside it) and copy
+    /// them there; nothing stays allocated on failure.
+    fn copy_index(
+        &self,
+        built: &fptr_index::HostIndex,
+    ) -> Result<InstalledIndex, crate::BackendError> {
+        let d = self.index;
+        let bytes = built.as_bytes();
+        // Room to start the buckets on a 32-byte boundary.
+        let allocation = self.backend.alloc(d, bytes.len() + BUCKET_BYTES - 1)?;
+        let buckets = fptr_index::aligned_buckets(allocation);
+        // SAFETY: `buckets .. buckets + bytes.len()` lies inside the fresh allocation of
+        // bytes.len() + 31 bytes at `allocation` (aligned_buckets moves the start by at
+        // most 31).
+        if let Err(e) = unsafe { self.backend.write(d, buckets, bytes) } {
+            // SAFETY: nothing points at the fresh allocation.
+            let _ = unsafe { self.backend.free(d, allocation) };
+            return Err(e);
+        }
+        Ok(InstalledIndex {
+            header: built.header(buckets),
+            allocation,
+        })
+    }
+
+    /// Write an index header into an image's index global.
+    fn write_index_header(
+        &self,
+        global: DeviceAddr,
+        header: &FptrIndex,
+    ) -> Result<(), PluginError> {
+        // SAFETY: `global` is the address of an image's index header global, resolved
+        // through the backend and size-checked (fptr_index::HEADER_BYTES) against its
+        // symbol.
+        unsafe {
+            self.backend
+                .write(self.index, global, bytemuck::bytes_of(header))
+        }
+        .map_err(backend_err(self.id, "writing the index global"))
+    }
+
+    /// The record of a kernel of an image loaded here.
+    fn loaded_kernel(&self, kernel: DeviceAddr) -> Result<KernelRecord, PluginError> {
+        let record = self
+            .kernels
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&kernel)
+            .copied();
+        record.ok_or_else(|| PluginError::Invalid {
+            device: self.id,
+            what: format!("{kernel:#x} is not a kernel of any image loaded on it"),
+        })
+    }
+
+    /// Run a kernel of a loaded image with pointer arguments, once (an OpenMP kernel of
+    /// a GPU: with the default shape, see [`KernelRecord::plan`]).
+    ///
+    /// # Safety
+    /// The arguments are device addresses valid for what the kernel does with them.
+    pub unsafe fn launch(
+        &self,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+    ) -> Result<(), PluginError> {
+        let device = self.id;
+        let record = self.loaded_kernel(kernel)?;
+        diag::debug(|| {
+            format!(
+                "device {device}: launching {kernel:#x} with {} args",
+                args.len()
+            )
+        });
+        // SAFETY: `kernel` is a kernel of an image loaded on this device (its record was
+        // found); the caller vouches for the arguments.
+        unsafe { self.run_kernel(kernel, args, record.plan(None)) }
+    }
+
+    /// Run a kernel of a loaded image with the team and thread counts libomptarget asks
+    /// for (0: the default), shaped by LLVM 16's rules ([`KernelRecord::plan`]).
+    ///
+    /// # Safety
+    /// The arguments are device addresses valid for what the kernel does with them.
+    pub unsafe fn launch_teams(
+        &self,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        request: LaunchRequest,
+    ) -> Result<(), PluginError> {
+        let device = self.id;
+        let record = self.loaded_kernel(kernel)?;
+        diag::debug(|| {
+            format!(
+                "device {device}: launching {kernel:#x} with {} args, {request:?}",
+                args.len()
+            )
+        });
+        // SAFETY: as in `launch`.
+        unsafe { self.run_kernel(kernel, args, record.plan(Some(request))) }
+    }
+
+    /// Hand a planned launch to the vendor.
+    ///
+    /// # Safety
+    /// `kernel` is a kernel of an image loaded on this device, and the arguments are
+    /// valid for it.
+    unsafe fn run_kernel(
+        &self,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        plan: LaunchPlan,
+    ) -> Result<(), PluginError> {
+        let launched = match plan {
+            // SAFETY: forwarded caller contract.
+            LaunchPlan::Once => unsafe { self.backend.launch(self.index, kernel, args) },
+            LaunchPlan::Shaped(mode, shape) => {
+                diag::debug(|| {
+                    format!(
+                        "device {}: launching {kernel:#x} ({mode:?}) as {shape:?}",
+                        self.id
+                    )
+                });
+                // SAFETY: forwarded caller contract.
+                unsafe { self.backend.launch_shaped(self.index, kernel, args, shape) }
+            }
+        };
+        launched.map_err(backend_err_with(self.id, || format!("kernel {kernel:#x}")))
+    }
+
+    /// Allocate memory of one of LLVM 16's kinds (device, pinned host, managed).
+    pub fn alloc_kind(&self, size: usize, kind: AllocKind) -> Result<DeviceAddr, PluginError> {
+        self.backend
+            .alloc_kind(self.index, size, kind)
+            .map_err(backend_err_with(self.id, || {
+                format!("allocating {kind:?} memory")
+            }))
+    }
+
+    pub fn alloc(&self, size: usize) -> Result<DeviceAddr, PluginError> {
+        self.backend
+            .alloc(self.index, size)
+            .map_err(backend_err(self.id, "allocating"))
+    }
+
+    /// # Safety
+    /// `addr` came from `alloc` on this device and is dead.
+    pub unsafe fn free(&self, addr: DeviceAddr) -> Result<(), PluginError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.backend.free(self.index, addr) }.map_err(backend_err(self.id, "freeing"))
+    }
+
+    /// # Safety
+    /// `dst .. dst + src.len()` is device memory of `device`.
+    pub unsafe fn submit(&self, dst: DeviceAddr, src: &[u8]) -> Result<(), PluginError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.backend.write(self.index, dst, src) }
+            .map_err(backend_err(self.id, "copying to the device"))
+    }
+
+    /// # Safety
+    /// `src .. src + dst.len()` is device memory of `device`.
+    pub unsafe fn retrieve(&self, dst: &mut [u8], src: DeviceAddr) -> Result<(), PluginError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.backend.read(self.index, src, dst) }
+            .map_err(backend_err(self.id, "copying from the device"))
+    }
+
+    pub fn synchronize(&self) -> Result<(), PluginError> {
+        self.backend
+            .synchronize(self.index)
+            .map_err(backend_err(self.id, "synchronizing"))
+    }
+
+    /// A queue for asynchronous copies, None where the device copies synchronously.
+    pub fn queue_create(&self) -> Result<Option<QueueHandle>, PluginError> {
+        self.backend
+            .queue_create(self.index)
+            .map_err(backend_err(self.id, "creating a queue"))
+    }
+
+    /// Wait for a queue's work and destroy it.
+    pub fn queue_finish(&self, queue: QueueHandle) -> Result<(), PluginError> {
+        self.backend
+            .queue_finish(self.index, queue)
+            .map_err(backend_err_with(self.id, || {
+                format!("finishing queue {queue:#x}")
+            }))
+    }
+
+    pub fn queue_done(&self, queue: QueueHandle) -> Result<bool, PluginError> {
+        self.backend
+            .queue_done(self.index, queue)
+            .map_err(backend_err_with(self.id, || {
+                format!("querying queue {queue:#x}")
+            }))
+    }
+
+    /// # Safety
+    /// As [`Backend::write_async`].
+    pub unsafe fn submit_async(
+        &self,
+        dst: DeviceAddr,
+        src: *const u8,
+        len: usize,
+        queue: QueueHandle,
+    ) -> Result<(), PluginError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.backend.write_async(self.index, dst, src, len, queue) }
+            .map_err(backend_err(self.id, "queueing a copy to the device"))
+    }
+
+    /// # Safety
+    /// As [`Backend::read_async`].
+    pub unsafe fn retrieve_async(
+        &self,
+        dst: *mut u8,
+        src: DeviceAddr,
+        len: usize,
+        queue: QueueHandle,
+    ) -> Result<(), PluginError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.backend.read_async(self.index, src, dst, len, queue) }
+            .map_err(backend_err(self.id, "queueing a copy from the device"))
+    }
+
+    /// A new event, None where events are only tokens (everything is already complete).
+    pub fn event_create(&self) -> Result<Option<EventHandle>, PluginError> {
+        self.backend
+            .event_create(self.index)
+            .map_err(backend_err(self.id, "creating an event"))
+    }
+
+    pub fn event_record(
+        &self,
+        event: EventHandle,
+        queue: Option<QueueHandle>,
+    ) -> Result<(), PluginError> {
+        self.backend
+            .event_record(self.index, event, queue)
+            .map_err(backend_err(self.id, "recording an event"))
+    }
+
+    pub fn event_wait(
+        &self,
+        event: EventHandle,
+        queue: Option<QueueHandle>,
+    ) -> Result<(), PluginError> {
+        self.backend
+            .event_wait(self.index, event, queue)
+            .map_err(backend_err(self.id, "waiting for an event"))
+    }
+
+    pub fn event_sync(&self, event: EventHandle) -> Result<(), PluginError> {
+        self.backend
+            .event_sync(self.index, event)
+            .map_err(backend_err(self.id, "synchronizing an event"))
+    }
+
+    pub fn event_destroy(&self, event: EventHandle) -> Result<(), PluginError> {
+        self.backend
+            .event_destroy(self.index, event)
+            .map_err(backend_err(self.id, "destroying an event"))
+    }
+}
