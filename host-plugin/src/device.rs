@@ -211,7 +211,7 @@ impl Device {
             )?;
         }
         let ctx = LoadContext {
-            plugin: self,
+            target: self,
             device,
             d,
             image: &name,

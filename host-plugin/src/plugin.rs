@@ -249,7 +249,7 @@ fn load_threads(entries: usize, cap: usize) -> usize {
 
 pub(crate) struct LoadContext<'a> {
     /// The device the image loads on (its generic side and vendor hooks).
-    pub(crate) plugin: &'a Device,
+    pub(crate) target: &'a Device,
     pub(crate) device: i32,
     pub(crate) d: usize,
     pub(crate) image: &'a str,
@@ -315,10 +315,10 @@ impl<'a> LoadContext<'a> {
         function_of: Option<&dyn LoadedModule>,
     ) -> Result<(), PluginError> {
         let record = match function_of {
-            Some(module) if self.plugin.kind.is_gpu() => {
+            Some(module) if self.target.kind.is_gpu() => {
                 let mode = self
                     .exec_mode(entry)?
-                    .or_else(|| self.plugin.backend.untagged_kernel_mode());
+                    .or_else(|| self.target.backend.untagged_kernel_mode());
                 // SAFETY: `addr` is what `module.function` returned for this entry's name.
                 let limits = unsafe { module.kernel_limits(addr, entry.name()) }
                     .map_err(|e| self.entry_err(entry, e.to_string()))?;
@@ -350,7 +350,7 @@ impl<'a> LoadContext<'a> {
             let mut value = [0u8; 1];
             // SAFETY: `addr` is the device address of a global of this image whose size
             // was just checked to be 1 byte.
-            unsafe { self.plugin.backend.read(self.d, addr, &mut value) }?;
+            unsafe { self.target.backend.read(self.d, addr, &mut value) }?;
             Ok(value[0])
         };
         launch_shape::read_exec_mode(entry.name(), global, read_byte)
@@ -403,7 +403,7 @@ impl<'a> LoadContext<'a> {
         let mut word = [0u8; 8];
         // SAFETY: callers pass the address of an image global whose ELF symbol size was
         // checked to be 8 bytes.
-        unsafe { self.plugin.backend.read(self.d, addr, &mut word) }
+        unsafe { self.target.backend.read(self.d, addr, &mut word) }
             .map_err(|e| self.entry_err(entry, format!("reading its device global: {e}")))?;
         Ok(u64::from_ne_bytes(word))
     }
@@ -504,7 +504,7 @@ impl<'a> LoadContext<'a> {
         mut record: impl FnMut(usize, DeviceAddr),
     ) -> Result<(Vec<DeviceAddr>, Vec<FptrMapEntry>), PluginError> {
         let threads = match self.own_tables() {
-            Some(_) => load_threads(entries.len(), self.plugin.load_thread_cap),
+            Some(_) => load_threads(entries.len(), self.target.load_thread_cap),
             None => 1,
         };
         if threads <= 1 {
@@ -607,7 +607,7 @@ impl<'a> LoadContext<'a> {
                 Some(EntryKind::IndirectThroughGlobal | EntryKind::IndirectVtable)
             );
             if let (Some(sym), true) = (sym, holds_pointer) {
-                self.plugin
+                self.target
                     .backend
                     .prefetch(self.d, bias.wrapping_add(sym.value));
             }
@@ -676,7 +676,7 @@ impl<'a> LoadContext<'a> {
                     // is not null and, where the image's symbols are known, lies inside
                     // one of its symbols with room for the whole vtable
                     // (check_device_vtable); the device vtable has the host one's layout.
-                    unsafe { self.plugin.backend.read(self.d, device_vtable, &mut dev) }.map_err(
+                    unsafe { self.target.backend.read(self.d, device_vtable, &mut dev) }.map_err(
                         |e| self.entry_err(entry, format!("reading the device vtable: {e}")),
                     )?;
                     rows.extend(fptr::vtable_pairs(name, host, &dev).iter().map(|p| {
@@ -738,17 +738,17 @@ impl<'a> LoadContext<'a> {
             }
             return Ok(None);
         };
-        let allocation = self.plugin.upload(&table, map_p, map_size)?;
+        let allocation = self.target.upload(&table, map_p, map_size)?;
         let index_global = self.index_global()?;
         let (index, index_note) = match index_global {
             Some(global) => {
-                match self.plugin.upload_index(&table, global) {
+                match self.target.upload_index(&table, global) {
                     Ok(done) => done,
                     Err(e) => {
                         if let Some(a) = allocation {
                             // SAFETY: the table was allocated just above for this image,
                             // which fails to load and is never used.
-                            let _ = unsafe { self.plugin.backend.free(self.d, a) };
+                            let _ = unsafe { self.target.backend.free(self.d, a) };
                         }
                         return Err(e);
                     }
