@@ -6,12 +6,14 @@
 
 use crate::backend::{
     AllocKind, Backend, DeviceAddr, EventHandle, LaunchRequest, LoadedModule, QueueHandle,
+    StagedImage,
 };
 use crate::diag;
 use crate::entries::{HostEntry, OffloadEntry};
 use crate::error::PluginError;
 use crate::fptr::{self, FptrMapEntry};
 use crate::fptr_index::{self, FptrIndex, BUCKET_BYTES};
+use crate::image::{ImageError, ImageSymbols};
 use crate::kernels::{KernelRecord, KernelRegistry, LaunchPlan};
 use crate::plugin::{image_name, lock, row_origins, DeviceEntry, LoadContext, PluginKind};
 use std::collections::HashMap;
@@ -106,6 +108,12 @@ pub(crate) fn backend_err_with(
     }
 }
 
+/// Images from this size on are staged on a second thread while their checks run
+/// ([`Device::inspect_and_stage`]), and their load files released on one while the
+/// entries resolve: below it, a thread start (tens of microseconds) would cost what
+/// the overlap saves.
+const STAGE_ALONGSIDE_BYTES: usize = 256 << 10;
+
 impl Device {
     pub(crate) fn new(index: usize, kind: PluginKind, backend: Arc<dyn Backend>) -> Self {
         Device {
@@ -162,6 +170,40 @@ impl Device {
         Ok(out)
     }
 
+    /// The image's checks ([`Backend::inspect_image`]) and the work the backend can do
+    /// on it meanwhile ([`Backend::stage_image`]): for an image of
+    /// [`STAGE_ALONGSIDE_BYTES`] or more, the staging runs on a second thread while the
+    /// checks run (the host writes the image file, 0.2 to 50 ms from 10k to 1M entries,
+    /// while as long goes to the checks); smaller ones do both in turn. Nothing is
+    /// loaded before the checks pass: the caller loads only then.
+    #[allow(clippy::type_complexity)]
+    fn inspect_and_stage<'i>(
+        &self,
+        image: &'i [u8],
+    ) -> (
+        Result<Option<ImageSymbols<'i>>, ImageError>,
+        Result<Option<StagedImage>, crate::BackendError>,
+    ) {
+        let backend = self.backend.as_ref();
+        if image.len() < STAGE_ALONGSIDE_BYTES {
+            let symbols = backend.inspect_image(image);
+            let staged = match symbols {
+                Ok(_) => backend.stage_image(self.index, image),
+                Err(_) => Ok(None),
+            };
+            return (symbols, staged);
+        }
+        std::thread::scope(|scope| {
+            let staging = scope.spawn(|| backend.stage_image(self.index, image));
+            let symbols = backend.inspect_image(image);
+            // A panic while staging goes on here, where the C ABI's guard catches it.
+            let staged = staging
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (symbols, staged)
+        })
+    }
+
     /// [`Device::load_binary`] for any kind of host entry (the C ABI reads
     /// libomptarget's in place): `record(i, address)` gets entry `i`'s device address
     /// as it is resolved, straight into the caller's table (no list of a million
@@ -185,22 +227,19 @@ impl Device {
                     source,
                 })?;
         let image_bytes = code.bytes();
-        let symbols =
-            self.backend
-                .inspect_image(image_bytes)
-                .map_err(|source| PluginError::Image {
-                    image: name.clone(),
-                    device,
-                    source,
-                })?;
-        let module =
-            self.backend
-                .load_image(d, image_bytes)
-                .map_err(|source| PluginError::Load {
-                    image: name.clone(),
-                    device,
-                    source,
-                })?;
+        let (symbols, staged) = self.inspect_and_stage(image_bytes);
+        let symbols = symbols.map_err(|source| PluginError::Image {
+            image: name.clone(),
+            device,
+            source,
+        })?;
+        let module = staged
+            .and_then(|staged| self.backend.load_staged(d, image_bytes, staged))
+            .map_err(|source| PluginError::Load {
+                image: name.clone(),
+                device,
+                source,
+            })?;
         if self.kind.has_device_environment() {
             crate::device_env::install(self.backend.as_ref(), module.as_ref(), d).map_err(
                 |source| PluginError::Load {
@@ -220,7 +259,17 @@ impl Device {
             bias: module.load_bias(),
             kernel_records: Mutex::new(Vec::new()),
         };
-        let (kernels, rows) = ctx.resolve_entries(entries, record)?;
+        // Removing the host's image file took 0.1 ms of a 2 ms load at 10k entries
+        // (docs/BENCHMARKS.md 1d): for big images it runs beside the resolution.
+        let (kernels, rows) = if image_bytes.len() >= STAGE_ALONGSIDE_BYTES {
+            std::thread::scope(|scope| {
+                scope.spawn(|| module.release_load_files());
+                ctx.resolve_entries(entries, record)
+            })
+        } else {
+            module.release_load_files();
+            ctx.resolve_entries(entries, record)
+        }?;
         let kernel_records = std::mem::take(&mut *lock(&ctx.kernel_records));
         // Entry names by host address, for the table dump: only built when the dump will
         // be printed. A name copy and a hash insert per entry cost 18 % of a 1M-entry

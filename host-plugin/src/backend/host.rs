@@ -2,14 +2,14 @@
 //! are x86-64 shared objects loaded with dlopen, memory is malloc'd process memory,
 //! kernels are called through libffi with one pointer argument per mapped variable.
 
-use super::{Backend, BackendError, DeviceAddr, LoadedModule};
+use super::{Backend, BackendError, DeviceAddr, LoadedModule, StagedImage};
 use libffi::low::{self, ffi_abi_FFI_DEFAULT_ABI, ffi_cif, ffi_type, CodePtr};
 use libloading::os::unix::{Library, RTLD_LAZY, RTLD_LOCAL};
 use std::ffi::{c_void, CStr};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// LLVM's host plugin offers four devices; tests in LLVM's suite use more than one.
 pub const HOST_DEVICE_COUNT: usize = 4;
@@ -120,6 +120,19 @@ struct HostModule {
     library: Library,
     /// `l_addr` of the image's link map: image address + this = process address.
     load_bias: u64,
+    /// The image file dlopen mapped, until [`LoadedModule::release_load_files`].
+    file: Mutex<Option<ImageFile>>,
+}
+
+/// A temp file holding an image for dlopen, removed on drop: the mapping stays valid
+/// after the name is gone, so nothing is left in the temporary directory once a load
+/// ends, failed or not (LLVM 16's plugin never removes its files).
+struct ImageFile(PathBuf);
+
+impl Drop for ImageFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// The public head of glibc's `struct link_map` (<link.h>); the loader's private fields
@@ -171,6 +184,11 @@ impl HostModule {
 }
 
 impl LoadedModule for HostModule {
+    fn release_load_files(&self) {
+        let file = self.file.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(file);
+    }
+
     fn global(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
         self.symbol(name)
     }
@@ -194,6 +212,17 @@ fn temp_image_path() -> PathBuf {
     ))
 }
 
+/// `image` written to a fresh temp file for dlopen; a failed write leaves no file.
+fn write_image_file(image: &[u8]) -> Result<ImageFile, BackendError> {
+    let file = ImageFile(temp_image_path());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&file.0)
+        .and_then(|mut f| f.write_all(image))?;
+    Ok(file)
+}
+
 impl Backend for HostBackend {
     fn elf_machine(&self) -> u16 {
         object::elf::EM_X86_64
@@ -209,29 +238,43 @@ impl Backend for HostBackend {
 
     fn load_image(
         &self,
-        _device: usize,
+        device: usize,
         image: &[u8],
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
-        let path = temp_image_path();
-        let written = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(image));
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&path);
-            return Err(e.into());
-        }
+        self.load_staged(device, image, None)
+    }
+
+    fn stage_image(
+        &self,
+        _device: usize,
+        image: &[u8],
+    ) -> Result<Option<StagedImage>, BackendError> {
+        Ok(Some(Box::new(write_image_file(image)?)))
+    }
+
+    fn load_staged(
+        &self,
+        _device: usize,
+        image: &[u8],
+        staged: Option<StagedImage>,
+    ) -> Result<Box<dyn LoadedModule>, BackendError> {
+        let file = match staged.map(|s| s.downcast::<ImageFile>()) {
+            Some(Ok(file)) => *file,
+            // Not staged (or staged by something else): write it now.
+            _ => write_image_file(image)?,
+        };
         // Local binding, like separate GPU modules: two images never interpose each
         // other's globals (each has its own `__omp_offloading_fptr_map_p`).
         // SAFETY: loading runs the image's ELF constructors; the image is a device image
         // libomptarget handed us to run, exactly what this device exists to execute.
-        let opened = unsafe { Library::open(Some(&path), RTLD_LAZY | RTLD_LOCAL) };
-        // The mapping stays valid after the name is gone; nothing is left in /tmp.
-        let _ = std::fs::remove_file(&path);
+        let opened = unsafe { Library::open(Some(&file.0), RTLD_LAZY | RTLD_LOCAL) };
         let library = opened.map_err(|e| BackendError::Load(e.to_string()))?;
         let (library, load_bias) = load_bias_of(library)?;
-        Ok(Box::new(HostModule { library, load_bias }))
+        Ok(Box::new(HostModule {
+            library,
+            load_bias,
+            file: Mutex::new(Some(file)),
+        }))
     }
 
     fn alloc(&self, _device: usize, size: usize) -> Result<DeviceAddr, BackendError> {

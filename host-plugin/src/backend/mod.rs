@@ -211,6 +211,10 @@ pub trait LoadedModule: Send + Sync {
     fn global(&self, name: &CStr) -> Result<DeviceAddr, BackendError>;
     /// Device address of a function defined by the image.
     fn function(&self, name: &CStr) -> Result<DeviceAddr, BackendError>;
+    /// Let go of what loading needed and the loaded module does not (the host: the
+    /// image file, whose mapping stays valid without its name). The core calls it once
+    /// after the load, while the entries resolve; dropping the module does it too.
+    fn release_load_files(&self) {}
     /// Device address of a non-kernel function named by a size-0 indirect entry, asked
     /// only where the core cannot resolve it from the image's own symbol tables (no
     /// [`LoadedModule::load_bias`]: the GPU backends).
@@ -245,6 +249,11 @@ pub trait LoadedModule: Send + Sync {
     }
 }
 
+/// What a backend prepared for an image before its checks finished
+/// ([`Backend::stage_image`]), handed back to [`Backend::load_staged`]; dropping it
+/// undoes the preparation.
+pub type StagedImage = Box<dyn std::any::Any + Send>;
+
 /// A device kind. Methods taking raw device addresses are `unsafe`: the caller promises
 /// the addresses came from this backend (an allocation or a resolved symbol) and the
 /// ranges lie inside it.
@@ -258,6 +267,28 @@ pub trait Backend: Send + Sync {
         device: usize,
         image: &[u8],
     ) -> Result<Box<dyn LoadedModule>, BackendError>;
+    /// Work on an image that needs nothing of its checks ([`Backend::inspect_image`]),
+    /// which the core runs on another thread while they run, for big images: the host
+    /// writes the file dlopen will open. Nothing is loaded or run here. `None`: nothing
+    /// to do ahead.
+    fn stage_image(
+        &self,
+        _device: usize,
+        _image: &[u8],
+    ) -> Result<Option<StagedImage>, BackendError> {
+        Ok(None)
+    }
+    /// [`Backend::load_image`] of an image [`Backend::stage_image`] worked on (`staged`
+    /// is what it returned).
+    fn load_staged(
+        &self,
+        device: usize,
+        image: &[u8],
+        staged: Option<StagedImage>,
+    ) -> Result<Box<dyn LoadedModule>, BackendError> {
+        drop(staged);
+        self.load_image(device, image)
+    }
     fn alloc(&self, device: usize, size: usize) -> Result<DeviceAddr, BackendError>;
     /// # Safety
     /// `addr` came from `alloc` on this device and is not used afterwards.
