@@ -80,9 +80,11 @@ fn case(u: &mut Unstructured) -> Result<Option<Case>> {
 }
 
 /// The documented classification, restated: what each flag/size combination means.
+/// LLVM's loader rule (`setupIndirectCallTable`): either bit makes an entry indirect,
+/// and 0x20 makes it a vtable, with or without 0x08.
 fn expected_kind(e: &OffloadEntry) -> Option<EntryKind> {
-    let indirect = e.flags & FLAG_INDIRECT != 0;
     let vtable = e.flags & FLAG_INDIRECT_VTABLE != 0;
+    let indirect = e.flags & FLAG_INDIRECT != 0 || vtable;
     match (indirect, vtable, e.size) {
         (false, _, 0) => Some(EntryKind::Kernel),
         (false, _, _) => Some(EntryKind::Global),
