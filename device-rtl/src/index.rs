@@ -28,6 +28,7 @@
 //! multiply, high half), whatever the seeds and the key, so a corrupted bucket or seed can
 //! give a wrong answer but cannot make the lookup read outside the buckets or loop.
 
+use crate::hint::prefetch_read as prefetch;
 use crate::table::FptrMapEntry;
 use bytemuck::{Pod, Zeroable};
 
@@ -353,21 +354,6 @@ fn filler_for(table: &[FptrMapEntry]) -> u64 {
 /// Insertions ahead of the current one whose buckets [`place_all`] asks the cache for:
 /// enough to cover a memory access's latency with the work of the insertions between.
 const PREFETCH_DISTANCE: usize = 16;
-
-/// Ask the CPU for the cache line holding `*item` (the builder runs on the host; on other
-/// targets a no-op).
-#[inline(always)]
-fn prefetch<T>(item: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 of an address from a live reference: a prefetch never faults and
-    // writes nothing.
-    unsafe {
-        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>((item as *const T).cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = item;
-}
 
 fn empty_slot(filler: u64) -> FptrMapEntry {
     FptrMapEntry {

@@ -3,20 +3,9 @@
 //! pointer globals scattered over an image): asking a few dozen lookups ahead makes
 //! their cache misses overlap instead of waiting for each in turn.
 
-/// Ask for the cache line holding `*item`. Never faults, changes nothing a program can
-/// observe but time.
-#[inline]
-pub fn read<T>(item: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 of an address from a live reference: prefetches never fault or
-    // write, and `item` is valid besides.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>((item as *const T).cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = item;
-}
+/// Ask for the cache line holding `*item` (device-rtl's hint, which its index builder
+/// uses too).
+pub use device_rtl::hint::prefetch_read as read;
 
 /// Ask for the cache line at `addr`, an address of this process that may be anywhere
 /// (a prefetch of an unmapped address is dropped by the CPU, never a fault).
