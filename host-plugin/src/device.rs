@@ -115,7 +115,13 @@ pub(crate) fn backend_err_with(
 const STAGE_ALONGSIDE_BYTES: usize = 256 << 10;
 
 impl Device {
-    pub(crate) fn new(index: usize, kind: PluginKind, backend: Arc<dyn Backend>) -> Self {
+    /// Device `index` of `backend`; its loads resolve on at most `load_thread_cap` threads.
+    pub(crate) fn new(
+        index: usize,
+        kind: PluginKind,
+        backend: Arc<dyn Backend>,
+        load_thread_cap: usize,
+    ) -> Self {
         Device {
             id: index as i32,
             index,
@@ -123,7 +129,7 @@ impl Device {
             images: Mutex::default(),
             kernels: RwLock::default(),
             backend,
-            load_thread_cap: crate::plugin::load_thread_cap(),
+            load_thread_cap,
         }
     }
 

@@ -105,8 +105,9 @@ impl Plugin {
 
     pub fn with_backend(kind: PluginKind, backend: Box<dyn Backend>) -> Self {
         let backend: Arc<dyn Backend> = Arc::from(backend);
+        let load_threads = load_thread_cap();
         let devices = (0..backend.device_count())
-            .map(|d| Device::new(d, kind, Arc::clone(&backend)))
+            .map(|d| Device::new(d, kind, Arc::clone(&backend), load_threads))
             .collect();
         Plugin {
             kind,
@@ -232,7 +233,7 @@ const MAX_LOAD_THREADS: usize = 8;
 /// The default of [`Plugin::set_load_threads`]: `OMPTARGET_RS_LOAD_THREADS=N` (1: the
 /// calling thread alone), else the CPUs this process may use; at most
 /// [`MAX_LOAD_THREADS`] either way.
-pub(crate) fn load_thread_cap() -> usize {
+fn load_thread_cap() -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let asked = std::env::var("OMPTARGET_RS_LOAD_THREADS")
         .ok()
