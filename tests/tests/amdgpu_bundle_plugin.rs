@@ -12,11 +12,6 @@ use host_plugin::backend::hip::HipBackend;
 use host_plugin::entries::FLAG_INDIRECT;
 use host_plugin::{OffloadEntry, Plugin, PluginKind};
 
-const HOST_ADD_ONE: u64 = 0x5000;
-const HOST_NEGATE: u64 = 0x3000;
-/// What the stand-in's `ptr_to_negate` holds, as the loader's relocation would leave it.
-const NEGATE_ON_DEVICE: u64 = 0x7f00_0000_1b0c;
-
 fn entries() -> Vec<OffloadEntry<'static>> {
     vec![
         entry("call_indirect", 0x100, 0, 0),

@@ -37,14 +37,7 @@ fn code_object_with_environment() -> Vec<u8> {
             .arg("-o")
             .arg(&obj),
     );
-    run_ok(
-        Command::new(llvm22("ld.lld"))
-            .arg("-shared")
-            .arg(&obj)
-            .arg("-o")
-            .arg(&hsaco),
-    );
-    std::fs::read(&hsaco).unwrap()
+    link_code_object(&obj, &hsaco)
 }
 
 #[test]

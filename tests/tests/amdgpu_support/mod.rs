@@ -7,7 +7,7 @@ use e2e_tests::paths::{fixture, require_file, target_dir};
 use e2e_tests::process::run_ok;
 use e2e_tests::tools::{host_cc, llvm22};
 use std::ffi::{c_char, c_void, CStr, CString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A fresh, empty directory for one caller under target/amdgpu-tests/ (unique per call).
@@ -24,6 +24,14 @@ pub fn device_rtl_bc(processor: &str) -> PathBuf {
         "`cargo xtask build-device` (or `cargo xtask test`)",
     )
 }
+
+// Host "addresses" of the fixture's indirect functions: only keys for the device, any
+// distinct values do.
+pub const HOST_ADD_ONE: u64 = 0x5000;
+pub const HOST_NEGATE: u64 = 0x3000;
+/// What the tests seed the stand-in's `ptr_to_negate` with, as the loader's relocation
+/// would leave it.
+pub const NEGATE_ON_DEVICE: u64 = 0x7f00_0000_1b0c;
 
 /// The fixture kernel linked with device-rtl into a code object for `target_id`
 /// (`gfx90a`, `gfx90a:xnack+`, ...), the way an AMDGPU device toolchain links it.
@@ -49,14 +57,20 @@ pub fn code_object(target_id: &str) -> Vec<u8> {
             .arg("-o")
             .arg(&obj),
     );
+    link_code_object(&obj, &hsaco)
+}
+
+/// An AMDGPU object file linked by ld.lld-22 into a code object (a shared object) at
+/// `hsaco`, and its bytes.
+pub fn link_code_object(obj: &Path, hsaco: &Path) -> Vec<u8> {
     run_ok(
         Command::new(llvm22("ld.lld"))
             .arg("-shared")
-            .arg(&obj)
+            .arg(obj)
             .arg("-o")
-            .arg(&hsaco),
+            .arg(hsaco),
     );
-    std::fs::read(&hsaco).expect("read the code object")
+    std::fs::read(hsaco).expect("read the code object")
 }
 
 /// Code objects for `target_ids` bundled by clang-offload-bundler-22, as clang ships
