@@ -179,9 +179,10 @@ impl Device {
     /// The image's checks ([`Backend::inspect_image`]) and the work the backend can do
     /// on it meanwhile ([`Backend::stage_image`]): for an image of
     /// [`STAGE_ALONGSIDE_BYTES`] or more, the staging runs on a second thread while the
-    /// checks run (the host writes the image file, 0.2 to 50 ms from 10k to 1M entries,
-    /// while as long goes to the checks); smaller ones do both in turn. Nothing is
-    /// loaded before the checks pass: the caller loads only then.
+    /// checks run (the host writes the image file; docs/BENCHMARKS.md 1d times the file
+    /// write with dlopen at 0.45 and 48 ms, the checks at 0.17 and 18 ms, for 10k and 1M
+    /// entries); smaller ones do both in turn. Nothing is loaded before the checks pass:
+    /// the caller loads only then.
     #[allow(clippy::type_complexity)]
     fn inspect_and_stage<'i>(
         &self,
