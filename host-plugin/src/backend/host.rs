@@ -7,7 +7,8 @@ use libffi::low::{self, ffi_abi_FFI_DEFAULT_ABI, ffi_cif, ffi_type, CodePtr};
 use libloading::os::unix::{Library, RTLD_LAZY, RTLD_LOCAL};
 use std::ffi::{c_void, CStr};
 use std::io::Write;
-use std::path::PathBuf;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -124,14 +125,34 @@ struct HostModule {
     file: Mutex<Option<ImageFile>>,
 }
 
-/// A temp file holding an image for dlopen, removed on drop: the mapping stays valid
-/// after the name is gone, so nothing is left in the temporary directory once a load
-/// ends, failed or not (LLVM 16's plugin never removes its files).
-struct ImageFile(PathBuf);
+/// An image where dlopen can open it, released on drop: the mapping dlopen made stays
+/// valid after the name and the file are gone, so nothing is left in the temporary
+/// directory once a load ends, failed or not (LLVM 16's plugin never removes its files).
+enum ImageFile {
+    /// The image in an anonymous memory file (memfd), opened through a uniquely named
+    /// symbolic link to `/proc/self/fd/N`: a big image is written there about three
+    /// times faster than to a disk file (108 MiB: 53 against 155 ms on ext4) and never
+    /// goes to disk. The link is there because glibc's dlopen hands back an already
+    /// loaded library whose name equals the requested path, and descriptor numbers are
+    /// reused.
+    Memory { link: PathBuf, _fd: OwnedFd },
+    /// A temp file, where there is no memfd_create or no /proc.
+    Disk(PathBuf),
+}
+
+impl ImageFile {
+    /// What dlopen opens.
+    fn path(&self) -> &Path {
+        match self {
+            ImageFile::Memory { link, .. } => link,
+            ImageFile::Disk(path) => path,
+        }
+    }
+}
 
 impl Drop for ImageFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(self.path());
     }
 }
 
@@ -200,25 +221,67 @@ impl LoadedModule for HostModule {
     }
 }
 
-/// A unique path for the image file: dlopen needs a file, and the same image may be
-/// loaded on several devices at once.
-fn temp_image_path() -> PathBuf {
+/// A unique name for an image's file (or link): dlopen needs a path, and the same image
+/// may be loaded on several devices at once.
+fn unique_image_name() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!(
-        "omptarget-rs-image-{}-{}.so",
-        std::process::id(),
-        n
-    ))
+    format!("omptarget-rs-image-{}-{}.so", std::process::id(), n)
 }
 
-/// `image` written to a fresh temp file for dlopen; a failed write leaves no file.
+/// Images from this size on go to a memory file; smaller ones to a temp file. Written
+/// and kept open like loaded images, on ext4 (Linux 6.18, 2 CPUs): 1 MiB took 0.36 ms
+/// on disk and 0.66 in memory, 4 MiB 1.2 and 2.0, 16 MiB 18 and 9.4, 64 MiB 106 and
+/// 35 (large writes to disk meet writeback; small ones gain from the page cache's large
+/// folios, which memory files do not get).
+const MEMORY_FILE_MIN_BYTES: usize = 8 << 20;
+
+/// `image` where dlopen can open it: a big one in memory where the system allows, else
+/// in a temp file.
 fn write_image_file(image: &[u8]) -> Result<ImageFile, BackendError> {
-    let file = ImageFile(temp_image_path());
+    let name = unique_image_name();
+    if image.len() >= MEMORY_FILE_MIN_BYTES {
+        if let Some(file) = write_image_memory(&name, image)? {
+            return Ok(file);
+        }
+    }
+    write_image_disk(&name, image)
+}
+
+/// `image` in a memory file named `name` (/proc/self/maps shows it), behind a link of
+/// that name in the temporary directory. None where memfd_create or /proc/self/fd is
+/// missing; a failed write leaves no link.
+fn write_image_memory(name: &str, image: &[u8]) -> Result<Option<ImageFile>, BackendError> {
+    let c_name = std::ffi::CString::new(name).map_err(|e| BackendError::Load(e.to_string()))?;
+    // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor
+    // (or -1), which is owned right below and by nothing else.
+    let raw = unsafe { libc::memfd_create(c_name.as_ptr(), libc::MFD_CLOEXEC) };
+    if raw < 0 {
+        return Ok(None);
+    }
+    // SAFETY: `raw` is a fresh descriptor that only this value owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let target = PathBuf::from(format!("/proc/self/fd/{raw}"));
+    if std::fs::symlink_metadata(&target).is_err() {
+        return Ok(None);
+    }
+    let mut file = std::fs::File::from(fd);
+    file.write_all(image)?;
+    let link = std::env::temp_dir().join(name);
+    std::os::unix::fs::symlink(&target, &link)?;
+    Ok(Some(ImageFile::Memory {
+        link,
+        _fd: file.into(),
+    }))
+}
+
+/// `image` in a fresh temp file named `name`; a failed write leaves no file.
+fn write_image_disk(name: &str, image: &[u8]) -> Result<ImageFile, BackendError> {
+    let file = ImageFile::Disk(std::env::temp_dir().join(name));
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .open(&file.0)
+        .open(file.path())
         .and_then(|mut f| f.write_all(image))?;
     Ok(file)
 }
@@ -267,7 +330,7 @@ impl Backend for HostBackend {
         // other's globals (each has its own `__omp_offloading_fptr_map_p`).
         // SAFETY: loading runs the image's ELF constructors; the image is a device image
         // libomptarget handed us to run, exactly what this device exists to execute.
-        let opened = unsafe { Library::open(Some(&file.0), RTLD_LAZY | RTLD_LOCAL) };
+        let opened = unsafe { Library::open(Some(file.path()), RTLD_LAZY | RTLD_LOCAL) };
         let library = opened.map_err(|e| BackendError::Load(e.to_string()))?;
         let (library, load_bias) = load_bias_of(library)?;
         Ok(Box::new(HostModule {
