@@ -15,7 +15,7 @@
 //!   image's GNU hash table; per entry: the symbol checked, its pointer global read),
 //!   `build` (`fptr::build_rows`: radix sort, dedupe, validate), `upload` (allocate and
 //!   copy the table, write the two globals), `index` (the table's index:
-//!   `fptr_index::build`, its buckets copied, its header written);
+//!   `host_memory::build_index` in device memory, its header written);
 //! - `set_map`: `Device::set_function_ptr_map` with the same ENTRIES rows, shuffled
 //!   (validate + sort + upload into the loaded image).
 //!
@@ -35,6 +35,7 @@ use host_plugin::backend::Backend;
 use host_plugin::entries::FLAG_INDIRECT;
 use host_plugin::fptr;
 use host_plugin::fptr_index;
+use host_plugin::host_memory;
 use host_plugin::plugin::{FPTR_MAP_P, FPTR_MAP_SIZE};
 use host_plugin::symbols::{Wanted, LOOKUP_BATCH};
 use host_plugin::{FptrMapEntry, OffloadEntry, Plugin, PluginKind};
@@ -162,22 +163,14 @@ fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 6], 
     let (index_allocation, index) = timed(|| -> Result<u64, String> {
         let err = |e: host_plugin::BackendError| e.to_string();
         let global = module.global(fptr_index::INDEX_GLOBAL).map_err(err)?;
-        let built = fptr_index::build(&table).map_err(fptr_index::describe)?;
-        let bytes = built.as_bytes();
-        let a = backend
-            .alloc(0, bytes.len() + fptr_index::BUCKET_BYTES - 1)
-            .map_err(err)?;
-        let buckets = fptr_index::aligned_buckets(a);
-        let header = built.header(buckets);
-        // SAFETY: the buckets lie inside the fresh allocation (aligned_buckets moves the
-        // start by at most 31 bytes); `global` is the image's 32-byte index global.
+        let placed = host_memory::build_index(&backend, 0, &table)?;
+        // SAFETY: `global` is the image's 32-byte index global.
         unsafe {
-            backend.write(0, buckets, bytes).map_err(err)?;
             backend
-                .write(0, global, bytemuck::bytes_of(&header))
+                .write(0, global, bytemuck::bytes_of(&placed.header))
                 .map_err(err)?;
         }
-        Ok(a)
+        Ok(placed.allocation)
     });
     // SAFETY: the allocations are the table and index uploaded above; the module (last
     // user of their addresses) is dropped right after.

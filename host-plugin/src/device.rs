@@ -15,8 +15,10 @@ use crate::fptr::{self, FptrMapEntry};
 use crate::fptr_index::{self, FptrIndex, BUCKET_BYTES};
 use crate::image::{ImageError, ImageSymbols};
 use crate::kernels::{KernelRecord, KernelRegistry, LaunchPlan};
-use crate::plugin::{image_name, lock, row_origins, DeviceEntry, LoadContext, PluginKind};
-use std::collections::HashMap;
+use crate::plugin::{
+    image_name, lock, DeviceEntry, LoadContext, PluginKind, ResolvedEntries,
+    ENTRIES_PER_LOAD_THREAD,
+};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Where an image's fptr table lives on the device, if the image can hold one.
@@ -39,6 +41,12 @@ pub(crate) struct InstalledTable {
 pub(crate) struct InstalledIndex {
     pub(crate) header: FptrIndex,
     pub(crate) allocation: DeviceAddr,
+}
+
+/// An index placed on the device, and how many seed pairs its build took.
+struct PlacedIndex {
+    index: InstalledIndex,
+    attempts: u32,
 }
 
 /// What [`Device::fptr_index`] reports about an image's index.
@@ -164,16 +172,40 @@ impl Device {
         image_bytes: &[u8],
         entries: &[OffloadEntry],
     ) -> Result<Vec<DeviceEntry>, PluginError> {
-        let mut out: Vec<DeviceEntry> = entries
-            .iter()
-            .map(|e| DeviceEntry {
-                addr: 0,
-                size: e.size,
-                flags: e.flags,
-            })
-            .collect();
-        self.load_entries(key, image_bytes, entries, |i, addr| out[i].addr = addr)?;
-        Ok(out)
+        self.load_entries(key, image_bytes, entries, |addrs| {
+            entries
+                .iter()
+                .zip(addrs)
+                .map(|(e, &addr)| DeviceEntry {
+                    addr,
+                    size: e.size,
+                    flags: e.flags,
+                })
+                .collect()
+        })
+    }
+
+    /// `first` on a second thread while `second` runs on this one, where `worth_it`
+    /// and the load may use more than one thread; else one after the other.
+    fn beside<A: Send, B>(
+        &self,
+        worth_it: bool,
+        first: impl FnOnce() -> A + Send,
+        second: impl FnOnce() -> B,
+    ) -> (A, B) {
+        if !worth_it || self.load_thread_cap <= 1 {
+            return (first(), second());
+        }
+        std::thread::scope(|scope| {
+            let first = scope.spawn(first);
+            let second = second();
+            // A panic on the second thread goes on here, where the C ABI's guard
+            // catches it.
+            let first = first
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (first, second)
+        })
     }
 
     /// The image's checks ([`Backend::inspect_image`]) and the work the backend can do
@@ -192,7 +224,7 @@ impl Device {
         Result<Option<StagedImage>, crate::BackendError>,
     ) {
         let backend = self.backend.as_ref();
-        if image.len() < STAGE_ALONGSIDE_BYTES {
+        if image.len() < STAGE_ALONGSIDE_BYTES || self.load_thread_cap <= 1 {
             let symbols = backend.inspect_image(image);
             let staged = match symbols {
                 Ok(_) => backend.stage_image(self.index, image),
@@ -200,28 +232,28 @@ impl Device {
             };
             return (symbols, staged);
         }
-        std::thread::scope(|scope| {
-            let staging = scope.spawn(|| backend.stage_image(self.index, image));
-            let symbols = backend.inspect_image(image);
-            // A panic while staging goes on here, where the C ABI's guard catches it.
-            let staged = staging
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p));
-            (symbols, staged)
-        })
+        let (staged, symbols) = self.beside(
+            true,
+            || backend.stage_image(self.index, image),
+            || backend.inspect_image(image),
+        );
+        (symbols, staged)
     }
 
     /// [`Device::load_binary`] for any kind of host entry (the C ABI reads
-    /// libomptarget's in place): `record(i, address)` gets entry `i`'s device address
-    /// as it is resolved, straight into the caller's table (no list of a million
-    /// addresses in between). If the load fails, what was recorded means nothing.
-    pub fn load_entries<E: HostEntry + Sync>(
+    /// libomptarget's in place): `publish` gets every entry's device address, in entry
+    /// order, and makes the caller's table of them. It runs on a second thread while
+    /// the indirect function table is built and installed, for loads of
+    /// [`ENTRIES_PER_LOAD_THREAD`] entries or more: a million-entry table of
+    /// libomptarget's is 32 MB of fresh memory to write. Its result is returned once the
+    /// image is loaded.
+    pub fn load_entries<E: HostEntry + Sync, R: Send>(
         &self,
         key: usize,
         image_bytes: &[u8],
         entries: &[E],
-        record: impl FnMut(usize, DeviceAddr),
-    ) -> Result<(), PluginError> {
+        publish: impl FnOnce(&[DeviceAddr]) -> R + Send,
+    ) -> Result<R, PluginError> {
         let (device, d) = (self.id, self.index);
         let name = image_name(key, image_bytes.len());
         // The code for this device: the image, or its code object for the device.
@@ -268,43 +300,23 @@ impl Device {
         };
         // Removing the host's image file took 0.1 ms of a 2 ms load at 10k entries
         // (docs/BENCHMARKS.md 1d): for big images it runs beside the resolution.
-        let (kernels, rows) = if image_bytes.len() >= STAGE_ALONGSIDE_BYTES {
-            std::thread::scope(|scope| {
-                scope.spawn(|| module.release_load_files());
-                ctx.resolve_entries(entries, record)
-            })
-        } else {
-            module.release_load_files();
-            ctx.resolve_entries(entries, record)
-        }?;
+        let ((), resolved) = self.beside(
+            image_bytes.len() >= STAGE_ALONGSIDE_BYTES,
+            || module.release_load_files(),
+            || ctx.resolve_entries(entries),
+        );
+        let ResolvedEntries {
+            addrs,
+            kernels,
+            rows,
+        } = resolved?;
         let kernel_records = std::mem::take(&mut *lock(&ctx.kernel_records));
-        // Entry names by host address, for the table dump: only built when the dump will
-        // be printed. A name copy and a hash insert per entry cost 18 % of a 1M-entry
-        // load (docs/BENCHMARKS.md 1d); error messages find their origin lazily instead.
-        let dump =
-            diag::info_enabled(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE) || diag::debug_enabled();
-        let origins: HashMap<u64, String> = if dump {
-            row_origins(entries)
-                .map(|(host, origin)| (host, origin.to_string()))
-                .collect()
-        } else {
-            HashMap::new()
-        };
-        let nth_origin = |host, rank| {
-            row_origins(entries)
-                .filter(|&(h, _)| h == host)
-                .nth(rank)
-                .map(|(_, origin)| origin)
-        };
-        let table = fptr::build_rows(rows, nth_origin).map_err(|source| PluginError::Fptr {
-            image: name.clone(),
-            device,
-            source,
-        })?;
-        let has_indirect = entries
-            .iter()
-            .any(|e| crate::entries::is_indirect(e.flags()));
-        let fptr = ctx.install_table(table, &origins, has_indirect)?;
+        let (published, fptr) = self.beside(
+            entries.len() >= ENTRIES_PER_LOAD_THREAD,
+            || publish(&addrs),
+            || ctx.build_and_install(entries, rows),
+        );
+        let fptr = fptr?;
 
         let loaded = LoadedImage {
             key,
@@ -320,7 +332,7 @@ impl Device {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .extend(kernel_records);
-        Ok(())
+        Ok(published)
     }
 
     /// Unload one image (if loaded): free its table, close it.
@@ -501,32 +513,25 @@ impl Device {
         global: DeviceAddr,
     ) -> Result<(Option<InstalledIndex>, String), PluginError> {
         let d = self.index;
-        let built = if fptr_index::enabled() {
-            fptr_index::build(table).map_err(fptr_index::describe)
-        } else {
+        let placed = if !fptr_index::enabled() {
             Err("turned off by OMPTARGET_RS_FPTR_INDEX=0".to_string())
+        } else if self.backend.memory_is_host() {
+            self.build_index_in_place(table)
+        } else {
+            self.build_and_copy_index(table)
         };
-        let (index, note) = match built {
-            Ok(built) => match self.copy_index(&built) {
-                Ok(index) => {
-                    let note = format!(
-                        "index: {} buckets of {} pairs ({} bytes) at {:#x}, seed pair {}",
-                        index.header.bucket_count,
-                        fptr_index::SLOTS,
-                        built.as_bytes().len(),
-                        index.header.buckets,
-                        built.attempts
-                    );
-                    (Some(index), note)
-                }
-                Err(e) => (
-                    None,
-                    format!(
-                        "no index (copying it to the device failed: {e}): lookups search \
-                         the table"
-                    ),
-                ),
-            },
+        let (index, note) = match placed {
+            Ok(placed) => {
+                let note = format!(
+                    "index: {} buckets of {} pairs ({} bytes) at {:#x}, seed pair {}",
+                    placed.index.header.bucket_count,
+                    fptr_index::SLOTS,
+                    placed.index.header.bucket_count * BUCKET_BYTES as u64,
+                    placed.index.header.buckets,
+                    placed.attempts
+                );
+                (Some(placed.index), note)
+            }
             Err(reason) => (
                 None,
                 format!("no index ({reason}): lookups search the table"),
@@ -543,16 +548,18 @@ impl Device {
         Ok((index, note))
     }
 
-    /// Allocate device memory for an index's buckets (32-byte aligned inside it) and copy
-    /// them there; nothing stays allocated on failure.
-    fn copy_index(
-        &self,
-        built: &fptr_index::HostIndex,
-    ) -> Result<InstalledIndex, crate::BackendError> {
+    /// The index of `table` built in host memory, then copied to a device allocation
+    /// (its buckets 32-byte aligned inside it); nothing stays allocated on failure.
+    fn build_and_copy_index(&self, table: &[FptrMapEntry]) -> Result<PlacedIndex, String> {
         let d = self.index;
+        let built = fptr_index::build(table).map_err(fptr_index::describe)?;
         let bytes = built.as_bytes();
+        let copy_failed = |e| format!("copying it to the device failed: {e}");
         // Room to start the buckets on a 32-byte boundary.
-        let allocation = self.backend.alloc(d, bytes.len() + BUCKET_BYTES - 1)?;
+        let allocation = self
+            .backend
+            .alloc(d, bytes.len() + BUCKET_BYTES - 1)
+            .map_err(copy_failed)?;
         let buckets = fptr_index::aligned_buckets(allocation);
         // SAFETY: `buckets .. buckets + bytes.len()` lies inside the fresh allocation of
         // bytes.len() + 31 bytes at `allocation` (aligned_buckets moves the start by at
@@ -560,11 +567,27 @@ impl Device {
         if let Err(e) = unsafe { self.backend.write(d, buckets, bytes) } {
             // SAFETY: nothing points at the fresh allocation.
             let _ = unsafe { self.backend.free(d, allocation) };
-            return Err(e);
+            return Err(copy_failed(e));
         }
-        Ok(InstalledIndex {
-            header: built.header(buckets),
-            allocation,
+        Ok(PlacedIndex {
+            index: InstalledIndex {
+                header: built.header(buckets),
+                allocation,
+            },
+            attempts: built.attempts,
+        })
+    }
+
+    /// The index of `table` built straight into a device allocation, where device memory
+    /// is this process's own ([`Backend::memory_is_host`]).
+    fn build_index_in_place(&self, table: &[FptrMapEntry]) -> Result<PlacedIndex, String> {
+        let placed = crate::host_memory::build_index(self.backend.as_ref(), self.index, table)?;
+        Ok(PlacedIndex {
+            index: InstalledIndex {
+                header: placed.header,
+                allocation: placed.allocation,
+            },
+            attempts: placed.attempts,
         })
     }
 

@@ -45,13 +45,21 @@ impl HostIndex {
 
 /// Build the index of a sorted, duplicate-free table (what [`crate::fptr::build`] returns).
 pub fn build(table: &[FptrMapEntry]) -> Result<HostIndex, BuildError> {
-    let built =
-        index::build::<SLOTS, _>(table, &BuildPolicy::DEFAULT, |n| vec![Bucket::default(); n])?;
+    let built = build_with(table, |n| vec![Bucket::default(); n])?;
     Ok(HostIndex {
         buckets: built.buckets,
         seeds: built.seeds,
         attempts: built.attempts,
     })
+}
+
+/// Build the index of a sorted, duplicate-free table into the buckets `storage(n)`
+/// provides (room for `n` buckets; their contents are overwritten).
+pub fn build_with<St: AsMut<[Bucket]>>(
+    table: &[FptrMapEntry],
+    storage: impl FnMut(usize) -> St,
+) -> Result<index::Built<St>, BuildError> {
+    index::build::<SLOTS, _>(table, &BuildPolicy::DEFAULT, storage)
 }
 
 /// Why an index was not built, for the log.

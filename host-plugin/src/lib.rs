@@ -26,6 +26,7 @@ pub mod entries;
 pub mod error;
 pub mod fptr;
 pub mod fptr_index;
+pub mod host_memory;
 pub mod image;
 pub mod kernels;
 pub mod plugin;

@@ -222,11 +222,10 @@ pub(crate) fn row_origins<'e, E: HostEntry>(
     })
 }
 
-/// What resolving one image's entries needs to know.
 /// Entries per thread below which a load resolves on the calling thread alone: a
 /// thread start costs tens of microseconds, a few thousand entries take hundreds
 /// (docs/BENCHMARKS.md, 1d).
-const ENTRIES_PER_LOAD_THREAD: usize = 4096;
+pub(crate) const ENTRIES_PER_LOAD_THREAD: usize = 4096;
 /// The most threads one load resolves on.
 const MAX_LOAD_THREADS: usize = 8;
 
@@ -248,6 +247,17 @@ fn load_threads(entries: usize, cap: usize) -> usize {
     (entries / ENTRIES_PER_LOAD_THREAD).clamp(1, cap.max(1))
 }
 
+/// What [`LoadContext::resolve_entries`] found.
+pub(crate) struct ResolvedEntries {
+    /// Each entry's device address, in entry order.
+    pub(crate) addrs: Vec<DeviceAddr>,
+    /// The kernels' device addresses.
+    pub(crate) kernels: Vec<DeviceAddr>,
+    /// The table's (host, device) rows, in the order [`row_origins`] names them.
+    pub(crate) rows: Vec<FptrMapEntry>,
+}
+
+/// What resolving one image's entries needs to know.
 pub(crate) struct LoadContext<'a> {
     /// The device the image loads on (its generic side and vendor hooks).
     pub(crate) target: &'a Device,
@@ -489,41 +499,41 @@ impl<'a> LoadContext<'a> {
             .map_err(|e| self.entry_err(entry, e.to_string()))
     }
 
-    /// Each entry's device address, to `record`; returns the kernels' addresses and the
+    /// Each entry's device address, in entry order; with the kernels' addresses and the
     /// table's (host, device) rows, in the order [`row_origins`] names them.
     ///
     /// Where the image's own symbol tables answer (the host: its reads are plain memory
     /// reads, which any thread may do) and there are enough entries, contiguous parts of
-    /// the entries resolve on up to [`Plugin::set_load_threads`] threads at once: the
-    /// symbol lookups, the
-    /// checks and the reads of a part need nothing of another part. The results are
-    /// joined in entry order, so the rows, the kernels and the first error are those of
-    /// one thread resolving every entry in turn.
+    /// the entries resolve on up to [`Plugin::set_load_threads`] threads at once, each
+    /// into its own part of the addresses: the symbol lookups, the checks and the reads
+    /// of a part need nothing of another part. The rows and kernels are joined in entry
+    /// order, so the results and the first error are those of one thread resolving every
+    /// entry in turn.
     pub(crate) fn resolve_entries<E: HostEntry + Sync>(
         &self,
         entries: &[E],
-        mut record: impl FnMut(usize, DeviceAddr),
-    ) -> Result<(Vec<DeviceAddr>, Vec<FptrMapEntry>), PluginError> {
+    ) -> Result<ResolvedEntries, PluginError> {
         let threads = match self.own_tables() {
             Some(_) => load_threads(entries.len(), self.target.load_thread_cap),
             None => 1,
         };
+        let mut addrs = vec![0; entries.len()];
         if threads <= 1 {
-            return self.resolve_part(entries, &mut record);
+            let (kernels, rows) = self.resolve_part(entries, &mut addrs)?;
+            return Ok(ResolvedEntries {
+                addrs,
+                kernels,
+                rows,
+            });
         }
         let part_len = entries.len().div_ceil(threads);
-        let resolve_collecting = |part: &[E]| {
-            let mut addrs = Vec::with_capacity(part.len());
-            let resolved = self.resolve_part(part, &mut |_, addr| addrs.push(addr));
-            resolved.map(|(kernels, rows)| (addrs, kernels, rows))
-        };
         let parts = std::thread::scope(|scope| {
-            let mut parts = entries.chunks(part_len);
-            let first = parts.next().unwrap_or_default();
+            let mut parts = entries.chunks(part_len).zip(addrs.chunks_mut(part_len));
+            let (first, first_out) = parts.next().unwrap_or_default();
             let others: Vec<_> = parts
-                .map(|part| scope.spawn(move || resolve_collecting(part)))
+                .map(|(part, out)| scope.spawn(move || self.resolve_part(part, out)))
                 .collect();
-            let mut results = vec![resolve_collecting(first)];
+            let mut results = vec![self.resolve_part(first, first_out)];
             for other in others {
                 // A panic in a helper thread goes on here, on the calling thread, where
                 // the C ABI's guard catches it.
@@ -536,13 +546,8 @@ impl<'a> LoadContext<'a> {
             results
         });
         let (mut kernels, mut rows) = (Vec::new(), Vec::new());
-        let mut index = 0;
         for part in parts {
-            let (addrs, part_kernels, part_rows) = part?;
-            for addr in addrs {
-                record(index, addr);
-                index += 1;
-            }
+            let (part_kernels, part_rows) = part?;
             kernels.extend(part_kernels);
             if rows.is_empty() {
                 rows = part_rows;
@@ -550,15 +555,19 @@ impl<'a> LoadContext<'a> {
                 rows.extend(part_rows);
             }
         }
-        Ok((kernels, rows))
+        Ok(ResolvedEntries {
+            addrs,
+            kernels,
+            rows,
+        })
     }
 
-    /// [`Self::resolve_entries`] of `entries` on this thread; `record(i, addr)` for the
-    /// `i`th of them.
+    /// [`Self::resolve_entries`] of `entries` on this thread, each one's address into
+    /// the same place of `out` (as long as `entries`).
     fn resolve_part<E: HostEntry>(
         &self,
         entries: &[E],
-        record: &mut impl FnMut(usize, DeviceAddr),
+        out: &mut [DeviceAddr],
     ) -> Result<(Vec<DeviceAddr>, Vec<FptrMapEntry>), PluginError> {
         let mut kernels = Vec::new();
         // Sized once: growing by doubling copied and page-faulted it several times over.
@@ -570,15 +579,15 @@ impl<'a> LoadContext<'a> {
         let (mut names, mut found) = (Vec::new(), Vec::new());
         // In the batches the symbol tables look names up in: their pointer globals are
         // then requested together too.
-        let batches = entries.chunks(crate::symbols::LOOKUP_BATCH);
-        for (b, batch) in batches.enumerate() {
+        let batch_len = crate::symbols::LOOKUP_BATCH;
+        for (batch, out) in entries.chunks(batch_len).zip(out.chunks_mut(batch_len)) {
             self.look_up(batch, &mut names, &mut found);
-            for (j, ((entry, name), &dynamic)) in batch.iter().zip(&names).zip(&found).enumerate() {
+            for (((entry, name), &dynamic), out) in batch.iter().zip(&names).zip(&found).zip(out) {
                 let addr = self.resolve(entry, name, dynamic, &mut rows)?;
                 if entry.kind() == Some(EntryKind::Kernel) {
                     kernels.push(addr);
                 }
-                record(b * crate::symbols::LOOKUP_BATCH + j, addr);
+                *out = addr;
             }
         }
         Ok((kernels, rows))
@@ -691,6 +700,42 @@ impl<'a> LoadContext<'a> {
                 }
             };
         Ok(addr)
+    }
+
+    /// Build the image's indirect function table from the resolved `rows` (checked, in
+    /// order) and install it ([`Self::install_table`]).
+    pub(crate) fn build_and_install<E: HostEntry>(
+        &self,
+        entries: &[E],
+        rows: Vec<FptrMapEntry>,
+    ) -> Result<Option<InstalledTable>, PluginError> {
+        // Entry names by host address, for the table dump: only built when the dump will
+        // be printed. A name copy and a hash insert per entry cost 18 % of a 1M-entry
+        // load (docs/BENCHMARKS.md 1d); error messages find their origin lazily instead.
+        let dump =
+            diag::info_enabled(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE) || diag::debug_enabled();
+        let origins: HashMap<u64, String> = if dump {
+            row_origins(entries)
+                .map(|(host, origin)| (host, origin.to_string()))
+                .collect()
+        } else {
+            HashMap::new()
+        };
+        let nth_origin = |host, rank| {
+            row_origins(entries)
+                .filter(|&(h, _)| h == host)
+                .nth(rank)
+                .map(|(_, origin)| origin)
+        };
+        let table = fptr::build_rows(rows, nth_origin).map_err(|source| PluginError::Fptr {
+            image: self.image.to_string(),
+            device: self.device,
+            source,
+        })?;
+        let has_indirect = entries
+            .iter()
+            .any(|e| crate::entries::is_indirect(e.flags()));
+        self.install_table(table, &origins, has_indirect)
     }
 
     /// Upload the table and patch the device runtime's globals, if the image has them.

@@ -72,7 +72,19 @@ fn on_device<T>(
 /// as LLVM's plugins return them.
 struct PublishedTable {
     _raw: Box<[TgtOffloadEntry]>,
-    _table: Box<TgtTargetTable>,
+    table: Box<TgtTargetTable>,
+}
+
+impl PublishedTable {
+    fn new(mut raw: Box<[TgtOffloadEntry]>) -> Self {
+        let range = raw.as_mut_ptr_range();
+        let table = Box::new(TgtTargetTable {
+            entries_begin: range.start,
+            entries_end: range.end,
+        });
+        // Moving `raw` below moves the box, not the entries the table points at.
+        PublishedTable { _raw: raw, table }
+    }
 }
 
 // SAFETY: the raw pointers point into this struct's own boxed data (the table into
@@ -377,26 +389,26 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(
         // alive while the image is registered, longer than this call.
         let entries = unsafe { host_entries(device, &*image) }?;
         // The returned table: the host entries (their names are what LLVM's plugins
-        // return too), each address replaced by the device one as it resolves.
-        let mut raw: Box<[TgtOffloadEntry]> = entries.iter().map(|h| h.0).collect();
+        // return too), each with its device address.
+        let mut published =
+            plugin()
+                .device(device)?
+                .load_entries(key, bytes, entries, |addrs| {
+                    PublishedTable::new(
+                        entries
+                            .iter()
+                            .zip(addrs)
+                            .map(|(h, &addr)| TgtOffloadEntry {
+                                addr: addr as *mut c_void,
+                                ..h.0
+                            })
+                            .collect(),
+                    )
+                })?;
+        let table_ptr: *mut TgtTargetTable = &mut *published.table;
         plugin()
             .device(device)?
-            .load_entries(key, bytes, entries, |i, addr| {
-                raw[i].addr = addr as *mut c_void
-            })?;
-        let range = raw.as_mut_ptr_range();
-        let mut table = Box::new(TgtTargetTable {
-            entries_begin: range.start,
-            entries_end: range.end,
-        });
-        let table_ptr: *mut TgtTargetTable = &mut *table;
-        plugin().device(device)?.keep_with_image(
-            key,
-            Box::new(PublishedTable {
-                _raw: raw,
-                _table: table,
-            }),
-        )?;
+            .keep_with_image(key, Box::new(published))?;
         diag::debug(|| format!("device {device}: loaded image {key:#x}"));
         Ok(table_ptr)
     })

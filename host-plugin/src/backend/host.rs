@@ -350,6 +350,10 @@ impl Backend for HostBackend {
         Ok(ptr as DeviceAddr)
     }
 
+    fn memory_is_host(&self) -> bool {
+        true
+    }
+
     unsafe fn free(&self, _device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
         // SAFETY: the caller promises `addr` came from `alloc` (malloc) and is dead.
         unsafe { libc::free(addr as *mut c_void) };

@@ -290,6 +290,11 @@ pub trait Backend: Send + Sync {
         self.load_image(device, image)
     }
     fn alloc(&self, device: usize, size: usize) -> Result<DeviceAddr, BackendError>;
+    /// Whether device memory is this process's own memory (the host device): what the
+    /// plugin builds for the device can then be built in a device allocation directly.
+    fn memory_is_host(&self) -> bool {
+        false
+    }
     /// # Safety
     /// `addr` came from `alloc` on this device and is not used afterwards.
     unsafe fn free(&self, device: usize, addr: DeviceAddr) -> Result<(), BackendError>;

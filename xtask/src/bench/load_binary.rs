@@ -39,7 +39,10 @@ pub struct Args {
 const ROWS: [(&str, &str); 10] = [
     ("total", "`Plugin::load_binary`, whole"),
     ("inspect", "phase: ELF checks + symbol tables located"),
-    ("dlopen", "phase: temp file + dlopen (relocations)"),
+    (
+        "dlopen",
+        "phase: image file (in memory from 8 MiB) + dlopen (relocations)",
+    ),
     (
         "resolve",
         "phase: batched GNU hash lookups, per entry checks + read pointer",
@@ -51,7 +54,7 @@ const ROWS: [(&str, &str); 10] = [
     ("upload", "phase: allocate + copy table, write globals"),
     (
         "index",
-        "phase: the table's index (`fptr_index::build`, copy, header)",
+        "phase: the table's index (built in device memory, header)",
     ),
     ("set_map", "`set_function_ptr_map`, same rows shuffled"),
     (
