@@ -27,6 +27,7 @@ pub mod error;
 pub mod fptr;
 pub mod fptr_index;
 pub mod host_memory;
+mod huge_pages;
 pub mod image;
 pub mod kernels;
 pub mod plugin;

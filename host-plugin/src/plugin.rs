@@ -232,6 +232,15 @@ const MAX_LOAD_THREADS: usize = 8;
 /// The default of [`Plugin::set_load_threads`]: `OMPTARGET_RS_LOAD_THREADS=N` (1: the
 /// calling thread alone), else the CPUs this process may use; at most
 /// [`MAX_LOAD_THREADS`] either way.
+/// How many of `entries` are indirect: one table row each (a vtable's rows beyond its
+/// first grow the vector).
+fn indirect_count<E: HostEntry>(entries: &[E]) -> usize {
+    entries
+        .iter()
+        .filter(|e| crate::entries::is_indirect(e.flags()))
+        .count()
+}
+
 fn load_thread_cap() -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let asked = std::env::var("OMPTARGET_RS_LOAD_THREADS")
@@ -517,9 +526,12 @@ impl<'a> LoadContext<'a> {
             Some(_) => load_threads(entries.len(), self.target.load_thread_cap),
             None => 1,
         };
-        let mut addrs = vec![0; entries.len()];
+        let mut addrs = crate::huge_pages::zeroed_vec(entries.len());
+        // The first part's rows are where every part's rows are joined: sized for all
+        // of them once.
+        let all_rows = indirect_count(entries);
         if threads <= 1 {
-            let (kernels, rows) = self.resolve_part(entries, &mut addrs)?;
+            let (kernels, rows) = self.resolve_part(entries, &mut addrs, all_rows)?;
             return Ok(ResolvedEntries {
                 addrs,
                 kernels,
@@ -531,9 +543,11 @@ impl<'a> LoadContext<'a> {
             let mut parts = entries.chunks(part_len).zip(addrs.chunks_mut(part_len));
             let (first, first_out) = parts.next().unwrap_or_default();
             let others: Vec<_> = parts
-                .map(|(part, out)| scope.spawn(move || self.resolve_part(part, out)))
+                .map(|(part, out)| {
+                    scope.spawn(move || self.resolve_part(part, out, indirect_count(part)))
+                })
                 .collect();
-            let mut results = vec![self.resolve_part(first, first_out)];
+            let mut results = vec![self.resolve_part(first, first_out, all_rows)];
             for other in others {
                 // A panic in a helper thread goes on here, on the calling thread, where
                 // the C ABI's guard catches it.
@@ -545,37 +559,34 @@ impl<'a> LoadContext<'a> {
             }
             results
         });
-        let (mut kernels, mut rows) = (Vec::new(), Vec::new());
+        let (mut kernels, mut rows) = (Vec::new(), None::<Vec<FptrMapEntry>>);
         for part in parts {
             let (part_kernels, part_rows) = part?;
             kernels.extend(part_kernels);
-            if rows.is_empty() {
-                rows = part_rows;
-            } else {
-                rows.extend(part_rows);
+            match rows.as_mut() {
+                Some(rows) => rows.extend(part_rows),
+                None => rows = Some(part_rows),
             }
         }
         Ok(ResolvedEntries {
             addrs,
             kernels,
-            rows,
+            rows: rows.unwrap_or_default(),
         })
     }
 
     /// [`Self::resolve_entries`] of `entries` on this thread, each one's address into
-    /// the same place of `out` (as long as `entries`).
+    /// the same place of `out` (as long as `entries`); its rows in a vector with room
+    /// for `rows_capacity`.
     fn resolve_part<E: HostEntry>(
         &self,
         entries: &[E],
         out: &mut [DeviceAddr],
+        rows_capacity: usize,
     ) -> Result<(Vec<DeviceAddr>, Vec<FptrMapEntry>), PluginError> {
         let mut kernels = Vec::new();
         // Sized once: growing by doubling copied and page-faulted it several times over.
-        let indirect = entries
-            .iter()
-            .filter(|e| crate::entries::is_indirect(e.flags()))
-            .count();
-        let mut rows = Vec::with_capacity(indirect);
+        let mut rows = crate::huge_pages::vec_with_capacity(rows_capacity);
         let (mut names, mut found) = (Vec::new(), Vec::new());
         // In the batches the symbol tables look names up in: their pointer globals are
         // then requested together too.

@@ -40,7 +40,7 @@ pub fn sort_by_u64_key<T: Pod>(rows: &mut [T], key: impl Fn(&T) -> u64) {
             count[digit(r, shift)] += 1;
         }
     }
-    let mut scratch: Vec<T> = bytemuck::zeroed_vec(rows.len());
+    let mut scratch: Vec<T> = crate::huge_pages::zeroed_vec(rows.len());
     let (mut src, mut dst) = (&mut *rows, &mut scratch[..]);
     let mut in_scratch = false;
     for (count, &shift) in counts.iter().zip(&digits) {

@@ -394,16 +394,12 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(
             plugin()
                 .device(device)?
                 .load_entries(key, bytes, entries, |addrs| {
-                    PublishedTable::new(
-                        entries
-                            .iter()
-                            .zip(addrs)
-                            .map(|(h, &addr)| TgtOffloadEntry {
-                                addr: addr as *mut c_void,
-                                ..h.0
-                            })
-                            .collect(),
-                    )
+                    PublishedTable::new(crate::huge_pages::boxed_from_iter(
+                        entries.iter().zip(addrs).map(|(h, &addr)| TgtOffloadEntry {
+                            addr: addr as *mut c_void,
+                            ..h.0
+                        }),
+                    ))
                 })?;
         let table_ptr: *mut TgtTargetTable = &mut *published.table;
         plugin()

@@ -347,6 +347,8 @@ impl Backend for HostBackend {
         if ptr.is_null() {
             return Err(BackendError::OutOfMemory(size));
         }
+        // The table and the index of a large image: written right after this.
+        crate::huge_pages::advise(ptr.cast(), size);
         Ok(ptr as DeviceAddr)
     }
 
