@@ -5,10 +5,10 @@
 
 mod plugin_support;
 
+use e2e_tests::plugin::entry;
 use host_plugin::entries::FLAG_INDIRECT;
-use host_plugin::{OffloadEntry, Plugin, PluginKind};
+use host_plugin::{Plugin, PluginKind};
 use plugin_support::host_image;
-use std::ffi::CString;
 
 fn tag() -> String {
     format!("omptarget-rs-image-{}-", std::process::id())
@@ -39,13 +39,7 @@ fn open_descriptors() -> usize {
 /// Load `image`, check its indirect entry resolved into the table, return the lines
 /// mapping it, then unload it and check nothing is left.
 fn load_check_unload(image: &[u8]) -> Vec<String> {
-    let entries = [OffloadEntry {
-        host_addr: 0x5000,
-        name: CString::new("add_one").unwrap().into(),
-        size: 0,
-        flags: FLAG_INDIRECT,
-        host_vtable: None,
-    }];
+    let entries = [entry("add_one", 0x5000, 0, FLAG_INDIRECT)];
     let plugin = Plugin::new(PluginKind::X86_64);
     let fds_before = open_descriptors();
     let device = plugin.device(0).unwrap();

@@ -3,10 +3,10 @@
 
 mod plugin_support;
 
+use e2e_tests::plugin::entry;
 use host_plugin::entries::FLAG_INDIRECT;
-use host_plugin::{OffloadEntry, Plugin, PluginKind};
+use host_plugin::{Plugin, PluginKind};
 use plugin_support::host_image;
-use std::ffi::CString;
 
 /// Mappings of our image files in this process (the host backend names them
 /// `omptarget-rs-image-<pid>-<n>.so` and unlinks them after dlopen).
@@ -22,13 +22,7 @@ fn mapped_images() -> usize {
 #[test]
 fn unload_and_unload_all_close_every_image() {
     let image = host_image("device_image", true);
-    let entries = [OffloadEntry {
-        host_addr: 0x5000,
-        name: CString::new("add_one").unwrap().into(),
-        size: 0,
-        flags: FLAG_INDIRECT,
-        host_vtable: None,
-    }];
+    let entries = [entry("add_one", 0x5000, 0, FLAG_INDIRECT)];
     let plugin = Plugin::new(PluginKind::X86_64);
     assert_eq!(mapped_images(), 0);
 
