@@ -42,10 +42,13 @@ pub fn vec_with_capacity<T>(capacity: usize) -> Vec<T> {
     v
 }
 
-/// `len` zeroed items, their buffer on huge pages where it is large enough.
-pub fn zeroed_vec<T: Zeroable + Clone>(len: usize) -> Vec<T> {
-    let mut v = vec_with_capacity(len);
-    v.resize(len, T::zeroed());
+/// `len` zeroed items, their buffer on huge pages where it is large enough. Zeroed by
+/// the allocator (calloc): a large buffer comes straight from fresh, already zero pages
+/// that no write has touched yet, so the advice still applies and nothing is written
+/// twice.
+pub fn zeroed_vec<T: Zeroable>(len: usize) -> Vec<T> {
+    let v: Vec<T> = bytemuck::zeroed_vec(len);
+    advise(v.as_ptr().cast(), v.capacity() * std::mem::size_of::<T>());
     v
 }
 

@@ -229,9 +229,6 @@ pub(crate) const ENTRIES_PER_LOAD_THREAD: usize = 4096;
 /// The most threads one load resolves on.
 const MAX_LOAD_THREADS: usize = 8;
 
-/// The default of [`Plugin::set_load_threads`]: `OMPTARGET_RS_LOAD_THREADS=N` (1: the
-/// calling thread alone), else the CPUs this process may use; at most
-/// [`MAX_LOAD_THREADS`] either way.
 /// How many of `entries` are indirect: one table row each (a vtable's rows beyond its
 /// first grow the vector).
 fn indirect_count<E: HostEntry>(entries: &[E]) -> usize {
@@ -241,6 +238,9 @@ fn indirect_count<E: HostEntry>(entries: &[E]) -> usize {
         .count()
 }
 
+/// The default of [`Plugin::set_load_threads`]: `OMPTARGET_RS_LOAD_THREADS=N` (1: the
+/// calling thread alone), else the CPUs this process may use; at most
+/// [`MAX_LOAD_THREADS`] either way.
 fn load_thread_cap() -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let asked = std::env::var("OMPTARGET_RS_LOAD_THREADS")
@@ -527,11 +527,9 @@ impl<'a> LoadContext<'a> {
             None => 1,
         };
         let mut addrs = crate::huge_pages::zeroed_vec(entries.len());
-        // The first part's rows are where every part's rows are joined: sized for all
-        // of them once.
-        let all_rows = indirect_count(entries);
         if threads <= 1 {
-            let (kernels, rows) = self.resolve_part(entries, &mut addrs, all_rows)?;
+            let (kernels, rows) =
+                self.resolve_part(entries, &mut addrs, indirect_count(entries))?;
             return Ok(ResolvedEntries {
                 addrs,
                 kernels,
@@ -539,13 +537,18 @@ impl<'a> LoadContext<'a> {
             });
         }
         let part_len = entries.len().div_ceil(threads);
+        let part_rows: Vec<usize> = entries.chunks(part_len).map(indirect_count).collect();
+        // The first part's rows are where every part's rows are joined: sized for all
+        // of them once.
+        let all_rows = part_rows.iter().sum();
         let parts = std::thread::scope(|scope| {
-            let mut parts = entries.chunks(part_len).zip(addrs.chunks_mut(part_len));
-            let (first, first_out) = parts.next().unwrap_or_default();
+            let mut parts = entries
+                .chunks(part_len)
+                .zip(addrs.chunks_mut(part_len))
+                .zip(part_rows);
+            let ((first, first_out), _) = parts.next().unwrap_or_default();
             let others: Vec<_> = parts
-                .map(|(part, out)| {
-                    scope.spawn(move || self.resolve_part(part, out, indirect_count(part)))
-                })
+                .map(|((part, out), rows)| scope.spawn(move || self.resolve_part(part, out, rows)))
                 .collect();
             let mut results = vec![self.resolve_part(first, first_out, all_rows)];
             for other in others {
