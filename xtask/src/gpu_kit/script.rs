@@ -38,3 +38,26 @@ pub fn write_executable(path: &Path, text: &str) -> Result<()> {
     fs::set_permissions(path, fs::Permissions::from_mode(0o755))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::process::Command;
+
+    /// The runner's verdict on lit tests that differ between the plugins (reruns, the
+    /// one-sided Fisher test): kit/test_runner.py drives it with a scripted lit.
+    #[test]
+    fn the_runners_rerun_verdict_passes_its_unit_tests() {
+        let kit = Path::new(env!("CARGO_MANIFEST_DIR")).join("kit");
+        let out = Command::new("python3")
+            .args(["-B", "-m", "unittest", "-v", "test_runner"])
+            .current_dir(&kit)
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "kit/test_runner.py failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,102 @@
+"""Unit tests of the kit runner's verdict on lit runs that differ between the plugins
+(`python3 -m unittest test_runner` in this folder; `cargo test -p xtask` runs them).
+Not part of the kit."""
+import random
+import unittest
+
+import runner
+
+
+class FakeLit:
+    """Plays the lit suite: each test fails through each plugin with a given chance."""
+
+    def __init__(self, fail_chance, seed=1):
+        self.fail_chance = fail_chance  # {(test, plugin): chance}
+        self.random = random.Random(seed)
+        self.calls = []
+
+    def __call__(self, plugin, tests, label):
+        self.calls.append((plugin, label))
+        return {t: "fail" if self.random.random() < self.fail_chance.get((t, plugin), 0.0)
+                else "pass" for t in tests}
+
+
+def verdict(first, built, gpu, lit, time_left=lambda: 1e9):
+    lines = []
+    problems, only_ours, notes = runner.compare_lit(first, built, gpu, lit, time_left,
+                                                    lines.append)
+    return problems, only_ours, notes, lines
+
+
+class MoreFailuresP(unittest.TestCase):
+    def test_no_failures_is_no_evidence(self):
+        self.assertEqual(runner.more_failures_p(0, 16, 0, 16), 1.0)
+
+    def test_one_failure_is_a_coin_toss(self):
+        self.assertAlmostEqual(runner.more_failures_p(1, 16, 0, 16), 0.5)
+
+    def test_every_run_failing_with_ours_alone_is_far_beyond_chance(self):
+        self.assertLess(runner.more_failures_p(16, 16, 0, 16), 1e-8)
+
+    def test_more_failures_with_llvm_is_no_evidence_against_ours(self):
+        self.assertGreater(runner.more_failures_p(0, 16, 5, 16), 0.99)
+
+
+class CompareLit(unittest.TestCase):
+    BUILT = ["a.c", "racy.cpp", "b.c"]
+
+    def test_a_race_of_the_test_itself_does_not_fail_the_step(self):
+        # target_nowait_target.cpp's case: one failure with ours, then both plugins fail
+        # it now and then.
+        first = {"ours": {"a.c": "pass", "racy.cpp": "fail", "b.c": "pass"},
+                 "llvm": {"a.c": "pass", "racy.cpp": "pass", "b.c": "pass"}}
+        lit = FakeLit({("racy.cpp", "ours"): 0.2, ("racy.cpp", "llvm"): 0.2})
+        problems, only_ours, notes, lines = verdict(first, self.BUILT, False, lit)
+        self.assertEqual((problems, only_ours), ([], []))
+        self.assertEqual(len(lit.calls), 2 * runner.LIT_RERUNS)
+        self.assertIn("racy.cpp: failed", notes[0])
+        self.assertIn("not plugin-dependent", notes[0])
+
+    def test_a_failure_that_follows_our_plugin_fails_the_step_with_the_counts(self):
+        first = {"ours": {"a.c": "pass", "racy.cpp": "pass", "b.c": "fail"},
+                 "llvm": {"a.c": "pass", "racy.cpp": "pass", "b.c": "pass"}}
+        lit = FakeLit({("b.c", "ours"): 1.0})
+        for gpu in (False, True):
+            problems, only_ours, notes, _ = verdict(first, self.BUILT, gpu, lit)
+            self.assertEqual(only_ours, ["b.c"])
+            self.assertEqual(len(problems), 1)
+            runs = runner.LIT_RERUNS + 1
+            self.assertIn("b.c failed %d/%d with ours, 0/%d with LLVM's" % (runs, runs, runs),
+                          problems[0])
+
+    def test_a_failure_only_now_and_then_with_ours_is_still_caught(self):
+        first = {"ours": {"a.c": "fail"}, "llvm": {"a.c": "pass"}}
+        lit = FakeLit({("a.c", "ours"): 0.7}, seed=3)
+        problems, only_ours, _, _ = verdict(first, ["a.c"], True, lit)
+        self.assertEqual(only_ours, ["a.c"], problems)
+
+    def test_on_a_gpu_only_failures_with_ours_are_rerun(self):
+        first = {"ours": {"a.c": "pass", "b.c": "pass"},
+                 "llvm": {"a.c": "fail", "b.c": "pass"}}
+        lit = FakeLit({})
+        problems, only_ours, notes, _ = verdict(first, ["a.c", "b.c"], True, lit)
+        self.assertEqual((problems, only_ours, notes, lit.calls), ([], [], [], []))
+
+    def test_a_skip_on_one_side_fails_at_once(self):
+        first = {"ours": {"a.c": "skip"}, "llvm": {"a.c": "pass"}}
+        lit = FakeLit({})
+        problems, _, _, _ = verdict(first, ["a.c"], False, lit)
+        self.assertEqual(len(problems), 1)
+        self.assertIn("a.c", problems[0])
+        self.assertEqual(lit.calls, [])
+
+    def test_reruns_stop_when_the_part_runs_out_of_time(self):
+        first = {"ours": {"a.c": "fail"}, "llvm": {"a.c": "pass"}}
+        lit = FakeLit({})
+        _, only_ours, notes, _ = verdict(first, ["a.c"], False, lit, time_left=lambda: 10)
+        self.assertEqual((only_ours, lit.calls), ([], []))
+        self.assertIn("failed 1/1 with ours, 0/1 with LLVM's", notes[0])
+
+
+if __name__ == "__main__":
+    unittest.main()
