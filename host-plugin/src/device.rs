@@ -157,6 +157,17 @@ impl Device {
         lock(&self.images).iter().map(|i| i.key).collect()
     }
 
+    /// Refuse `requires` flags (`__tgt_rtl_init_requires`) this device cannot honour.
+    pub fn check_requirements(&self, flags: i64) -> Result<(), PluginError> {
+        match self.backend.unsupported_requirements(flags) {
+            Some(why) => Err(PluginError::Invalid {
+                device: self.id,
+                what: why,
+            }),
+            None => Ok(()),
+        }
+    }
+
     pub fn init_device(&self) -> Result<(), PluginError> {
         self.backend
             .init_device(self.index)

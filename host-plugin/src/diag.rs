@@ -76,12 +76,15 @@ pub fn error(msg: &str) {
     emit("error", msg);
 }
 
+/// The file [`write_load_marker`] appends to.
+pub const LOAD_MARKER_ENV: &str = "OMPTARGET_RS_LOAD_MARKER";
+
 /// Append `<plugin-name> <pid>` to `$OMPTARGET_RS_LOAD_MARKER`, once per process. Never
 /// fails: a marker that cannot be written is only mentioned in the debug log.
 pub fn write_load_marker() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let Some(path) = std::env::var_os("OMPTARGET_RS_LOAD_MARKER") else {
+        let Some(path) = std::env::var_os(LOAD_MARKER_ENV) else {
             return;
         };
         let line = format!("{} {}\n", plugin_name(), std::process::id());

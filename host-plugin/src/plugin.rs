@@ -4,6 +4,7 @@
 //! Everything libomptarget asks for goes through here and [`crate::device`]; the `abi`
 //! shims only convert C structures to and from these types.
 
+use crate::backend::isolated::{self, IsolatedBackend};
 use crate::backend::launch_shape::{self, ExecMode};
 use crate::backend::{
     cuda::CudaBackend, hip::HipBackend, host::HostBackend, Backend, DeviceAddr, LoadedModule,
@@ -23,6 +24,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// The device runtime's table pointer and size (see device-rtl).
 pub const FPTR_MAP_P: &CStr = c"__omp_offloading_fptr_map_p";
 pub const FPTR_MAP_SIZE: &CStr = c"__omp_offloading_fptr_map_size";
+
+/// `OMPTARGET_RS_TRANSLATE=0` turns the translation off: no table is installed, so
+/// device code gets host function addresses unchanged (what a program sees without this
+/// plugin; the demo shows the isolated device's fault report with it).
+pub const TRANSLATE_ENV: &str = "OMPTARGET_RS_TRANSLATE";
+
+fn translation_enabled() -> bool {
+    std::env::var(TRANSLATE_ENV).map_or(true, |v| v != "0")
+}
 
 /// Which libomptarget plugin this is: its name and the device kind it drives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +71,7 @@ impl PluginKind {
     /// quietly, where there is no driver or runtime.
     pub fn backend(self) -> Box<dyn Backend> {
         match self {
+            PluginKind::X86_64 if isolated::requested() => Box::new(IsolatedBackend::new()),
             PluginKind::X86_64 => Box::new(HostBackend),
             PluginKind::Cuda => Box::new(CudaBackend::new()),
             PluginKind::Amdgpu => Box::new(HipBackend::new()),
@@ -749,6 +760,17 @@ impl<'a> LoadContext<'a> {
         let has_indirect = entries
             .iter()
             .any(|e| crate::entries::is_indirect(e.flags()));
+        if !translation_enabled() {
+            diag::info(diag::INFO_PLUGIN, || {
+                format!(
+                    "{}: OMPTARGET_RS_TRANSLATE=0: no function pointer table installed ({} \
+                     rows); host function addresses reach device code untranslated",
+                    self.image,
+                    table.len()
+                )
+            });
+            return Ok(None);
+        }
         self.install_table(table, &origins, has_indirect)
     }
 

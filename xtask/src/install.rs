@@ -17,6 +17,8 @@
 //! - `lib/omptarget-indirect/libomptarget.devicertl.a`: LLVM 16's own device runtime
 //!   archive plus our device RTL packed as offload objects, one per GPU architecture
 //!   (see [`devicertl_archive`] for why);
+//! - `libexec/omptarget-indirect/omptarget-rs-device`: the isolated host device's
+//!   process (`OMPTARGET_RS_ISOLATED=1`), which the x86_64 plugin starts;
 //! - `include/omp_indirect.h`, `bin/offload-inspect`;
 //! - `share/omptarget-indirect/<triple>.cfg`: clang config files (see [`config_text`]).
 use crate::{compiler_plugin, device, nvptx_program, plugin, util};
@@ -88,12 +90,22 @@ pub fn install(prefix: &Path) -> Result<PathBuf> {
     for dir in [
         "lib/.debug",
         "bin/.debug",
+        "libexec/omptarget-indirect/.debug",
         "include",
         "share/omptarget-indirect",
     ] {
         fs::create_dir_all(prefix.join(dir))?;
     }
     install_plugins(&plugins, &lib)?;
+    // The isolated host device's process: the x86_64 plugin finds it from its own file,
+    // in ../libexec/omptarget-indirect/.
+    install_stripped(
+        &plugins.join(plugin::DEVICE_EXECUTABLE),
+        &prefix
+            .join("libexec/omptarget-indirect")
+            .join(plugin::DEVICE_EXECUTABLE),
+        &format!("{}.debug", plugin::DEVICE_EXECUTABLE),
+    )?;
     install_stripped(
         &compiler_plugin,
         &lib.join(COMPILER_PLUGIN),

@@ -47,6 +47,7 @@ pub fn build_plugins() -> Result<PathBuf> {
     util::llvm16("clang")?;
     let sh = Shell::new()?;
     let built = util::build_release(&sh, "host-plugin", &["--lib"], "libhost_plugin.so")?;
+    let device = build_device_executable(&sh)?;
 
     let dir = plugin_dir();
     fs::create_dir_all(&dir)?;
@@ -55,18 +56,35 @@ pub fn build_plugins() -> Result<PathBuf> {
             install_copy(&built, &dir.join(name))?;
         }
     }
+    // The isolated host device's process, where the x86_64 plugin looks for it: beside
+    // the plugin file.
+    install_copy(&device, &dir.join(DEVICE_EXECUTABLE))?;
     eprintln!(
-        "installed {} plugins in {}",
+        "installed {} plugins and {DEVICE_EXECUTABLE} in {}",
         PLUGIN_KINDS.len() * 2,
         dir.display()
     );
     Ok(dir)
 }
 
+/// The isolated host device's executable (`OMPTARGET_RS_ISOLATED=1`), found by the x86_64
+/// plugin beside its own file.
+pub const DEVICE_EXECUTABLE: &str = "omptarget-rs-device";
+
+/// Build the isolated device's executable (host-plugin's one binary).
+pub fn build_device_executable(sh: &Shell) -> Result<PathBuf> {
+    util::build_release(
+        sh,
+        "host-plugin",
+        &["--bin", DEVICE_EXECUTABLE],
+        DEVICE_EXECUTABLE,
+    )
+}
+
 /// Copy through a temporary name and rename: a program that has the old file mapped
 /// keeps its (unchanged) pages, and the new file is never seen half-written.
 fn install_copy(from: &Path, to: &Path) -> Result<()> {
-    let tmp = to.with_extension("so.tmp");
+    let tmp = to.with_extension("tmp");
     fs::copy(from, &tmp).with_context(|| format!("copying to {}", tmp.display()))?;
     fs::rename(&tmp, to).with_context(|| format!("renaming to {}", to.display()))?;
     Ok(())

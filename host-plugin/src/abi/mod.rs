@@ -298,9 +298,14 @@ pub extern "C" fn __tgt_rtl_number_of_devices() -> i32 {
 pub extern "C" fn __tgt_rtl_init_requires(flags: i64) -> i64 {
     guard("init_requires", flags, || {
         diag::debug(|| format!("requires flags {flags:#x}"));
+        REQUIRES_FLAGS.store(flags, std::sync::atomic::Ordering::Relaxed);
         Ok(flags)
     })
 }
+
+/// The program's `requires` flags, as libomptarget passed them before initialising a
+/// device (0 until then).
+static REQUIRES_FLAGS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_supports_empty_images() -> i32 {
@@ -324,6 +329,10 @@ pub extern "C" fn __tgt_rtl_print_device_info(device: i32) {
             p.kind().name(),
             p.device_count(),
             match p.kind() {
+                PluginKind::X86_64 if crate::backend::isolated::requested() => {
+                    "the host CPU in a process of its own (OMPTARGET_RS_ISOLATED: host \
+                     addresses fault there, as on a discrete GPU)"
+                }
                 PluginKind::X86_64 => "the host CPU (images run through dlopen + libffi)",
                 PluginKind::Cuda => "an NVIDIA GPU through the CUDA driver API",
                 PluginKind::Amdgpu => "an AMD GPU through HIP (libamdhip64)",
@@ -362,7 +371,11 @@ pub unsafe extern "C" fn __tgt_rtl_is_valid_binary_info(
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_init_device(device: i32) -> i32 {
     guard("init_device", OFFLOAD_FAIL, || {
-        status(on_device(device, |on| on.init_device()))
+        let requires = REQUIRES_FLAGS.load(std::sync::atomic::Ordering::Relaxed);
+        status(on_device(device, |on| {
+            on.check_requirements(requires)?;
+            on.init_device()
+        }))
     })
 }
 

@@ -2,120 +2,17 @@
 //! are x86-64 shared objects loaded with dlopen, memory is malloc'd process memory,
 //! kernels are called through libffi with one pointer argument per mapped variable.
 
-use super::{Backend, BackendError, DeviceAddr, LoadedModule, StagedImage};
-use libffi::low::{self, ffi_abi_FFI_DEFAULT_ABI, ffi_cif, ffi_type, CodePtr};
-use libloading::os::unix::{Library, RTLD_LAZY, RTLD_LOCAL};
+use super::dlopen::{self, ImageFile};
+use super::{ffi_call, Backend, BackendError, DeviceAddr, LoadedModule, StagedImage};
+use libloading::os::unix::Library;
 use std::ffi::{c_void, CStr};
-use std::io::Write;
-use std::os::fd::{FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 /// LLVM's host plugin offers four devices; tests in LLVM's suite use more than one.
 pub const HOST_DEVICE_COUNT: usize = 4;
 
-/// Kernels with up to this many arguments are called without heap allocation, through
-/// a call description prepared once per argument count.
-const INLINE_ARGS: usize = 16;
-
 #[derive(Default)]
 pub struct HostBackend;
-
-/// libffi's description of a call taking some pointers and returning nothing (what every
-/// outlined OpenMP region is), with the argument type array it points into.
-struct PointerCall {
-    cif: ffi_cif,
-    /// What `cif.arg_types` points at: boxed, so it never moves while `cif` lives.
-    _types: Box<[*mut ffi_type]>,
-}
-
-// SAFETY: after `PointerCall::new` nothing writes to the cif or its type array again
-// (launches call through a stack copy of the cif, and libffi only reads the types it
-// points at, which are `_types` and libffi's own static descriptors), so sharing one
-// between threads shares only immutable data.
-unsafe impl Send for PointerCall {}
-// SAFETY: as for Send: immutable after construction.
-unsafe impl Sync for PointerCall {}
-
-impl PointerCall {
-    fn new(n: usize) -> Result<Self, BackendError> {
-        if u32::try_from(n).is_err() {
-            return Err(BackendError::Launch(format!(
-                "{n} kernel arguments are too many"
-            )));
-        }
-        // `addr_of_mut!` of libffi's type descriptors: no Rust reference to the C statics
-        // is made; libffi only reads a scalar type's descriptor.
-        let mut types: Box<[*mut ffi_type]> =
-            vec![std::ptr::addr_of_mut!(low::types::pointer); n].into_boxed_slice();
-        let mut cif = ffi_cif::default();
-        // SAFETY: `cif` is ours to fill; `types` holds `n` valid type descriptors and is
-        // kept (unmoved, on the heap) as long as the cif, which points into it.
-        unsafe {
-            low::prep_cif(
-                &mut cif,
-                ffi_abi_FFI_DEFAULT_ABI,
-                n,
-                std::ptr::addr_of_mut!(low::types::void),
-                types.as_mut_ptr(),
-            )
-        }
-        .map_err(|e| BackendError::Launch(format!("libffi could not describe the call: {e:?}")))?;
-        Ok(PointerCall { cif, _types: types })
-    }
-
-    /// The description for `n <= INLINE_ARGS` pointers, prepared on first use: preparing
-    /// it on every launch was a visible part of a launch's cost.
-    fn cached(n: usize) -> Result<&'static PointerCall, BackendError> {
-        static CALLS: [OnceLock<Option<PointerCall>>; INLINE_ARGS + 1] =
-            [const { OnceLock::new() }; INLINE_ARGS + 1];
-        CALLS
-            .get(n)
-            .ok_or_else(|| BackendError::Launch(format!("no cached call for {n} arguments")))?
-            .get_or_init(|| PointerCall::new(n).ok())
-            .as_ref()
-            .ok_or_else(|| BackendError::Launch(format!("libffi cannot call {n} pointers")))
-    }
-
-    /// Call `kernel(args...)`. `values` and `slots` are scratch space of `args.len()`
-    /// entries each.
-    ///
-    /// # Safety
-    /// `kernel` is a function taking `args.len()` pointers and returning nothing, the
-    /// arguments are what it expects, and this description is for `args.len()` pointers.
-    unsafe fn call(
-        &self,
-        kernel: DeviceAddr,
-        args: &[DeviceAddr],
-        values: &mut [*mut c_void],
-        slots: &mut [*mut c_void],
-    ) -> Result<(), BackendError> {
-        let n = args.len();
-        if self.cif.nargs as usize != n || values.len() != n || slots.len() != n {
-            return Err(BackendError::Launch(
-                "call description or scratch of the wrong size".into(),
-            ));
-        }
-        for (value, &a) in values.iter_mut().zip(args) {
-            *value = a as *mut c_void;
-        }
-        // libffi reads each argument through a pointer to it.
-        let base = values.as_mut_ptr();
-        for (i, slot) in slots.iter_mut().enumerate() {
-            // SAFETY: `i < n == values.len()`.
-            *slot = unsafe { base.add(i) }.cast();
-        }
-        // libffi's call takes the description by `*mut`: give it a copy of our own (the
-        // shared one is never written).
-        let mut cif = self.cif;
-        // SAFETY: the caller promises `kernel` takes `n` pointers and returns nothing;
-        // `cif` describes exactly that (its type array lives in `self`); `slots` points
-        // at the `n` values, all alive for the call.
-        unsafe { low::call::<()>(&mut cif, CodePtr(kernel as *mut c_void), slots.as_mut_ptr()) };
-        Ok(())
-    }
-}
 
 struct HostModule {
     library: Library,
@@ -125,85 +22,6 @@ struct HostModule {
     file: Mutex<Option<ImageFile>>,
 }
 
-/// An image where dlopen can open it, released on drop: the mapping dlopen made stays
-/// valid after the name and the file are gone, so nothing is left in the temporary
-/// directory once a load ends, failed or not (LLVM 16's plugin never removes its files).
-enum ImageFile {
-    /// The image in an anonymous memory file (memfd), opened through a uniquely named
-    /// symbolic link to `/proc/self/fd/N`: a big image is written there about three
-    /// times faster than to a disk file (108 MiB: 53 against 155 ms on ext4) and never
-    /// goes to disk. The link is there because glibc's dlopen hands back an already
-    /// loaded library whose name equals the requested path, and descriptor numbers are
-    /// reused.
-    Memory { link: PathBuf, _fd: OwnedFd },
-    /// A temp file, where there is no memfd_create or no /proc.
-    Disk(PathBuf),
-}
-
-impl ImageFile {
-    /// What dlopen opens.
-    fn path(&self) -> &Path {
-        match self {
-            ImageFile::Memory { link, .. } => link,
-            ImageFile::Disk(path) => path,
-        }
-    }
-}
-
-impl Drop for ImageFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.path());
-    }
-}
-
-/// The public head of glibc's `struct link_map` (<link.h>); the loader's private fields
-/// follow it and are never touched.
-#[repr(C)]
-struct LinkMapHead {
-    l_addr: usize,
-}
-
-/// The load bias of a library dlopen'd by us.
-fn load_bias_of(library: Library) -> Result<(Library, u64), BackendError> {
-    let handle = library.into_raw();
-    let mut map: *const LinkMapHead = std::ptr::null();
-    // SAFETY: `handle` is a live dlopen handle (ours, reopened as a Library right after);
-    // RTLD_DI_LINKMAP stores a `struct link_map *` into `map`, which has that type.
-    let rc = unsafe {
-        libc::dlinfo(
-            handle,
-            libc::RTLD_DI_LINKMAP,
-            std::ptr::addr_of_mut!(map).cast(),
-        )
-    };
-    // SAFETY: `handle` came from `into_raw` above and is taken back exactly once.
-    let library = unsafe { Library::from_raw(handle) };
-    if rc != 0 || map.is_null() {
-        return Err(BackendError::Load(
-            "dlinfo(RTLD_DI_LINKMAP) failed for the loaded image".into(),
-        ));
-    }
-    // SAFETY: a link map the loader keeps while the library is open; `l_addr` is its
-    // first, public field.
-    let bias = unsafe { (*map).l_addr } as u64;
-    Ok((library, bias))
-}
-
-impl HostModule {
-    fn symbol(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
-        let missing = || BackendError::MissingSymbol(name.to_string_lossy().into_owned());
-        // SAFETY: we only take the symbol's address (a `*mut c_void` read out of dlsym's
-        // answer); nothing is called or dereferenced here.
-        let sym = unsafe { self.library.get::<*mut c_void>(name.to_bytes_with_nul()) }
-            .map_err(|_| missing())?;
-        let addr = *sym as DeviceAddr;
-        if addr == 0 {
-            return Err(missing());
-        }
-        Ok(addr)
-    }
-}
-
 impl LoadedModule for HostModule {
     fn release_load_files(&self) {
         let file = self.file.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -211,79 +29,14 @@ impl LoadedModule for HostModule {
     }
 
     fn global(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
-        self.symbol(name)
+        dlopen::symbol(&self.library, name)
     }
     fn function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
-        self.symbol(name)
+        dlopen::symbol(&self.library, name)
     }
     fn load_bias(&self) -> Option<u64> {
         Some(self.load_bias)
     }
-}
-
-/// A unique name for an image's file (or link): dlopen needs a path, and the same image
-/// may be loaded on several devices at once.
-fn unique_image_name() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("omptarget-rs-image-{}-{}.so", std::process::id(), n)
-}
-
-/// Images from this size on go to a memory file; smaller ones to a temp file. Written
-/// and kept open like loaded images, on ext4 (Linux 6.18, 2 CPUs): 1 MiB took 0.36 ms
-/// on disk and 0.66 in memory, 4 MiB 1.2 and 2.0, 16 MiB 18 and 9.4, 64 MiB 106 and
-/// 35 (large writes to disk meet writeback; small ones gain from the page cache's large
-/// folios, which memory files do not get).
-const MEMORY_FILE_MIN_BYTES: usize = 8 << 20;
-
-/// `image` where dlopen can open it: a big one in memory where the system allows, else
-/// in a temp file.
-fn write_image_file(image: &[u8]) -> Result<ImageFile, BackendError> {
-    let name = unique_image_name();
-    if image.len() >= MEMORY_FILE_MIN_BYTES {
-        if let Some(file) = write_image_memory(&name, image)? {
-            return Ok(file);
-        }
-    }
-    write_image_disk(&name, image)
-}
-
-/// `image` in a memory file named `name` (/proc/self/maps shows it), behind a link of
-/// that name in the temporary directory. None where memfd_create or /proc/self/fd is
-/// missing; a failed write leaves no link.
-fn write_image_memory(name: &str, image: &[u8]) -> Result<Option<ImageFile>, BackendError> {
-    let c_name = std::ffi::CString::new(name).map_err(|e| BackendError::Load(e.to_string()))?;
-    // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor
-    // (or -1), which is owned right below and by nothing else.
-    let raw = unsafe { libc::memfd_create(c_name.as_ptr(), libc::MFD_CLOEXEC) };
-    if raw < 0 {
-        return Ok(None);
-    }
-    // SAFETY: `raw` is a fresh descriptor that only this value owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let target = PathBuf::from(format!("/proc/self/fd/{raw}"));
-    if std::fs::symlink_metadata(&target).is_err() {
-        return Ok(None);
-    }
-    let mut file = std::fs::File::from(fd);
-    file.write_all(image)?;
-    let link = std::env::temp_dir().join(name);
-    std::os::unix::fs::symlink(&target, &link)?;
-    Ok(Some(ImageFile::Memory {
-        link,
-        _fd: file.into(),
-    }))
-}
-
-/// `image` in a fresh temp file named `name`; a failed write leaves no file.
-fn write_image_disk(name: &str, image: &[u8]) -> Result<ImageFile, BackendError> {
-    let file = ImageFile::Disk(std::env::temp_dir().join(name));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(file.path())
-        .and_then(|mut f| f.write_all(image))?;
-    Ok(file)
 }
 
 impl Backend for HostBackend {
@@ -312,7 +65,7 @@ impl Backend for HostBackend {
         _device: usize,
         image: &[u8],
     ) -> Result<Option<StagedImage>, BackendError> {
-        Ok(Some(Box::new(write_image_file(image)?)))
+        Ok(Some(Box::new(ImageFile::write(image)?)))
     }
 
     fn load_staged(
@@ -324,15 +77,9 @@ impl Backend for HostBackend {
         let file = match staged.map(|s| s.downcast::<ImageFile>()) {
             Some(Ok(file)) => *file,
             // Not staged (or staged by something else): write it now.
-            _ => write_image_file(image)?,
+            _ => ImageFile::write(image)?,
         };
-        // Local binding, like separate GPU modules: two images never interpose each
-        // other's globals (each has its own `__omp_offloading_fptr_map_p`).
-        // SAFETY: loading runs the image's ELF constructors; the image is a device image
-        // libomptarget handed us to run, exactly what this device exists to execute.
-        let opened = unsafe { Library::open(Some(file.path()), RTLD_LAZY | RTLD_LOCAL) };
-        let library = opened.map_err(|e| BackendError::Load(e.to_string()))?;
-        let (library, load_bias) = load_bias_of(library)?;
+        let (library, load_bias) = dlopen::open(&file)?;
         Ok(Box::new(HostModule {
             library,
             load_bias,
@@ -394,24 +141,8 @@ impl Backend for HostBackend {
         kernel: DeviceAddr,
         args: &[DeviceAddr],
     ) -> Result<(), BackendError> {
-        // Up to INLINE_ARGS arguments: a cached call description and stack scratch. This
-        // runs on every launch; libffi's `middle::Cif` (three heap allocations and a
-        // fresh description per call) was a visible part of a launch's cost.
-        let n = args.len();
-        if n <= INLINE_ARGS {
-            let call = PointerCall::cached(n)?;
-            let mut values = [std::ptr::null_mut(); INLINE_ARGS];
-            let mut slots = [std::ptr::null_mut(); INLINE_ARGS];
-            // SAFETY: forwarded caller contract; `call` is for `n` pointers and both
-            // arrays hold `n` slots.
-            unsafe { call.call(kernel, args, &mut values[..n], &mut slots[..n]) }
-        } else {
-            let call = PointerCall::new(n)?;
-            let mut values = vec![std::ptr::null_mut(); n];
-            let mut slots = vec![std::ptr::null_mut(); n];
-            // SAFETY: as above, with `n` slots on the heap.
-            unsafe { call.call(kernel, args, &mut values, &mut slots) }
-        }
+        // SAFETY: forwarded caller contract.
+        unsafe { ffi_call::call_kernel(kernel, args) }
     }
 
     fn synchronize(&self, _device: usize) -> Result<(), BackendError> {
@@ -427,6 +158,7 @@ impl Backend for HostBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     extern "C" fn no_args() {
         CALLED.store(true, Ordering::SeqCst);
@@ -438,7 +170,7 @@ mod tests {
         unsafe { *out = *a - *b };
     }
 
-    /// 1 + 19 arguments: more than INLINE_ARGS, so the uncached, heap path.
+    /// 1 + 19 arguments: more than ffi_call::INLINE_ARGS, so the uncached, heap path.
     #[allow(clippy::too_many_arguments)]
     extern "C" fn weighted_sum(
         out: *mut u64,
@@ -502,7 +234,7 @@ mod tests {
             let sum_ptr: *mut u64 = &mut sum;
             let mut many = vec![sum_ptr as u64];
             many.extend(1..=19u64);
-            assert!(many.len() > INLINE_ARGS);
+            assert!(many.len() > ffi_call::INLINE_ARGS);
             backend
                 .launch(0, addr(weighted_sum as *const ()), &many)
                 .unwrap();

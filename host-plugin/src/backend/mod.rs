@@ -6,8 +6,11 @@
 //! ([`crate::device_env`]); a vendor implements only the calls that differ.
 
 pub mod cuda;
+mod dlopen;
+mod ffi_call;
 pub mod hip;
 pub mod host;
+pub mod isolated;
 pub mod launch_shape;
 
 use std::ffi::CStr;
@@ -262,6 +265,11 @@ pub trait Backend: Send + Sync {
     fn elf_machine(&self) -> u16;
     fn device_count(&self) -> usize;
     fn init_device(&self, device: usize) -> Result<(), BackendError>;
+    /// Why this device cannot run programs with these `requires` flags
+    /// (`__tgt_rtl_init_requires`), if it cannot.
+    fn unsupported_requirements(&self, _flags: i64) -> Option<String> {
+        None
+    }
     fn load_image(
         &self,
         device: usize,

@@ -1,0 +1,536 @@
+//! The plugin's side of the isolated device process: starting it (and keeping the two
+//! address spaces apart, [`super::address_space`]), one request at a time, what it
+//! prints passed on to the program's own output, and its end.
+
+use super::address_space::{self, Layout, Window};
+use super::arena::Arena;
+use super::protocol::Range;
+use super::protocol::{self, Reply, Request};
+use super::server::Args;
+use crate::backend::BackendError;
+use crate::diag;
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{ChildStderr, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
+
+/// The device process's file name, installed beside the plugin.
+pub const DEVICE_EXECUTABLE: &str = "omptarget-rs-device";
+/// Where to find it instead (tests, unusual installs).
+pub const DEVICE_EXECUTABLE_ENV: &str = "OMPTARGET_RS_DEVICE_EXE";
+/// How often the device process may exec itself for a layout that does not overlap the
+/// host's before it goes on with what it has (and the debug log says so).
+const MAX_LAYOUT_ATTEMPTS: u32 = 16;
+
+/// A started device process.
+pub struct DeviceProcess {
+    pid: u32,
+    channel: Mutex<Channel>,
+    /// How the start went, for the debug log and the tests.
+    pub report: StartReport,
+}
+
+/// What the start-up check found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartReport {
+    pub pid: u32,
+    /// Layouts refused because they overlapped the host's.
+    pub retries: u32,
+    /// Host ranges the device could reach after the set-up (the goal: 0).
+    pub reachable_host_ranges: u64,
+    pub host_ranges: usize,
+    /// Ranges the device process reserved.
+    pub device_reserved: u64,
+    /// Device ranges the host could not keep free (something was mapped there).
+    pub host_could_not_reserve: usize,
+}
+
+struct Channel {
+    socket: OwnedFd,
+    stdout: Option<ChildStdout>,
+    stderr: Option<ChildStderr>,
+    /// Why the process is gone, once it is.
+    ended: Option<String>,
+}
+
+/// Where the device executable is: `$OMPTARGET_RS_DEVICE_EXE`, else beside the plugin
+/// file or in `../libexec/omptarget-indirect/` from it.
+pub fn find_executable() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os(DEVICE_EXECUTABLE_ENV) {
+        return Ok(PathBuf::from(path));
+    }
+    let plugin = plugin_file().ok_or("cannot tell where the plugin file is (dladdr)")?;
+    let dir = plugin.parent().unwrap_or(Path::new("."));
+    let candidates = [
+        dir.join(DEVICE_EXECUTABLE),
+        dir.join("../libexec/omptarget-indirect")
+            .join(DEVICE_EXECUTABLE),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "no {DEVICE_EXECUTABLE} beside the plugin ({} or {}; `cargo xtask install` \
+                 puts it there, or set {DEVICE_EXECUTABLE_ENV})",
+                candidates[0].display(),
+                candidates[1].display()
+            )
+        })
+}
+
+/// The file this code was loaded from.
+fn plugin_file() -> Option<PathBuf> {
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only reads the address (one of our own functions) and fills `info`.
+    let found = unsafe { libc::dladdr(plugin_file as *const libc::c_void, &mut info) } != 0;
+    if !found || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated path owned by the dynamic loader.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    use std::os::unix::ffi::OsStrExt;
+    let path = PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes()));
+    // The main program has an empty name here (dladdr on an executable).
+    Some(if path.as_os_str().is_empty() {
+        std::env::current_exe().ok()?
+    } else {
+        path
+    })
+}
+
+/// A descriptor duplicated to a number >= 10 (close-on-exec), so that moving the
+/// device's descriptors to 3, 4 and 5 in the child never overwrites one with another.
+fn high_duplicate(fd: BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor (or -1) owned right below.
+    let raw = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+fn socket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair writes two new descriptors into `fds`.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both are fresh and owned here only.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn start_err(what: impl std::fmt::Display) -> BackendError {
+    BackendError::Load(format!("starting the isolated device process: {what}"))
+}
+
+impl DeviceProcess {
+    /// Start the device process inside `window`, with `device_memory` at its base and
+    /// `host_memory` right after it.
+    pub(crate) fn start(
+        layout: Layout,
+        device_memory: &Arena,
+        host_memory: &Arena,
+    ) -> Result<DeviceProcess, BackendError> {
+        let window = layout.window;
+        let exe = find_executable().map_err(start_err)?;
+        let (ours, theirs) = socket_pair().map_err(start_err)?;
+        let socket_fd = high_duplicate(theirs.as_fd()).map_err(start_err)?;
+        let arena_fd = high_duplicate(device_memory.file().as_fd()).map_err(start_err)?;
+        let host_arena_fd = high_duplicate(host_memory.file().as_fd()).map_err(start_err)?;
+        let args = Args {
+            socket_fd: 3,
+            arena_fd: 4,
+            arena_size: device_memory.size(),
+            host_arena_fd: 5,
+            host_arena_size: host_memory.size(),
+            window,
+            host_pid: std::process::id(),
+            attempt: 0,
+        };
+        let moves = [
+            (socket_fd.as_raw_fd(), 3),
+            (arena_fd.as_raw_fd(), 4),
+            (host_arena_fd.as_raw_fd(), 5),
+        ];
+        let mut command = Command::new(&exe);
+        command
+            .args(args.to_strings())
+            // The device process must not start a device process of its own (libomptarget,
+            // which the images load, loads this plugin there too) nor mark our marker.
+            .env_remove(crate::backend::isolated::ISOLATED_ENV)
+            .env_remove(diag::LOAD_MARKER_ENV)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: the closure runs in the forked child before exec and only makes
+        // async-signal-safe system calls (dup2 clears close-on-exec on the copies).
+        unsafe {
+            command.pre_exec(move || {
+                for (from, to) in moves {
+                    if libc::dup2(from, to) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| start_err(format!("{}: {e}", exe.display())))?;
+        drop((theirs, socket_fd, arena_fd, host_arena_fd));
+        let pid = child.id();
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        for pipe in [
+            stdout.as_ref().map(|p| p.as_raw_fd()),
+            stderr.as_ref().map(|p| p.as_raw_fd()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            set_nonblocking(pipe);
+        }
+        // The child is reaped by `end` (or, once this process is gone, by init).
+        drop(child);
+        let process = DeviceProcess {
+            pid,
+            channel: Mutex::new(Channel {
+                socket: ours,
+                stdout,
+                stderr,
+                ended: None,
+            }),
+            report: StartReport {
+                pid,
+                retries: 0,
+                reachable_host_ranges: 0,
+                host_ranges: 0,
+                device_reserved: 0,
+                host_could_not_reserve: 0,
+            },
+        };
+        match process.handshake(window) {
+            Ok(report) => Ok(DeviceProcess { report, ..process }),
+            Err(e) => {
+                process.end(&format!("its start failed: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Hello/Retry/Setup/Ready (see the server); the host then keeps the device's own
+    /// ranges free.
+    fn handshake(&self, window: Window) -> Result<StartReport, BackendError> {
+        let mut retries = 0;
+        loop {
+            let hello = self.receive_reply().map_err(start_err)?;
+            let Reply::Hello { pid, mappings } = hello else {
+                return Err(start_err(format!("expected Hello, got {hello:?}")));
+            };
+            let host = host_ranges(window).map_err(start_err)?;
+            let mut taken = host.clone();
+            taken.push(window.range());
+            taken.sort_unstable();
+            let overlapping = address_space::count_overlapping(&mappings, &taken);
+            if overlapping > 0 && retries < MAX_LAYOUT_ATTEMPTS {
+                diag::debug(|| {
+                    let first: Vec<_> = mappings
+                        .iter()
+                        .filter(|&&m| taken.iter().any(|&t| address_space::overlap(m, t)))
+                        .take(3)
+                        .collect();
+
+                    format!(
+                        "isolated device: process {pid}'s layout overlaps {overlapping} host \
+                         range(s) (first {first:x?}): a new one"
+                    )
+                });
+                retries += 1;
+                self.send(&Request::Retry, None).map_err(start_err)?;
+                continue;
+            }
+            let setup = Request::Setup {
+                host: host_data_ranges(window).map_err(start_err)?,
+            };
+            self.send(&setup, None).map_err(start_err)?;
+            let ready = self.receive_reply().map_err(start_err)?;
+            let Reply::Ready {
+                reachable_host_ranges,
+                reserved,
+                device,
+            } = ready
+            else {
+                return Err(start_err(format!("{ready:?}")));
+            };
+            let host_could_not_reserve = reserve_device_ranges(&device);
+            let report = StartReport {
+                pid,
+                retries,
+                reachable_host_ranges,
+                host_ranges: host.len(),
+                device_reserved: reserved,
+                host_could_not_reserve,
+            };
+            diag::debug(|| {
+                format!(
+                    "isolated device: process {pid} (executable layouts refused: {retries}); \
+                     {reachable_host_ranges} of the host's {} mapped ranges could not be \
+                     reserved inaccessible there; it reserved {reserved} ranges, and the \
+                     host keeps its {} start-up ranges free ({host_could_not_reserve} \
+                     could not be)",
+                    host.len(),
+                    device.len()
+                )
+            });
+            return Ok(report);
+        }
+    }
+
+    /// Send a request and wait for its answer, passing on what the device prints
+    /// meanwhile.
+    pub fn request(
+        &self,
+        request: &Request,
+        fd: Option<BorrowedFd<'_>>,
+    ) -> Result<Reply, BackendError> {
+        let mut channel = crate::plugin::lock(&self.channel);
+        if let Some(why) = &channel.ended {
+            return Err(ended(why));
+        }
+        let sent = protocol::send(channel.socket.as_fd(), &request.encode(), fd);
+        let answer = sent.and_then(|()| channel.wait_for_reply());
+        match answer {
+            Ok(Some(reply)) => Ok(reply),
+            Ok(None) | Err(_) => {
+                let why = match answer {
+                    Err(e) => format!("talking to it failed: {e}"),
+                    _ => self.exit_status(),
+                };
+                channel.ended = Some(why.clone());
+                Err(ended(&why))
+            }
+        }
+    }
+
+    fn send(&self, request: &Request, fd: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
+        let channel = crate::plugin::lock(&self.channel);
+        protocol::send(channel.socket.as_fd(), &request.encode(), fd)
+    }
+
+    fn receive_reply(&self) -> std::io::Result<Reply> {
+        let mut channel = crate::plugin::lock(&self.channel);
+        channel.wait_for_reply()?.ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, self.exit_status())
+        })
+    }
+
+    /// Whether the process has ended (after a fault, say).
+    pub fn ended(&self) -> bool {
+        crate::plugin::lock(&self.channel).ended.is_some()
+    }
+
+    /// End the process now (SIGKILL) and reap it; later requests fail with `why`.
+    pub fn end(&self, why: &str) {
+        let mut channel = crate::plugin::lock(&self.channel);
+        channel.forward_output();
+        if channel.ended.is_none() {
+            channel.ended = Some(why.to_owned());
+        }
+        // SAFETY: kill and waitpid on our own child's pid (reaped only here).
+        unsafe {
+            libc::kill(self.pid as libc::pid_t, libc::SIGKILL);
+            libc::waitpid(self.pid as libc::pid_t, std::ptr::null_mut(), 0);
+        }
+    }
+
+    /// How the process ended, once its socket closed.
+    fn exit_status(&self) -> String {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child's pid.
+        let rc = unsafe { libc::waitpid(self.pid as libc::pid_t, &mut status, 0) };
+        if rc != self.pid as libc::pid_t {
+            return "the device process is gone".into();
+        }
+        if libc::WIFSIGNALED(status) {
+            let signal = libc::WTERMSIG(status);
+            format!(
+                "the device process was killed by signal {signal}{} without a report (a \
+                 kernel that overflowed its stack, or the system ended it)",
+                signal_name(signal as u64).map_or(String::new(), |n| format!(" ({n})"))
+            )
+        } else {
+            format!(
+                "the device process exited with status {}",
+                libc::WEXITSTATUS(status)
+            )
+        }
+    }
+
+    /// The device process's mappings (for naming a faulting instruction).
+    pub fn maps(&self) -> std::io::Result<Vec<address_space::Mapping>> {
+        address_space::read_maps(Some(self.pid))
+    }
+}
+
+fn ended(why: &str) -> BackendError {
+    BackendError::Load(format!("the isolated device process has ended: {why}"))
+}
+
+/// A signal's name, for messages.
+pub fn signal_name(signal: u64) -> Option<&'static str> {
+    Some(match signal as i32 {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGKILL => "SIGKILL",
+        _ => return None,
+    })
+}
+
+fn set_nonblocking(fd: i32) {
+    // SAFETY: fcntl on a pipe descriptor we own, adding O_NONBLOCK to its flags.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+}
+
+/// Every user range mapped in this process, but the device window (our own reservation,
+/// where the device lives, and what we mapped in it).
+fn host_ranges(window: Window) -> std::io::Result<Vec<Range>> {
+    Ok(address_space::user_ranges(&address_space::read_maps(None)?)
+        .into_iter()
+        .filter(|&r| !address_space::overlap(r, window.range()))
+        .collect())
+}
+
+/// The ranges of this process that hold something a device access could reach: every
+/// accessible mapping (reservations, ours or the C library's guard pages, hold nothing).
+pub(crate) fn host_data_ranges(window: Window) -> std::io::Result<Vec<Range>> {
+    Ok(address_space::read_maps(None)?
+        .iter()
+        .filter(|m| {
+            m.accessible()
+                && !address_space::is_vsyscall(m)
+                && !address_space::overlap(m.range(), window.range())
+        })
+        .map(address_space::Mapping::range)
+        .collect())
+}
+
+/// Keep the device's start-up ranges free in this process: how many could not be
+/// (something of ours is mapped there already).
+fn reserve_device_ranges(device: &[Range]) -> usize {
+    device
+        .iter()
+        .filter(|&&r| address_space::reserve(r).is_err())
+        .count()
+}
+
+impl Channel {
+    /// The next reply (None: the process closed its end), passing on what the device
+    /// prints while we wait.
+    fn wait_for_reply(&mut self) -> std::io::Result<Option<Reply>> {
+        loop {
+            let mut fds = [
+                pollfd(self.socket.as_raw_fd()),
+                pollfd(self.stdout.as_ref().map_or(-1, |p| p.as_raw_fd())),
+                pollfd(self.stderr.as_ref().map_or(-1, |p| p.as_raw_fd())),
+            ];
+            // SAFETY: poll on three descriptors we own (or -1, which poll skips).
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if fds[1].revents != 0 || fds[2].revents != 0 {
+                self.forward_output();
+            }
+            if fds[0].revents != 0 {
+                let packet = protocol::receive(self.socket.as_fd())?;
+                // Whatever was printed before the answer goes out before it returns.
+                self.forward_output();
+                return packet.map(|(bytes, _)| Reply::decode(&bytes)).transpose();
+            }
+        }
+    }
+
+    /// Pass on what the device process printed, into this process's own C streams
+    /// (so it lands in order with the program's own output, as a GPU's printf does).
+    fn forward_output(&mut self) {
+        forward(&mut self.stdout, Stream::Out);
+        forward(&mut self.stderr, Stream::Err);
+    }
+}
+
+fn pollfd(fd: i32) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Stream {
+    Out,
+    Err,
+}
+
+pub(crate) mod c_streams {
+    extern "C" {
+        /// The C library's standard streams of this process.
+        pub static stdout: *mut libc::FILE;
+        pub static stderr: *mut libc::FILE;
+    }
+}
+
+/// Move everything readable from `pipe` into this process's C stream; the pipe is
+/// dropped at its end.
+fn forward<P: Read>(pipe: &mut Option<P>, stream: Stream) {
+    let mut buf = [0u8; 16 << 10];
+    while let Some(p) = pipe.as_mut() {
+        match p.read(&mut buf) {
+            Ok(0) => *pipe = None,
+            Ok(n) => {
+                // SAFETY: the C streams are the process's own, valid for its life;
+                // fwrite copies `n` bytes out of our buffer.
+                unsafe {
+                    let file = match stream {
+                        Stream::Out => c_streams::stdout,
+                        Stream::Err => c_streams::stderr,
+                    };
+                    libc::fwrite(buf.as_ptr().cast(), 1, n, file);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+}

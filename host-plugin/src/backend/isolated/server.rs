@@ -1,0 +1,598 @@
+//! The isolated device process (`omptarget-rs-device`): it loads the device images (and
+//! with them libomp and the device RTL), holds all device memory and runs the kernels,
+//! in an address space where every host address faults. It answers the plugin's
+//! requests one at a time ([`super::protocol`]) and ends with the plugin's process.
+//!
+//! Start-up, with the plugin (see [`super::address_space`] for why):
+//! 1. `Hello` with its mappings; the plugin answers `Retry` (exec again: the layout
+//!    overlapped the host's) or `Setup`;
+//! 2. on `Setup`: map the arena at the window's base, reserve every other free range
+//!    but the rest of the window and room for the stack, install the fault handlers,
+//!    and answer `Ready`.
+
+use super::address_space::{self, Layout, Mapping, Window};
+use super::arena;
+use super::protocol::Range;
+use super::protocol::{self, FaultRecord, Reply, Request};
+use crate::backend::{dlopen, ffi_call};
+use libloading::os::unix::Library;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+/// What the plugin passes on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Args {
+    pub socket_fd: i32,
+    /// Device memory, mapped at the window's base.
+    pub arena_fd: i32,
+    pub arena_size: u64,
+    /// Host memory the device reaches, mapped right after it (at the same address as
+    /// in the host).
+    pub host_arena_fd: i32,
+    pub host_arena_size: u64,
+    pub window: Window,
+    pub host_pid: u32,
+    /// How many times this process has exec'd itself for a new layout.
+    pub attempt: u32,
+}
+
+impl Args {
+    /// How the window is shared out (the plugin computes the same).
+    pub fn layout(&self) -> Layout {
+        Layout {
+            window: self.window,
+            device_memory_bytes: self.arena_size,
+            host_memory_bytes: self.host_arena_size,
+        }
+    }
+
+    pub fn to_strings(&self) -> Vec<String> {
+        vec![
+            format!("--socket={}", self.socket_fd),
+            format!("--arena={}", self.arena_fd),
+            format!("--arena-size={:#x}", self.arena_size),
+            format!("--host-arena={}", self.host_arena_fd),
+            format!("--host-arena-size={:#x}", self.host_arena_size),
+            format!("--window={:#x}:{:#x}", self.window.base, self.window.size),
+            format!("--host-pid={}", self.host_pid),
+            format!("--attempt={}", self.attempt),
+        ]
+    }
+
+    pub fn parse(args: &[String]) -> Result<Args, String> {
+        let mut values = HashMap::new();
+        for a in args {
+            let (k, v) = a
+                .strip_prefix("--")
+                .and_then(|a| a.split_once('='))
+                .ok_or_else(|| format!("unexpected argument `{a}`"))?;
+            values.insert(k.to_owned(), v.to_owned());
+        }
+        let get = |k: &str| {
+            values
+                .get(k)
+                .cloned()
+                .ok_or_else(|| format!("missing --{k}"))
+        };
+        let num = |k: &str| -> Result<u64, String> {
+            let v = get(k)?;
+            parse_number(&v).ok_or_else(|| format!("--{k}: `{v}` is not a number"))
+        };
+        let window = get("window")?;
+        let (base, size) = window
+            .split_once(':')
+            .and_then(|(b, s)| Some((parse_number(b)?, parse_number(s)?)))
+            .ok_or_else(|| format!("--window: `{window}` is not BASE:SIZE"))?;
+        let small = |k: &str| -> Result<u32, String> {
+            u32::try_from(num(k)?).map_err(|_| format!("--{k} out of range"))
+        };
+        Ok(Args {
+            socket_fd: small("socket")? as i32,
+            arena_fd: small("arena")? as i32,
+            arena_size: num("arena-size")?,
+            host_arena_fd: small("host-arena")? as i32,
+            host_arena_size: num("host-arena-size")?,
+            window: Window { base, size },
+            host_pid: small("host-pid")?,
+            attempt: small("attempt")?,
+        })
+    }
+}
+
+fn parse_number(s: &str) -> Option<u64> {
+    match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// The device process's `main`: returns the exit status.
+pub fn main() -> i32 {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let args = match Args::parse(&argv) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!(
+                "omptarget-rs-device: {e}\n\
+                 (this program is started by the omptarget-rs x86_64 plugin with \
+                 OMPTARGET_RS_ISOLATED=1; it is not run by hand)"
+            );
+            return 2;
+        }
+    };
+    match serve(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("omptarget-rs-device: {e}");
+            1
+        }
+    }
+}
+
+fn serve(args: Args) -> Result<(), String> {
+    ensure_random_layout(&args)?;
+    // SAFETY: the plugin passed this descriptor for us alone; it is ours from here on.
+    let socket = unsafe { OwnedFd::from_raw_fd(args.socket_fd) };
+    // SAFETY: as above, the arenas' memory files.
+    let arena = unsafe { OwnedFd::from_raw_fd(args.arena_fd) };
+    // SAFETY: as above.
+    let host_arena = unsafe { OwnedFd::from_raw_fd(args.host_arena_fd) };
+    watch_host(args.host_pid);
+    let mappings = address_space::read_maps(None).map_err(|e| format!("reading maps: {e}"))?;
+    let hello = Reply::Hello {
+        pid: std::process::id(),
+        mappings: address_space::user_ranges(&mappings),
+    };
+    let io = |e: std::io::Error| format!("talking to the plugin: {e}");
+    protocol::send(socket.as_fd(), &hello.encode(), None).map_err(io)?;
+    let Some((packet, _)) = protocol::receive(socket.as_fd()).map_err(io)? else {
+        return Ok(());
+    };
+    let host = match Request::decode(&packet).map_err(io)? {
+        Request::Retry => return Err(exec_again(&args, [socket, arena, host_arena])),
+        Request::Setup { host } => host,
+        other => return Err(format!("expected Setup, got {other:?}")),
+    };
+    let ready = set_up(&args, [&arena, &host_arena], &mappings, &host)?;
+    // Line by line: what a kernel printed before it faulted reaches the plugin (the
+    // fault handler cannot flush a stream).
+    // SAFETY: setvbuf on this process's stdout before anything was written to it.
+    unsafe {
+        libc::setvbuf(
+            super::process::c_streams::stdout,
+            std::ptr::null_mut(),
+            libc::_IOLBF,
+            0,
+        )
+    };
+    drop((arena, host_arena));
+    install_fault_handlers(socket.as_fd())?;
+    protocol::send(socket.as_fd(), &ready.encode(), None).map_err(io)?;
+    Server::default().run(socket.as_fd()).map_err(io)
+}
+
+/// The layout must be random, so that a new exec gives a new one: a host started with
+/// randomization off (gdb, `setarch -R`) passes that on to us.
+fn ensure_random_layout(args: &Args) -> Result<(), String> {
+    const ADDR_NO_RANDOMIZE: libc::c_ulong = 0x0040000;
+    // SAFETY: personality(0xffffffff) only reads the current persona.
+    let persona = unsafe { libc::personality(0xffff_ffff) };
+    if persona < 0 || persona as libc::c_ulong & ADDR_NO_RANDOMIZE == 0 {
+        return Ok(());
+    }
+    // SAFETY: sets this process's persona for its next exec; nothing else changes.
+    unsafe { libc::personality(persona as libc::c_ulong & !ADDR_NO_RANDOMIZE) };
+    Err(exec_self(args))
+}
+
+/// Exec this program again for a new random layout; returns only on failure.
+fn exec_again(args: &Args, descriptors: [OwnedFd; 3]) -> String {
+    // The descriptors survive the exec at the same numbers (not close-on-exec).
+    for fd in descriptors {
+        fd.into_raw_fd_keep();
+    }
+    let next = Args {
+        attempt: args.attempt + 1,
+        ..args.clone()
+    };
+    exec_self(&next)
+}
+
+trait KeepFd {
+    fn into_raw_fd_keep(self) -> i32;
+}
+
+impl KeepFd for OwnedFd {
+    /// Give up ownership without closing, and keep the descriptor across exec.
+    fn into_raw_fd_keep(self) -> i32 {
+        use std::os::fd::IntoRawFd;
+        let fd = self.into_raw_fd();
+        // SAFETY: clears FD_CLOEXEC on a descriptor we just released on purpose.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+        fd
+    }
+}
+
+fn exec_self(args: &Args) -> String {
+    let program = CString::new("/proc/self/exe").expect("no NUL");
+    let mut argv: Vec<CString> = vec![CString::new("omptarget-rs-device").expect("no NUL")];
+    argv.extend(
+        args.to_strings()
+            .into_iter()
+            .map(|a| CString::new(a).expect("no NUL")),
+    );
+    let mut pointers: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    pointers.push(std::ptr::null());
+    // SAFETY: `program` and every argument are NUL-terminated strings alive across the
+    // call, and `pointers` ends with a null pointer; execv returns only on failure.
+    unsafe { libc::execv(program.as_ptr(), pointers.as_ptr()) };
+    format!("exec of itself failed: {}", std::io::Error::last_os_error())
+}
+
+/// End this process when the plugin's process ends, whatever it is doing (even a kernel
+/// that never returns): a thread waits on the host's pidfd. Where the kernel has no
+/// pidfd, the parent-death signal does it (it fires when the thread that started us
+/// ends, so it is only the fallback).
+fn watch_host(host_pid: u32) {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, host_pid as libc::pid_t, 0) };
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    if parent as u32 != host_pid {
+        // The host ended before we could watch it.
+        // SAFETY: _exit ends the process at once.
+        unsafe { libc::_exit(0) };
+    }
+    if fd < 0 {
+        // SAFETY: prctl(PR_SET_PDEATHSIG) sets this process's own death signal.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+        return;
+    }
+    // SAFETY: a fresh descriptor owned by the thread below only.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    std::thread::Builder::new()
+        .name("host-watch".into())
+        .spawn(move || loop {
+            let mut p = libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: poll on one descriptor we own.
+            let n = unsafe { libc::poll(&mut p, 1, -1) };
+            if n > 0 {
+                // The host is gone: nobody will ask for anything again.
+                // SAFETY: _exit ends the process at once, no destructors.
+                unsafe { libc::_exit(0) };
+            }
+        })
+        .map(drop)
+        .unwrap_or_else(|e| eprintln!("omptarget-rs-device: no host watcher: {e}"));
+}
+
+/// Map the arenas, reserve everything else, and say what is left reachable.
+fn set_up(
+    args: &Args,
+    [arena, host_arena]: [&OwnedFd; 2],
+    start_mappings: &[Mapping],
+    host: &[Range],
+) -> Result<Reply, String> {
+    let layout = args.layout();
+    let device_base = layout.device_memory().0;
+    arena::map_shared(arena, args.arena_size, Some(device_base))
+        .map_err(|e| format!("mapping device memory at {device_base:#x}: {e}"))?;
+    let host_base = layout.host_memory().0;
+    arena::map_shared(host_arena, args.host_arena_size, Some(host_base))
+        .map_err(|e| format!("mapping host memory at {host_base:#x}: {e}"))?;
+    let stack_zone = start_mappings
+        .iter()
+        .find(|m| m.path == "[stack]")
+        .map(|m| {
+            (
+                m.start.saturating_sub(address_space::stack_growth_room()),
+                m.start,
+            )
+        });
+    let mut keep_free = vec![layout.device_free()];
+    keep_free.extend(stack_zone);
+    let (mut reserved, failed) =
+        address_space::reserve_all_gaps(&keep_free).map_err(|e| format!("reserving: {e}"))?;
+    // Where a whole gap could not be reserved (an address-space limit), at least the
+    // host's ranges in it are.
+    for gap in failed {
+        for &h in host {
+            let part = (h.0.max(gap.0), h.1.min(gap.1));
+            if part.0 < part.1 && address_space::reserve(part).is_ok() {
+                reserved += 1;
+            }
+        }
+    }
+    let reachable = reachable_host_ranges(host).map_err(|e| format!("reading maps: {e}"))?;
+    // What the host must keep free: what we had mapped before the window (and the
+    // stack's room to grow).
+    let mut device: Vec<Range> = address_space::user_ranges(start_mappings)
+        .into_iter()
+        .filter(|&r| !address_space::overlap(r, layout.window.range()))
+        .collect();
+    device.extend(stack_zone);
+    device.sort_unstable();
+    Ok(Reply::Ready {
+        reachable_host_ranges: reachable,
+        reserved,
+        device,
+    })
+}
+
+/// How many of `host` share an address with something this process can access.
+fn reachable_host_ranges(host: &[Range]) -> std::io::Result<u64> {
+    let maps = address_space::read_maps(None)?;
+    let own: Vec<Range> = maps
+        .iter()
+        .filter(|m| m.accessible() && !address_space::is_vsyscall(m))
+        .map(Mapping::range)
+        .collect();
+    Ok(address_space::count_overlapping(host, &own) as u64)
+}
+
+// ---------------------------------------------------------------------------------------
+// Faults
+
+/// The socket the fault handler reports on (-1: none yet).
+static FAULT_SOCKET: AtomicI32 = AtomicI32::new(-1);
+/// Set by the first fault: later ones (other threads) only wait.
+static FAULTED: AtomicBool = AtomicBool::new(false);
+
+/// The signals a device access can end in.
+const FAULT_SIGNALS: [i32; 5] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGABRT,
+];
+
+fn install_fault_handlers(socket: BorrowedFd<'_>) -> Result<(), String> {
+    FAULT_SOCKET.store(socket.as_raw_fd(), Ordering::SeqCst);
+    install_alternate_stack()?;
+    for signal in FAULT_SIGNALS {
+        // SAFETY: an all-zero sigaction is valid; the handler is an extern "C" fn with
+        // the SA_SIGINFO signature, and only async-signal-safe calls happen in it.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_fault as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut action.sa_mask);
+            if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
+                return Err(format!(
+                    "sigaction({signal}): {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A stack for the handler, so a kernel that overflowed its stack is still reported.
+fn install_alternate_stack() -> Result<(), String> {
+    const SIZE: usize = 256 << 10;
+    // SAFETY: a fresh private mapping that is never unmapped (the handler may run until
+    // the process ends).
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(format!(
+            "alternate signal stack: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let ss = libc::stack_t {
+        ss_sp: stack,
+        ss_flags: 0,
+        ss_size: SIZE,
+    };
+    // SAFETY: `ss` describes the mapping above.
+    if unsafe { libc::sigaltstack(&ss, std::ptr::null_mut()) } != 0 {
+        return Err(format!("sigaltstack: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// The fault handler: report the fault once, then wait for the plugin to end us (it
+/// reads our mappings to name the faulting instruction first).
+extern "C" fn on_fault(signal: i32, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
+    if FAULTED.swap(true, Ordering::SeqCst) {
+        loop {
+            // SAFETY: pause is async-signal-safe.
+            unsafe { libc::pause() };
+        }
+    }
+    let mut record = FaultRecord {
+        signal: signal as u64,
+        ..FaultRecord::default()
+    };
+    // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler;
+    // only plain fields are read.
+    unsafe {
+        if let Some(info) = info.as_ref() {
+            record.code = info.si_code as u64;
+            record.addr = info.si_addr() as u64;
+        }
+        if let Some(context) = context.cast::<libc::ucontext_t>().as_ref() {
+            let regs = &context.uc_mcontext.gregs;
+            record.ip = regs[libc::REG_RIP as usize] as u64;
+            record.error_code = regs[libc::REG_ERR as usize] as u64;
+            record.trap = regs[libc::REG_TRAPNO as usize] as u64;
+            // A call to a bad address faulted on fetching it: the call pushed the
+            // return address, and the stack it is on is the faulting thread's own.
+            let sp = regs[libc::REG_RSP as usize] as u64;
+            if record.ip == record.addr && sp != 0 && sp.is_multiple_of(8) {
+                record.return_address = (sp as *const u64).read();
+            }
+        }
+    }
+    let packet = record.encode();
+    let socket = FAULT_SOCKET.load(Ordering::SeqCst);
+    // SAFETY: send is async-signal-safe; `packet` is a stack buffer.
+    unsafe {
+        libc::send(
+            socket,
+            packet.as_ptr().cast(),
+            packet.len(),
+            libc::MSG_NOSIGNAL,
+        )
+    };
+    loop {
+        // SAFETY: as above.
+        unsafe { libc::pause() };
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Requests
+
+#[derive(Default)]
+struct Server {
+    modules: HashMap<u64, Library>,
+    next_module: u64,
+}
+
+impl Server {
+    fn run(mut self, socket: BorrowedFd<'_>) -> std::io::Result<()> {
+        while let Some((packet, fd)) = protocol::receive(socket)? {
+            let reply = match Request::decode(&packet) {
+                Ok(request) => self.handle(request, fd),
+                Err(e) => failed(e.to_string()),
+            };
+            // What the kernel printed reaches the plugin (and the program's output)
+            // before the answer does.
+            // SAFETY: fflush(NULL) flushes every C stream of this process.
+            unsafe { libc::fflush(std::ptr::null_mut()) };
+            protocol::send(socket, &reply.encode(), None)?;
+        }
+        Ok(())
+    }
+
+    fn handle(&mut self, request: Request, fd: Option<OwnedFd>) -> Reply {
+        match request {
+            Request::Load => match fd {
+                Some(fd) => self.load(fd),
+                None => failed("Load came without the image's file".into()),
+            },
+            Request::Unload { module } => match self.modules.remove(&module) {
+                Some(library) => {
+                    drop(library);
+                    Reply::Done
+                }
+                None => failed(format!("no module {module}")),
+            },
+            Request::Symbol { module, name } => self.symbol(module, name),
+            Request::Launch { kernel, args } => {
+                // SAFETY: the plugin launches only kernels it resolved from images
+                // loaded here, with the arguments libomptarget gave for them; a wrong
+                // address faults, and the fault handler reports it.
+                match unsafe { ffi_call::call_kernel(kernel, &args) } {
+                    Ok(()) => Reply::Done,
+                    Err(e) => failed(e.to_string()),
+                }
+            }
+            Request::Write { addr, bytes } => {
+                // SAFETY: the plugin writes only device memory of images loaded here
+                // (their globals), within the global's size.
+                unsafe { std::ptr::copy(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
+                Reply::Done
+            }
+            Request::Read { addr, len } => {
+                let mut bytes = vec![0u8; len as usize];
+                // SAFETY: as for Write.
+                unsafe { std::ptr::copy(addr as *const u8, bytes.as_mut_ptr(), bytes.len()) };
+                Reply::Bytes { bytes }
+            }
+            Request::CheckHost { host } => match reachable_host_ranges(&host) {
+                Ok(count) => Reply::Reachable { count },
+                Err(e) => failed(e.to_string()),
+            },
+            Request::Setup { .. } | Request::Retry => failed("already set up".into()),
+        }
+    }
+
+    fn load(&mut self, fd: OwnedFd) -> Reply {
+        let name = dlopen::unique_image_name();
+        let file = match dlopen::ImageFile::link(fd, &name) {
+            Ok(Some(file)) => file,
+            Ok(None) => return failed("no /proc/self/fd to open the image through".into()),
+            Err(e) => return failed(e.to_string()),
+        };
+        match dlopen::open(&file) {
+            Ok((library, load_bias)) => {
+                self.next_module += 1;
+                self.modules.insert(self.next_module, library);
+                Reply::Loaded {
+                    module: self.next_module,
+                    load_bias,
+                }
+            }
+            Err(e) => failed(e.to_string()),
+        }
+    }
+
+    fn symbol(&self, module: u64, name: Vec<u8>) -> Reply {
+        let Some(library) = self.modules.get(&module) else {
+            return failed(format!("no module {module}"));
+        };
+        let Ok(name) = CString::new(name) else {
+            return failed("a symbol name with a NUL".into());
+        };
+        match dlopen::symbol(library, &name) {
+            Ok(addr) => Reply::Address { addr },
+            Err(e) => Reply::Failed {
+                missing: true,
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+fn failed(message: String) -> Reply {
+    Reply::Failed {
+        missing: false,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_round_trip_and_bad_ones_are_named() {
+        let args = Args {
+            socket_fd: 3,
+            arena_fd: 4,
+            arena_size: 1 << 36,
+            host_arena_fd: 5,
+            host_arena_size: 1 << 34,
+            window: Window {
+                base: 0x2000_0000_0000,
+                size: 1 << 38,
+            },
+            host_pid: 1234,
+            attempt: 2,
+        };
+        assert_eq!(Args::parse(&args.to_strings()).unwrap(), args);
+        let err = Args::parse(&["--socket=3".into()]).unwrap_err();
+        assert!(err.starts_with("missing --"), "{err}");
+        let err = Args::parse(&["hello".into()]).unwrap_err();
+        assert!(err.contains("unexpected argument `hello`"), "{err}");
+    }
+}
