@@ -108,14 +108,40 @@ const CXX_CASES: usize = 6;
 
 #[test]
 fn c_at_o0_every_case_calls_the_device_version() {
-    let built = build(&x86_config(), "-O0", &[standard_c()], &[], "standard-c-o0");
-    assert_all_cases_pass(&built.exe, C_CASES);
+    let (defines, cases) = standard_c_cases();
+    let built = build(
+        &x86_config(),
+        "-O0",
+        &[standard_c()],
+        defines,
+        "standard-c-o0",
+    );
+    assert_all_cases_pass(&built.exe, cases);
 }
 
 #[test]
 fn c_at_o2_every_case_calls_the_device_version() {
-    let built = build(&x86_config(), "-O2", &[standard_c()], &[], "standard-c-o2");
-    assert_all_cases_pass(&built.exe, C_CASES);
+    let (defines, cases) = standard_c_cases();
+    let built = build(
+        &x86_config(),
+        "-O2",
+        &[standard_c()],
+        defines,
+        "standard-c-o2",
+    );
+    assert_all_cases_pass(&built.exe, cases);
+}
+
+/// The standard program's defines and case count: a device with an address space of
+/// its own (the isolated host device, as a GPU) leaves out the one case that calls a
+/// host function through its untranslated host address (`indirect(0)`), which faults
+/// there.
+fn standard_c_cases() -> (&'static [&'static str], usize) {
+    if e2e_tests::isolated() {
+        (&["-DINDIRECT_GPU"], C_CASES - 1)
+    } else {
+        (&[], C_CASES)
+    }
 }
 
 #[test]
@@ -148,6 +174,18 @@ fn without_the_compiler_plugin_the_same_program_gets_host_versions() {
     let built = build(&config, "-O2", &[standard_c()], &[], "control");
     let (out, _) = run(&built.exe);
     let stdout = String::from_utf8_lossy(&out.stdout);
+    if e2e_tests::isolated() {
+        // Where host addresses fault, as on a GPU: the first untranslated call ends it.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && stderr.contains("faulted on the device: call to address")
+                && stderr.contains("a host address"),
+            "{}\n{stdout}\n{stderr}",
+            out.status
+        );
+        return;
+    }
     assert!(
         stdout.contains(&format!("indirect cases: 2 ok, {} wrong", C_CASES - 2)),
         "{stdout}"

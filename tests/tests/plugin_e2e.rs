@@ -405,3 +405,23 @@ fn stripped_device_image_fails_and_says_it_was_stripped() {
     assert!(error.contains("entry `seed_add`"), "{error}");
     assert!(error.contains(".symtab was stripped"), "{error}");
 }
+
+/// The programs of these tests run where the environment says: with
+/// `OMPTARGET_RS_ISOLATED=1` (the isolated run of `cargo xtask test`) our plugin starts
+/// the device process, otherwise it runs the device in the program's process.
+#[test]
+fn programs_run_on_the_host_device_the_environment_asks_for() {
+    let (dir, exe) = build_program(
+        "e2e-mode",
+        &root().join("examples/indirect_calls.c"),
+        true,
+    );
+    let (_, stderr) = run_successfully_env(&dir, &exe, "0", &[("OMPTARGET_RS_DEBUG", "1")]);
+    let started = stderr.contains("isolated device: process");
+    assert_eq!(
+        started,
+        e2e_tests::isolated(),
+        "isolated asked: {}; device process started: {started}\n{stderr}",
+        e2e_tests::isolated()
+    );
+}

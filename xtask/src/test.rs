@@ -4,13 +4,15 @@
 //! 2. formatting and clippy with `-D warnings`,
 //! 3. the artifacts the tests read: device RTL (all targets), the plugins, and the
 //!    install (compiler plugin, config files) under target/install,
-//! 4. `cargo test --workspace`: unit, property, link-survival and end-to-end tests,
+//! 4. `cargo test --workspace`: unit, property, link-survival and end-to-end tests, and
+//!    the end-to-end tests again on the isolated host device (`OMPTARGET_RS_ISOLATED=1`),
 //! 5. standard `declare target indirect` programs built for sm_90 and gfx90a through the
 //!    installed config files, their device images checked;
 //!    the CUDA demo program and the GPU lookup benchmark built, the demo's device image
 //!    and the benchmark's kernels checked on the CPU (they run only where a GPU is),
 //! 6. the GPU kit (`cargo xtask gpu-bundle`) built and run in a bare Debian root,
-//! 7. LLVM 16's libomptarget lit suite through our x86_64 plugin,
+//! 7. LLVM 16's libomptarget lit suite through our x86_64 plugin, in-process and on the
+//!    isolated host device,
 //! 8. bounded fuzzing of every parser.
 //!
 //! Build steps stop at the first failure (later steps need their output); test steps all
@@ -39,6 +41,15 @@ pub struct Args {
     #[arg(long)]
     pub skip_kit: bool,
 }
+
+/// The end-to-end test files that run programs through libomptarget: run a second time
+/// with `OMPTARGET_RS_ISOLATED=1` (the isolated host device).
+const ISOLATED_E2E_TESTS: &[&str] = &[
+    "plugin_e2e",
+    "kit_programs",
+    "compiler_plugin",
+    "reliability_endurance",
+];
 
 /// Every Debian package some step needs, installed in one apt-get run up front.
 const DEBIAN_PACKAGES: &[&str] = &[
@@ -146,6 +157,22 @@ pub fn main(args: Args) -> Result<()> {
     steps.push(timed("cargo test --workspace", || {
         Ok(cmd!(sh, "{cargo} test --workspace --no-fail-fast").run()?)
     }));
+    // The same end-to-end programs (ours, the kit's host half, the compiler plugin's)
+    // with the x86_64 device in its own process, where a host address faults.
+    steps.push(timed(
+        "end-to-end tests on the isolated host device",
+        || {
+            let tests: Vec<&str> = ISOLATED_E2E_TESTS
+                .iter()
+                .flat_map(|t| ["--test", t])
+                .collect();
+            Ok(
+                cmd!(sh, "{cargo} test -p e2e-tests {tests...} --no-fail-fast")
+                    .env("OMPTARGET_RS_ISOLATED", "1")
+                    .run()?,
+            )
+        },
+    ));
     // The demo program for an NVIDIA GPU, compiled by clang 16 with the device RTL
     // linked in by nvlink, its image checked (it runs only where a GPU is).
     steps.push(timed("demo for CUDA: build + image check", || {
@@ -182,6 +209,14 @@ pub fn main(args: Args) -> Result<()> {
             let summary = lit::run_suite(Some(&dir))?;
             lit::assert_matches_baseline(&summary)
         }));
+        steps.push(timed(
+            "libomptarget 16 lit suite (our plugin, isolated host device)",
+            || {
+                let dir = util::target_dir().join("plugin");
+                let summary = lit::run_suite_isolated(&dir)?;
+                lit::assert_isolated_matches(&summary)
+            },
+        ));
     }
     if !args.skip_fuzz {
         steps.push(timed("bounded fuzzing", || {
