@@ -3,10 +3,14 @@
 //! through the real libomptarget 16 with our plugins, and say which device ran it.
 //!
 //! Backends: an NVIDIA GPU when `nvidia-smi` reports one (the program is compiled for
-//! nvptx64 at the GPU's SM and runs through our cuda plugin), else the host CPU (an
-//! x86_64 offload image, our x86_64 plugin). `--backend` forces one; `--build-only`
-//! compiles and checks the device image without running (what CI does for CUDA here, on
-//! a machine without a GPU).
+//! nvptx64 at the GPU's SM and runs through our cuda plugin), else the isolated host
+//! device (an x86_64 offload image, our x86_64 plugin with `OMPTARGET_RS_ISOLATED=1`: the
+//! device in a process of its own, where a host address faults as on a GPU). There the
+//! demo then runs the same program with the translation turned off
+//! (`OMPTARGET_RS_TRANSLATE=0`) and shows the fault report the untranslated call gets.
+//! `--backend` forces one (`host`: the in-process host device); `--build-only` compiles
+//! and checks the device image without running (what CI does for CUDA here, on a
+//! machine without a GPU).
 use crate::nvptx_program::{self, check_image, NvptxBuild};
 use crate::{plugin, util};
 use anyhow::{bail, ensure, Context, Result};
@@ -26,7 +30,8 @@ const EXAMPLE_INDIRECT_FUNCTIONS: &[&str] = &[
 #[derive(clap::Args, Default)]
 pub struct Args {
     /// The offload device to run on: `auto` takes an NVIDIA GPU when nvidia-smi reports
-    /// one, else the host CPU.
+    /// one, else the isolated host device; `host` is the host device in the program's
+    /// own process.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
     /// Compile the program and check its device image, but do not run it.
@@ -43,27 +48,30 @@ pub enum Backend {
     #[default]
     Auto,
     Host,
+    Isolated,
     Cuda,
 }
 
 /// What the demo compiled for.
 enum Target {
-    Host,
+    /// The host CPU; `isolated`: in a process of its own.
+    Host { isolated: bool },
     /// An NVIDIA GPU architecture, e.g. `sm_90`.
-    Cuda {
-        sm: String,
-    },
+    Cuda { sm: String },
 }
 
 pub fn main(args: Args) -> Result<()> {
     let gpu = nvidia_gpu_sm()?;
     let target = match (args.backend, gpu) {
-        (Backend::Host, _) | (Backend::Auto, None) => Target::Host,
+        (Backend::Host, _) => Target::Host { isolated: false },
+        (Backend::Isolated, _) | (Backend::Auto, None) => Target::Host { isolated: true },
         (Backend::Auto, Some(sm)) => match nvptx_program::rtl_family_of(&sm) {
             Ok(_) => Target::Cuda { sm },
             Err(why) => {
-                eprintln!("demo: the GPU is {sm}: {why:#}; running on the host CPU instead");
-                Target::Host
+                eprintln!(
+                    "demo: the GPU is {sm}: {why:#}; running on the isolated host device instead"
+                );
+                Target::Host { isolated: true }
             }
         },
         (Backend::Cuda, Some(sm)) => Target::Cuda { sm },
@@ -80,7 +88,7 @@ pub fn main(args: Args) -> Result<()> {
     fs::create_dir_all(&out_dir)?;
     let source = util::root().join("examples/indirect_calls.c");
     let (exe, kind) = match &target {
-        Target::Host => {
+        Target::Host { .. } => {
             util::section("demo: compile examples/indirect_calls.c with clang 16 (x86_64)");
             let exe = out_dir.join("indirect_calls");
             plugin::compile_offload_program(&source, &exe)?;
@@ -100,7 +108,45 @@ pub fn main(args: Args) -> Result<()> {
         println!("demo built (not run): {}", exe.display());
         return Ok(());
     }
-    run(&exe, &plugins, &out_dir, kind, &target)
+    run(&exe, &plugins, &out_dir, kind, &target)?;
+    if let Target::Host { isolated: true } = target {
+        show_untranslated_fault(&exe, &plugins)?;
+    }
+    Ok(())
+}
+
+/// The same program with the plugin's translation off, on the isolated device: its
+/// first call through a host function address must fault there, with the report.
+fn show_untranslated_fault(exe: &Path, plugins: &Path) -> Result<()> {
+    util::section("demo: the same program with the translation off (OMPTARGET_RS_TRANSLATE=0)");
+    let sh = Shell::new()?;
+    let program = cmd!(sh, "{exe}")
+        .env("LD_LIBRARY_PATH", plugins)
+        .env("OMPTARGET_RS_ISOLATED", "1")
+        .env("OMPTARGET_RS_TRANSLATE", "0")
+        .env_remove("LIBOMPTARGET_INFO");
+    eprintln!(
+        "$ LD_LIBRARY_PATH={} OMPTARGET_RS_ISOLATED=1 OMPTARGET_RS_TRANSLATE=0 {program}",
+        plugins.display()
+    );
+    let out = Command::from(program)
+        .output()
+        .with_context(|| format!("running {}", exe.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprint!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
+    ensure!(
+        !out.status.success() && stderr.contains("faulted on the device: call to address"),
+        "without the translation the device called a host address and the isolated device \
+         did not report it ({}): isolation is broken",
+        out.status
+    );
+    println!(
+        "\nwithout the translation, the device called the host address of a function, and \
+         the isolated host device stopped it as a GPU would, naming the function and where \
+         the call came from ({}).",
+        out.status
+    );
+    Ok(())
 }
 
 /// The SM of the first NVIDIA GPU (`sm_90` for compute capability 9.0), or None when
@@ -140,10 +186,21 @@ fn run(exe: &Path, plugins: &Path, out_dir: &Path, kind: &str, target: &Target) 
         // Bit 0x10 (plugin information): our plugin prints the table it installed.
         .env("LIBOMPTARGET_INFO", "16")
         .env("OMPTARGET_RS_LOAD_MARKER", &marker);
+    let isolated = matches!(target, Target::Host { isolated: true });
+    let program = if isolated {
+        program.env("OMPTARGET_RS_ISOLATED", "1")
+    } else {
+        program.env_remove("OMPTARGET_RS_ISOLATED")
+    };
     eprintln!(
-        "$ LD_LIBRARY_PATH={} LIBOMPTARGET_INFO=16 OMPTARGET_RS_LOAD_MARKER={} {program}",
+        "$ LD_LIBRARY_PATH={} LIBOMPTARGET_INFO=16 OMPTARGET_RS_LOAD_MARKER={}{} {program}",
         plugins.display(),
         marker.display(),
+        if isolated {
+            " OMPTARGET_RS_ISOLATED=1"
+        } else {
+            ""
+        },
     );
     // Spawned through std: the marker's lines are told apart by the process's pid.
     let child = Command::from(program)
@@ -165,10 +222,16 @@ fn run(exe: &Path, plugins: &Path, out_dir: &Path, kind: &str, target: &Target) 
         plugins.display()
     );
     match target {
-        Target::Host => println!(
+        Target::Host { isolated: false } => println!(
             "device that ran it: offload device 0 of the omptarget-rs x86_64 plugin = the \
-             host CPU (dlopen + libffi backend); this program's image is x86_64 only, so the \
-             cuda and amdgpu plugins, loaded alongside, had nothing to run"
+             host CPU in this process (dlopen + libffi backend); this program's image is \
+             x86_64 only, so the cuda and amdgpu plugins, loaded alongside, had nothing to run"
+        ),
+        Target::Host { isolated: true } => println!(
+            "device that ran it: offload device 0 of the omptarget-rs x86_64 plugin = the \
+             isolated host device: the host CPU in a process of its own, where every host \
+             address faults as on a GPU (no GPU here); this program's image is x86_64 only, \
+             so the cuda and amdgpu plugins, loaded alongside, had nothing to run"
         ),
         Target::Cuda { sm } => println!(
             "device that ran it: offload device 0 of the omptarget-rs cuda plugin = the \

@@ -1,6 +1,8 @@
 //! `cargo xtask bench plugin`: what our plugin costs per target region and per
 //! map(tofrom) compared with LLVM 16's own x86_64 plugin, both under the real
-//! libomptarget 16 (docs/BENCHMARKS.md, section 1c).
+//! libomptarget 16, on our in-process host device and on the isolated one
+//! (`OMPTARGET_RS_ISOLATED=1`: the device in its own process; docs/BENCHMARKS.md,
+//! section 1c).
 //!
 //! One clang-16 program (tests/fixtures/bench/plugin_overhead.c) times the regions
 //! itself; it runs once per measurement with our plugin first on the library path
@@ -47,8 +49,15 @@ pub(super) const LLVM_PLUGIN: &str = "/usr/lib/llvm-16/lib/libomptarget.rtl.x86_
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Which {
+    /// Our plugin, the host device in the program's own process.
     Ours,
+    /// Our plugin, the isolated host device.
+    Isolated,
     Llvm,
+}
+
+impl Which {
+    const ALL: [Which; 3] = [Which::Ours, Which::Isolated, Which::Llvm];
 }
 
 /// One measurement: empty regions, or map(tofrom) of a buffer of some MiB.
@@ -77,12 +86,9 @@ pub fn main(args: Args) -> Result<()> {
     let mut samples: BTreeMap<(Measure, Which), Vec<f64>> = BTreeMap::new();
     util::section("bench plugin: interleaved runs, ours and LLVM 16's");
     for round in 0..args.rounds {
-        // Alternate who goes first, so a drift in load favours neither.
-        let order = if round % 2 == 0 {
-            [Which::Ours, Which::Llvm]
-        } else {
-            [Which::Llvm, Which::Ours]
-        };
+        // Rotate who goes first, so a drift in load favours none.
+        let mut order = Which::ALL;
+        order.rotate_left(round as usize % Which::ALL.len());
         for &measure in &measures {
             for which in order {
                 let ns = run_once(&program, &plugins, which, measure, &args)?;
@@ -180,7 +186,12 @@ fn run_once(
         .env_remove("LIBOMPTARGET_INFO")
         .env_remove("LIBOMPTARGET_NEXTGEN_PLUGINS");
     let cmd = match which {
-        Which::Ours => cmd.env("LD_LIBRARY_PATH", plugins),
+        Which::Ours => cmd
+            .env("LD_LIBRARY_PATH", plugins)
+            .env_remove("OMPTARGET_RS_ISOLATED"),
+        Which::Isolated => cmd
+            .env("LD_LIBRARY_PATH", plugins)
+            .env("OMPTARGET_RS_ISOLATED", "1"),
         Which::Llvm => cmd.env_remove("LD_LIBRARY_PATH"),
     };
     // Spawned through std: the load marker's lines are told apart by the pid.
@@ -207,7 +218,7 @@ fn run_once(
         .lines()
         .any(|l| l == format!("x86_64 {pid}").as_str());
     match which {
-        Which::Ours => ensure!(
+        Which::Ours | Which::Isolated => ensure!(
             ours_loaded,
             "run {pid} with target/plugin first did not load our x86_64 plugin"
         ),
@@ -251,19 +262,18 @@ fn stats(samples: &BTreeMap<(Measure, Which), Vec<f64>>, m: Measure, w: Which) -
         .unwrap_or((f64::NAN, f64::NAN))
 }
 
-/// Markdown: one row per measurement; fastest and median per plugin; ours / LLVM as a
-/// ratio of times (below 1: ours is faster).
+/// Markdown: one row per measurement and statistic (fastest, median): each plugin's
+/// time, then the ratios of times in-process ours / LLVM (below 1: ours is faster) and
+/// isolated / in-process (what the separate process costs).
 fn render(measures: &[Measure], samples: &BTreeMap<(Measure, Which), Vec<f64>>) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| measurement | ours, fastest | LLVM 16, fastest | ours / LLVM (fastest) | \
-         ours, median | LLVM 16, median | ours / LLVM (median) |"
+        "| measurement | | ours, in-process | ours, isolated | LLVM 16 | ours / LLVM | \
+         isolated / in-process |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
     for &m in measures {
-        let (ours_min, ours_med) = stats(samples, m, Which::Ours);
-        let (llvm_min, llvm_med) = stats(samples, m, Which::Llvm);
         let (label, cell): (String, Box<dyn Fn(f64) -> String>) = match m {
             Measure::Empty => (
                 "empty target region, latency".into(),
@@ -278,16 +288,26 @@ fn render(measures: &[Measure], samples: &BTreeMap<(Measure, Which), Vec<f64>>) 
                 }),
             ),
         };
-        let _ = writeln!(
-            out,
-            "| {label} | {} | {} | {:.3} | {} | {} | {:.3} |",
-            cell(ours_min),
-            cell(llvm_min),
-            ours_min / llvm_min,
-            cell(ours_med),
-            cell(llvm_med),
-            ours_med / llvm_med,
-        );
+        for (statistic, pick) in [("fastest", 0), ("median", 1)] {
+            let value = |w| {
+                let (min, med) = stats(samples, m, w);
+                [min, med][pick]
+            };
+            let (ours, isolated, llvm) = (
+                value(Which::Ours),
+                value(Which::Isolated),
+                value(Which::Llvm),
+            );
+            let _ = writeln!(
+                out,
+                "| {label} | {statistic} | {} | {} | {} | {:.3} | {:.3} |",
+                cell(ours),
+                cell(isolated),
+                cell(llvm),
+                ours / llvm,
+                isolated / ours,
+            );
+        }
     }
     out
 }
@@ -347,11 +367,18 @@ mod tests {
     fn ratios_are_ours_over_llvm() {
         let mut samples = BTreeMap::new();
         samples.insert((Measure::Empty, Which::Ours), vec![300.0, 100.0, 200.0]);
+        samples.insert((Measure::Empty, Which::Isolated), vec![900.0, 500.0, 700.0]);
         samples.insert((Measure::Empty, Which::Llvm), vec![400.0, 200.0, 250.0]);
         let table = render(&[Measure::Empty], &samples);
-        // Fastest 100 / 200, median 200 / 250.
-        assert!(table.contains("| 100 ns | 200 ns | 0.500 |"), "{table}");
-        assert!(table.contains("| 200 ns | 250 ns | 0.800 |"), "{table}");
+        // Fastest 100 / 200 and 500 / 100, median 200 / 250 and 700 / 200.
+        assert!(
+            table.contains("| fastest | 100 ns | 500 ns | 200 ns | 0.500 | 5.000 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| median | 200 ns | 700 ns | 250 ns | 0.800 | 3.500 |"),
+            "{table}"
+        );
         assert!(slower_cells(&[Measure::Empty], &samples).is_empty());
         samples.insert((Measure::Empty, Which::Llvm), vec![50.0, 60.0, 70.0]);
         assert_eq!(slower_cells(&[Measure::Empty], &samples).len(), 1);
