@@ -411,11 +411,7 @@ fn stripped_device_image_fails_and_says_it_was_stripped() {
 /// the device process, otherwise it runs the device in the program's process.
 #[test]
 fn programs_run_on_the_host_device_the_environment_asks_for() {
-    let (dir, exe) = build_program(
-        "e2e-mode",
-        &root().join("examples/indirect_calls.c"),
-        true,
-    );
+    let (dir, exe) = build_program("e2e-mode", &root().join("examples/indirect_calls.c"), true);
     let (_, stderr) = run_successfully_env(&dir, &exe, "0", &[("OMPTARGET_RS_DEBUG", "1")]);
     let started = stderr.contains("isolated device: process");
     assert_eq!(

@@ -16,7 +16,11 @@ use std::sync::Mutex;
 
 /// Every allocation starts on this boundary (what GPU allocators give at least).
 const ALIGN: u64 = 256;
-/// Freed blocks from this size on give their pages back to the system.
+/// Freed memory keeps its pages, for the next allocation (as a GPU driver's pool does:
+/// a first touch of a 4 KiB page of shared memory is what a copy into fresh device
+/// memory waits for), up to this many bytes; past it, freed blocks from
+/// [`RELEASE_PAGES_FROM`] on give their pages back to the system.
+const RETAIN_FREED_BYTES: u64 = 1 << 30;
 const RELEASE_PAGES_FROM: u64 = 1 << 20;
 const PAGE: u64 = 4096;
 
@@ -30,6 +34,9 @@ pub(crate) struct Allocator {
     free_by_offset: BTreeMap<u64, u64>,
     free_by_size: BTreeSet<(u64, u64)>,
     used: HashMap<u64, u64>,
+    /// About how many freed bytes still have their pages (an upper bound: reused
+    /// blocks are subtracted as they are handed out again).
+    retained: u64,
 }
 
 impl Allocator {
@@ -58,6 +65,7 @@ impl Allocator {
             offset
         };
         self.used.insert(offset, len);
+        self.retained = self.retained.saturating_sub(len);
         Some(offset)
     }
 
@@ -65,6 +73,7 @@ impl Allocator {
     /// None when no block starts there.
     pub(crate) fn free(&mut self, offset: u64) -> Option<(u64, u64)> {
         let len = self.used.remove(&offset)?;
+        self.retained += len;
         let (mut start, mut end) = (offset, offset + len);
         if let Some((&before, &size)) = self.free_by_offset.range(..start).next_back() {
             if before + size == start {
@@ -82,6 +91,16 @@ impl Allocator {
             self.put_free(start, end - start);
         }
         Some((start, end))
+    }
+
+    /// Whether freed memory holds more pages than it may keep; the caller then gives
+    /// back `[start, end)`, which is free, and says so here.
+    pub(crate) fn over_retained(&self) -> bool {
+        self.retained > RETAIN_FREED_BYTES
+    }
+
+    pub(crate) fn pages_released(&mut self, bytes: u64) {
+        self.retained = self.retained.saturating_sub(bytes);
     }
 
     fn take_free(&mut self, offset: u64, size: u64) {
@@ -161,12 +180,13 @@ impl Arena {
 
     pub(crate) fn free(&self, addr: DeviceAddr) -> Result<(), BackendError> {
         let offset = addr.wrapping_sub(self.device_base);
-        let freed = crate::plugin::lock(&self.blocks).free(offset);
-        let (start, end) = freed.ok_or_else(|| {
+        let mut blocks = crate::plugin::lock(&self.blocks);
+        let (start, end) = blocks.free(offset).ok_or_else(|| {
             BackendError::Load(format!("{addr:#x} is not an allocation of this device"))
         })?;
-        if end - start >= RELEASE_PAGES_FROM {
+        if blocks.over_retained() && end - start >= RELEASE_PAGES_FROM {
             self.release_pages(start, end);
+            blocks.pages_released(end - start);
         }
         Ok(())
     }
@@ -337,6 +357,12 @@ mod tests {
         );
         assert!(arena.view(0x1000, 1).is_none(), "not a device address");
         arena.free(addr).unwrap();
+        // SAFETY: as above; freed, the block keeps its pages for the next allocation.
+        assert_eq!(unsafe { other.add(12345).read() }, 0xa5);
+        // Past what freed memory may keep, a freed block gives its pages back.
+        let big = arena.alloc(48 << 20).unwrap();
+        crate::plugin::lock(&arena.blocks).retained = RETAIN_FREED_BYTES;
+        arena.free(big).unwrap();
         // SAFETY: as above; the pages were given back and read as zeros.
         assert_eq!(unsafe { other.add(12345).read() }, 0);
         assert!(arena.free(addr).is_err());

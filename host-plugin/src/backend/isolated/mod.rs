@@ -17,6 +17,7 @@
 
 pub mod address_space;
 mod arena;
+pub mod doorbell;
 pub mod fault;
 pub mod process;
 pub mod protocol;
@@ -27,7 +28,7 @@ use super::{AllocKind, Backend, BackendError, DeviceAddr, LoadedModule, StagedIm
 use crate::diag;
 use address_space::{Layout, Window};
 use arena::Arena;
-use process::DeviceProcess;
+use process::{DeviceProcess, LaunchOutcome};
 use protocol::{FaultRecord, Reply, Request};
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -537,13 +538,9 @@ impl Backend for IsolatedBackend {
         if diag::debug_enabled() {
             check_host_unreachable(device);
         }
-        let request = Request::Launch {
-            kernel,
-            args: args.to_vec(),
-        };
-        match device.request(&request)? {
-            Reply::Done => Ok(()),
-            Reply::Fault(record) => {
+        match device.process.launch(kernel, args)? {
+            LaunchOutcome::Done => Ok(()),
+            LaunchOutcome::Fault(record) => {
                 let report = device.fault_report(record, kernel);
                 device.process.end("a kernel faulted");
                 // What the program and the device printed before the fault shows
@@ -552,7 +549,7 @@ impl Backend for IsolatedBackend {
                 unsafe { libc::fflush(std::ptr::null_mut()) };
                 Err(BackendError::Launch(format!("isolated device: {report}")))
             }
-            other => Err(unexpected(other)),
+            LaunchOutcome::Failed(why) => Err(BackendError::Launch(why)),
         }
     }
 

@@ -1,19 +1,22 @@
 //! The plugin's side of the isolated device process: starting it (and keeping the two
-//! address spaces apart, [`super::address_space`]), one request at a time, what it
+//! address spaces apart, [`super::address_space`]), one request at a time (launches
+//! through the shared [`super::doorbell`] page, the rest through the socket), what it
 //! prints passed on to the program's own output, and its end.
 
 use super::address_space::{self, Layout, Window};
 use super::arena::Arena;
+use super::doorbell::{self, Mapped};
 use super::protocol::Range;
-use super::protocol::{self, Reply, Request};
+use super::protocol::{self, FaultRecord, Reply, Request};
 use super::server::Args;
 use crate::backend::BackendError;
 use crate::diag;
-use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{ChildStderr, ChildStdout, Command, Stdio};
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 /// The device process's file name, installed beside the plugin.
@@ -49,10 +52,30 @@ pub struct StartReport {
 
 struct Channel {
     socket: OwnedFd,
-    stdout: Option<ChildStdout>,
-    stderr: Option<ChildStderr>,
+    doorbell: Mapped,
+    /// The last request's number (the doorbell's counters).
+    last_request: u32,
+    /// The device's stdout and stderr: memory files it writes, this process reads.
+    output: [Output; 2],
     /// Why the process is gone, once it is.
     ended: Option<String>,
+    /// Its wait status, once reaped.
+    status: Option<i32>,
+    receive_buffer: Vec<u8>,
+}
+
+/// One of the device process's output files, and how far this process has passed it on.
+struct Output {
+    file: std::fs::File,
+    passed_on: u64,
+    stream: Stream,
+}
+
+/// How a launch ended.
+pub enum LaunchOutcome {
+    Done,
+    Fault(FaultRecord),
+    Failed(String),
 }
 
 /// Where the device executable is: `$OMPTARGET_RS_DEVICE_EXE`, else beside the plugin
@@ -142,8 +165,8 @@ fn start_err(what: impl std::fmt::Display) -> BackendError {
 }
 
 impl DeviceProcess {
-    /// Start the device process inside `window`, with `device_memory` at its base and
-    /// `host_memory` right after it.
+    /// Start the device process inside `layout`'s window, with `device_memory` and
+    /// `host_memory` where the layout puts them.
     pub(crate) fn start(
         layout: Layout,
         device_memory: &Arena,
@@ -152,24 +175,34 @@ impl DeviceProcess {
         let window = layout.window;
         let exe = find_executable().map_err(start_err)?;
         let (ours, theirs) = socket_pair().map_err(start_err)?;
-        let socket_fd = high_duplicate(theirs.as_fd()).map_err(start_err)?;
-        let arena_fd = high_duplicate(device_memory.file().as_fd()).map_err(start_err)?;
-        let host_arena_fd = high_duplicate(host_memory.file().as_fd()).map_err(start_err)?;
+        let doorbell = Mapped::create().map_err(start_err)?;
+        let stdout_file = output_file(c"omptarget-rs-device-stdout").map_err(start_err)?;
+        let stderr_file = output_file(c"omptarget-rs-device-stderr").map_err(start_err)?;
+        let passed = [
+            high_duplicate(theirs.as_fd()),
+            high_duplicate(device_memory.file().as_fd()),
+            high_duplicate(host_memory.file().as_fd()),
+            high_duplicate(doorbell.file().as_fd()),
+        ]
+        .into_iter()
+        .collect::<std::io::Result<Vec<OwnedFd>>>()
+        .map_err(start_err)?;
         let args = Args {
             socket_fd: 3,
             arena_fd: 4,
             arena_size: device_memory.size(),
             host_arena_fd: 5,
             host_arena_size: host_memory.size(),
+            doorbell_fd: 6,
             window,
             host_pid: std::process::id(),
             attempt: 0,
         };
-        let moves = [
-            (socket_fd.as_raw_fd(), 3),
-            (arena_fd.as_raw_fd(), 4),
-            (host_arena_fd.as_raw_fd(), 5),
-        ];
+        let moves: Vec<(i32, i32)> = passed
+            .iter()
+            .zip(3..)
+            .map(|(fd, to)| (fd.as_raw_fd(), to))
+            .collect();
         let mut command = Command::new(&exe);
         command
             .args(args.to_strings())
@@ -178,13 +211,15 @@ impl DeviceProcess {
             .env_remove(crate::backend::isolated::ISOLATED_ENV)
             .env_remove(diag::LOAD_MARKER_ENV)
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            // Files, not pipes: a kernel that prints more than a pipe holds never waits
+            // for us; we pass on what it wrote after each request.
+            .stdout(Stdio::from(stdout_file.try_clone().map_err(start_err)?))
+            .stderr(Stdio::from(stderr_file.try_clone().map_err(start_err)?));
         // SAFETY: the closure runs in the forked child before exec and only makes
         // async-signal-safe system calls (dup2 clears close-on-exec on the copies).
         unsafe {
             command.pre_exec(move || {
-                for (from, to) in moves {
+                for &(from, to) in &moves {
                     if libc::dup2(from, to) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
@@ -192,30 +227,32 @@ impl DeviceProcess {
                 Ok(())
             });
         }
-        let mut child = command
+        let child = command
             .spawn()
             .map_err(|e| start_err(format!("{}: {e}", exe.display())))?;
-        drop((theirs, socket_fd, arena_fd, host_arena_fd));
+        drop((theirs, passed));
         let pid = child.id();
-        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-        for pipe in [
-            stdout.as_ref().map(|p| p.as_raw_fd()),
-            stderr.as_ref().map(|p| p.as_raw_fd()),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            set_nonblocking(pipe);
-        }
-        // The child is reaped by `end` (or, once this process is gone, by init).
+        // The child is reaped by `end` or a failed wait (or, once this process is gone,
+        // by init).
         drop(child);
+        let output = |file, stream| Output {
+            file,
+            passed_on: 0,
+            stream,
+        };
         let process = DeviceProcess {
             pid,
             channel: Mutex::new(Channel {
                 socket: ours,
-                stdout,
-                stderr,
+                doorbell,
+                last_request: 0,
+                output: [
+                    output(stdout_file, Stream::Out),
+                    output(stderr_file, Stream::Err),
+                ],
                 ended: None,
+                status: None,
+                receive_buffer: vec![0; protocol::MAX_PACKET],
             }),
             report: StartReport {
                 pid,
@@ -307,25 +344,26 @@ impl DeviceProcess {
         }
     }
 
-    /// Send a request and wait for its answer, passing on what the device prints
-    /// meanwhile.
+    /// Send a request through the socket and wait for its answer (also through the
+    /// socket), passing on what the device printed meanwhile.
     pub fn request(
         &self,
         request: &Request,
         fd: Option<BorrowedFd<'_>>,
     ) -> Result<Reply, BackendError> {
         let mut channel = crate::plugin::lock(&self.channel);
-        if let Some(why) = &channel.ended {
-            return Err(ended(why));
-        }
-        let sent = protocol::send(channel.socket.as_fd(), &request.encode(), fd);
-        let answer = sent.and_then(|()| channel.wait_for_reply());
+        channel.check_running()?;
+        let answer = protocol::send(channel.socket.as_fd(), &request.encode(), fd).and_then(|()| {
+            channel.ring(doorbell::KIND_SOCKET);
+            channel.receive()
+        });
+        channel.forward_output();
         match answer {
             Ok(Some(reply)) => Ok(reply),
             Ok(None) | Err(_) => {
                 let why = match answer {
                     Err(e) => format!("talking to it failed: {e}"),
-                    _ => self.exit_status(),
+                    _ => channel.exit_status(self.pid),
                 };
                 channel.ended = Some(why.clone());
                 Err(ended(&why))
@@ -333,16 +371,75 @@ impl DeviceProcess {
         }
     }
 
+    /// Run `kernel(args...)` on the device: through the doorbell page, or the socket for
+    /// more arguments than the page holds.
+    pub fn launch(&self, kernel: u64, args: &[u64]) -> Result<LaunchOutcome, BackendError> {
+        if args.len() > doorbell::PAGE_ARGS {
+            let request = Request::Launch {
+                kernel,
+                args: args.to_vec(),
+            };
+            return Ok(match self.request(&request, None)? {
+                Reply::Done => LaunchOutcome::Done,
+                Reply::Fault(record) => LaunchOutcome::Fault(record),
+                Reply::Failed { message, .. } => LaunchOutcome::Failed(message),
+                other => LaunchOutcome::Failed(format!("unexpected answer {other:?}")),
+            });
+        }
+        let mut channel = crate::plugin::lock(&self.channel);
+        channel.check_running()?;
+        let page = channel.doorbell.page();
+        page.kernel.store(kernel, Ordering::Relaxed);
+        page.nargs.store(args.len() as u64, Ordering::Relaxed);
+        for (slot, &a) in page.args.iter().zip(args) {
+            slot.store(a, Ordering::Relaxed);
+        }
+        let n = channel.ring(doorbell::KIND_LAUNCH);
+        let pid = self.pid;
+        let mut status = None;
+        let page = channel.doorbell.page();
+        let answered =
+            doorbell::wait_until(&page.reply, |v| v == n, &page.host_sleeping, &mut || {
+                still_running(pid, &mut status)
+            });
+        channel.forward_output();
+        if answered.is_none() {
+            channel.status = status;
+            let why = channel.exit_status(pid);
+            channel.ended = Some(why.clone());
+            return Err(ended(&why));
+        }
+        let page = channel.doorbell.page();
+        Ok(match page.status.load(Ordering::Acquire) {
+            doorbell::STATUS_DONE => LaunchOutcome::Done,
+            doorbell::STATUS_FAULT => {
+                let mut words = [0u64; FaultRecord::WORDS];
+                for (w, f) in words.iter_mut().zip(&page.fault) {
+                    *w = f.load(Ordering::Relaxed);
+                }
+                LaunchOutcome::Fault(FaultRecord::from_words(words))
+            }
+            _ => LaunchOutcome::Failed("the device process could not call the kernel".into()),
+        })
+    }
+
     fn send(&self, request: &Request, fd: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
         let channel = crate::plugin::lock(&self.channel);
         protocol::send(channel.socket.as_fd(), &request.encode(), fd)
     }
 
+    /// A reply of the start-up, before the doorbell is in use.
     fn receive_reply(&self) -> std::io::Result<Reply> {
         let mut channel = crate::plugin::lock(&self.channel);
-        channel.wait_for_reply()?.ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, self.exit_status())
-        })
+        let reply = channel.receive();
+        channel.forward_output();
+        match reply? {
+            Some(reply) => Ok(reply),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                channel.exit_status(self.pid),
+            )),
+        }
     }
 
     /// Whether the process has ended (after a fault, say).
@@ -357,33 +454,14 @@ impl DeviceProcess {
         if channel.ended.is_none() {
             channel.ended = Some(why.to_owned());
         }
-        // SAFETY: kill and waitpid on our own child's pid (reaped only here).
-        unsafe {
-            libc::kill(self.pid as libc::pid_t, libc::SIGKILL);
-            libc::waitpid(self.pid as libc::pid_t, std::ptr::null_mut(), 0);
-        }
-    }
-
-    /// How the process ended, once its socket closed.
-    fn exit_status(&self) -> String {
-        let mut status = 0;
-        // SAFETY: waitpid on our own child's pid.
-        let rc = unsafe { libc::waitpid(self.pid as libc::pid_t, &mut status, 0) };
-        if rc != self.pid as libc::pid_t {
-            return "the device process is gone".into();
-        }
-        if libc::WIFSIGNALED(status) {
-            let signal = libc::WTERMSIG(status);
-            format!(
-                "the device process was killed by signal {signal}{} without a report (a \
-                 kernel that overflowed its stack, or the system ended it)",
-                signal_name(signal as u64).map_or(String::new(), |n| format!(" ({n})"))
-            )
-        } else {
-            format!(
-                "the device process exited with status {}",
-                libc::WEXITSTATUS(status)
-            )
+        if channel.status.is_none() {
+            let mut status = 0;
+            // SAFETY: kill and waitpid on our own child's pid, not yet reaped.
+            unsafe {
+                libc::kill(self.pid as libc::pid_t, libc::SIGKILL);
+                libc::waitpid(self.pid as libc::pid_t, &mut status, 0);
+            }
+            channel.status = Some(status);
         }
     }
 
@@ -408,14 +486,6 @@ pub fn signal_name(signal: u64) -> Option<&'static str> {
         libc::SIGKILL => "SIGKILL",
         _ => return None,
     })
-}
-
-fn set_nonblocking(fd: i32) {
-    // SAFETY: fcntl on a pipe descriptor we own, adding O_NONBLOCK to its flags.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
-    }
 }
 
 /// Every user range mapped in this process, but the device window (our own reservation,
@@ -450,51 +520,124 @@ fn reserve_device_ranges(device: &[Range]) -> usize {
         .count()
 }
 
+/// Whether process `pid` still runs; once it has ended, its reaped wait status goes into
+/// `status`.
+fn still_running(pid: u32, status: &mut Option<i32>) -> bool {
+    let mut st = 0;
+    // SAFETY: waitpid with WNOHANG on our own child.
+    let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut st, libc::WNOHANG) };
+    if rc == pid as libc::pid_t {
+        *status = Some(st);
+        return false;
+    }
+    rc == 0
+}
+
 impl Channel {
-    /// The next reply (None: the process closed its end), passing on what the device
-    /// prints while we wait.
-    fn wait_for_reply(&mut self) -> std::io::Result<Option<Reply>> {
-        loop {
-            let mut fds = [
-                pollfd(self.socket.as_raw_fd()),
-                pollfd(self.stdout.as_ref().map_or(-1, |p| p.as_raw_fd())),
-                pollfd(self.stderr.as_ref().map_or(-1, |p| p.as_raw_fd())),
-            ];
-            // SAFETY: poll on three descriptors we own (or -1, which poll skips).
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if fds[1].revents != 0 || fds[2].revents != 0 {
-                self.forward_output();
-            }
-            if fds[0].revents != 0 {
-                let packet = protocol::receive(self.socket.as_fd())?;
-                // Whatever was printed before the answer goes out before it returns.
-                self.forward_output();
-                return packet.map(|(bytes, _)| Reply::decode(&bytes)).transpose();
-            }
+    fn check_running(&self) -> Result<(), BackendError> {
+        match &self.ended {
+            Some(why) => Err(ended(why)),
+            None => Ok(()),
         }
     }
 
-    /// Pass on what the device process printed, into this process's own C streams
-    /// (so it lands in order with the program's own output, as a GPU's printf does).
+    /// Ring the doorbell for the next request, of `kind`; its number.
+    fn ring(&mut self, kind: u32) -> u32 {
+        self.last_request = self.last_request.wrapping_add(1);
+        let page = self.doorbell.page();
+        page.kind.store(kind, Ordering::Relaxed);
+        doorbell::ring(&page.request, self.last_request, &page.device_sleeping);
+        self.last_request
+    }
+
+    /// The next packet on the socket (None: the process closed its end).
+    fn receive(&mut self) -> std::io::Result<Option<Reply>> {
+        let Some((len, _)) = protocol::receive_into(self.socket.as_fd(), &mut self.receive_buffer)?
+        else {
+            return Ok(None);
+        };
+        Reply::decode(&self.receive_buffer[..len]).map(Some)
+    }
+
+    /// Pass on what the device process printed since last time, into this process's own
+    /// C streams (so it lands in order with the program's own output, as a GPU's printf
+    /// does). The doorbell page says how far each file reaches.
     fn forward_output(&mut self) {
-        forward(&mut self.stdout, Stream::Out);
-        forward(&mut self.stderr, Stream::Err);
+        let page = self.doorbell.page();
+        let ends = [
+            page.out_end.load(Ordering::Acquire),
+            page.err_end.load(Ordering::Acquire),
+        ];
+        for (output, end) in self.output.iter_mut().zip(ends) {
+            output.pass_on(end);
+        }
+    }
+
+    /// How the process ended (reaping it if that was not done yet).
+    fn exit_status(&mut self, pid: u32) -> String {
+        let status = match self.status {
+            Some(s) => s,
+            None => {
+                let mut st = 0;
+                // SAFETY: waitpid on our own child's pid.
+                let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut st, 0) };
+                if rc != pid as libc::pid_t {
+                    return "the device process is gone".into();
+                }
+                self.status = Some(st);
+                st
+            }
+        };
+        if libc::WIFSIGNALED(status) {
+            let signal = libc::WTERMSIG(status);
+            format!(
+                "the device process was killed by signal {signal}{} without a report (a \
+                 kernel that overflowed its stack, or the system ended it)",
+                signal_name(signal as u64).map_or(String::new(), |n| format!(" ({n})"))
+            )
+        } else {
+            format!(
+                "the device process exited with status {}",
+                libc::WEXITSTATUS(status)
+            )
+        }
     }
 }
 
-fn pollfd(fd: i32) -> libc::pollfd {
-    libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
+impl Output {
+    /// Copy `[passed_on, end)` of the file into this process's C stream.
+    fn pass_on(&mut self, end: u64) {
+        let mut buf = [0u8; 16 << 10];
+        while self.passed_on < end {
+            let want = ((end - self.passed_on) as usize).min(buf.len());
+            match self.file.read_at(&mut buf[..want], self.passed_on) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    // SAFETY: the C streams are the process's own, valid for its life;
+                    // fwrite copies `n` bytes out of our buffer.
+                    unsafe {
+                        let file = match self.stream {
+                            Stream::Out => c_streams::stdout,
+                            Stream::Err => c_streams::stderr,
+                        };
+                        libc::fwrite(buf.as_ptr().cast(), 1, n, file);
+                    }
+                    self.passed_on += n as u64;
+                }
+            }
+        }
     }
+}
+
+/// A memory file for one of the device process's output streams.
+fn output_file(name: &std::ffi::CStr) -> std::io::Result<std::fs::File> {
+    // SAFETY: memfd_create returns a fresh descriptor (or -1), owned below.
+    let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh and ours only.
+    Ok(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) }))
 }
 
 #[derive(Clone, Copy)]
@@ -508,29 +651,5 @@ pub(crate) mod c_streams {
         /// The C library's standard streams of this process.
         pub static stdout: *mut libc::FILE;
         pub static stderr: *mut libc::FILE;
-    }
-}
-
-/// Move everything readable from `pipe` into this process's C stream; the pipe is
-/// dropped at its end.
-fn forward<P: Read>(pipe: &mut Option<P>, stream: Stream) {
-    let mut buf = [0u8; 16 << 10];
-    while let Some(p) = pipe.as_mut() {
-        match p.read(&mut buf) {
-            Ok(0) => *pipe = None,
-            Ok(n) => {
-                // SAFETY: the C streams are the process's own, valid for its life;
-                // fwrite copies `n` bytes out of our buffer.
-                unsafe {
-                    let file = match stream {
-                        Stream::Out => c_streams::stdout,
-                        Stream::Err => c_streams::stderr,
-                    };
-                    libc::fwrite(buf.as_ptr().cast(), 1, n, file);
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
     }
 }

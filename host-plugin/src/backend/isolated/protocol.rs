@@ -115,7 +115,19 @@ pub struct FaultRecord {
 impl FaultRecord {
     pub const WORDS: usize = 7;
 
-    fn words(&self) -> [u64; Self::WORDS] {
+    pub fn from_words(w: [u64; Self::WORDS]) -> Self {
+        FaultRecord {
+            signal: w[0],
+            code: w[1],
+            addr: w[2],
+            ip: w[3],
+            error_code: w[4],
+            trap: w[5],
+            return_address: w[6],
+        }
+    }
+
+    pub fn words(&self) -> [u64; Self::WORDS] {
         [
             self.signal,
             self.code,
@@ -327,15 +339,7 @@ impl Reply {
                 for x in &mut w {
                     *x = r.u64()?;
                 }
-                Reply::Fault(FaultRecord {
-                    signal: w[0],
-                    code: w[1],
-                    addr: w[2],
-                    ip: w[3],
-                    error_code: w[4],
-                    trap: w[5],
-                    return_address: w[6],
-                })
+                Reply::Fault(FaultRecord::from_words(w))
             }
             tag => return Err(malformed(&format!("reply tag {tag}"))),
         };
@@ -381,6 +385,18 @@ pub fn send(socket: BorrowedFd<'_>, packet: &[u8], fd: Option<BorrowedFd<'_>>) -
 /// it, if any.
 pub fn receive(socket: BorrowedFd<'_>) -> io::Result<Option<(Vec<u8>, Option<OwnedFd>)>> {
     let mut buf = vec![0u8; MAX_PACKET];
+    Ok(receive_into(socket, &mut buf)?.map(|(n, fd)| {
+        buf.truncate(n);
+        (buf, fd)
+    }))
+}
+
+/// [`receive`] into `buf` (at least [`MAX_PACKET`] bytes, reused between calls): the
+/// packet's length and descriptor.
+pub fn receive_into(
+    socket: BorrowedFd<'_>,
+    buf: &mut [u8],
+) -> io::Result<Option<(usize, Option<OwnedFd>)>> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -410,8 +426,7 @@ pub fn receive(socket: BorrowedFd<'_>) -> io::Result<Option<(Vec<u8>, Option<Own
     if msg.msg_flags & libc::MSG_TRUNC != 0 {
         return Err(malformed("packet larger than the buffer"));
     }
-    buf.truncate(n);
-    Ok(Some((buf, fd)))
+    Ok(Some((n, fd)))
 }
 
 /// Room for one `SCM_RIGHTS` message carrying one descriptor (u64 words: the

@@ -12,6 +12,7 @@
 
 use super::address_space::{self, Layout, Mapping, Window};
 use super::arena;
+use super::doorbell::{self, Doorbell, Mapped};
 use super::protocol::Range;
 use super::protocol::{self, FaultRecord, Reply, Request};
 use crate::backend::{dlopen, ffi_call};
@@ -19,7 +20,7 @@ use libloading::os::unix::Library;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, Ordering};
 
 /// What the plugin passes on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub struct Args {
     /// in the host).
     pub host_arena_fd: i32,
     pub host_arena_size: u64,
+    /// The doorbell page's memory file ([`super::doorbell`]).
+    pub doorbell_fd: i32,
     pub window: Window,
     pub host_pid: u32,
     /// How many times this process has exec'd itself for a new layout.
@@ -55,6 +58,7 @@ impl Args {
             format!("--arena-size={:#x}", self.arena_size),
             format!("--host-arena={}", self.host_arena_fd),
             format!("--host-arena-size={:#x}", self.host_arena_size),
+            format!("--doorbell={}", self.doorbell_fd),
             format!("--window={:#x}:{:#x}", self.window.base, self.window.size),
             format!("--host-pid={}", self.host_pid),
             format!("--attempt={}", self.attempt),
@@ -94,6 +98,7 @@ impl Args {
             arena_size: num("arena-size")?,
             host_arena_fd: small("host-arena")? as i32,
             host_arena_size: num("host-arena-size")?,
+            doorbell_fd: small("doorbell")? as i32,
             window: Window { base, size },
             host_pid: small("host-pid")?,
             attempt: small("attempt")?,
@@ -139,6 +144,8 @@ fn serve(args: Args) -> Result<(), String> {
     let arena = unsafe { OwnedFd::from_raw_fd(args.arena_fd) };
     // SAFETY: as above.
     let host_arena = unsafe { OwnedFd::from_raw_fd(args.host_arena_fd) };
+    // SAFETY: as above, the doorbell page's file.
+    let doorbell_file = unsafe { OwnedFd::from_raw_fd(args.doorbell_fd) };
     watch_host(args.host_pid);
     let mappings = address_space::read_maps(None).map_err(|e| format!("reading maps: {e}"))?;
     let hello = Reply::Hello {
@@ -151,7 +158,12 @@ fn serve(args: Args) -> Result<(), String> {
         return Ok(());
     };
     let host = match Request::decode(&packet).map_err(io)? {
-        Request::Retry => return Err(exec_again(&args, [socket, arena, host_arena])),
+        Request::Retry => {
+            return Err(exec_again(
+                &args,
+                [socket, arena, host_arena, doorbell_file],
+            ))
+        }
         Request::Setup { host } => host,
         other => return Err(format!("expected Setup, got {other:?}")),
     };
@@ -168,9 +180,12 @@ fn serve(args: Args) -> Result<(), String> {
         )
     };
     drop((arena, host_arena));
-    install_fault_handlers(socket.as_fd())?;
+    let doorbell = Mapped::map(doorbell_file).map_err(|e| format!("the doorbell page: {e}"))?;
+    install_fault_handlers(socket.as_fd(), &doorbell)?;
     protocol::send(socket.as_fd(), &ready.encode(), None).map_err(io)?;
-    Server::default().run(socket.as_fd()).map_err(io)
+    Server::default()
+        .run(socket.as_fd(), doorbell.page())
+        .map_err(io)
 }
 
 /// The layout must be random, so that a new exec gives a new one: a host started with
@@ -188,7 +203,7 @@ fn ensure_random_layout(args: &Args) -> Result<(), String> {
 }
 
 /// Exec this program again for a new random layout; returns only on failure.
-fn exec_again(args: &Args, descriptors: [OwnedFd; 3]) -> String {
+fn exec_again(args: &Args, descriptors: [OwnedFd; 4]) -> String {
     // The descriptors survive the exec at the same numbers (not close-on-exec).
     for fd in descriptors {
         fd.into_raw_fd_keep();
@@ -343,6 +358,10 @@ fn reachable_host_ranges(host: &[Range]) -> std::io::Result<u64> {
 static FAULT_SOCKET: AtomicI32 = AtomicI32::new(-1);
 /// Set by the first fault: later ones (other threads) only wait.
 static FAULTED: AtomicBool = AtomicBool::new(false);
+/// The doorbell page, where the handler leaves the fault for a launch's waiter.
+static DOORBELL: AtomicPtr<Doorbell> = AtomicPtr::new(std::ptr::null_mut());
+/// The request being served (the number the reply carries).
+static CURRENT_REQUEST: AtomicU32 = AtomicU32::new(0);
 
 /// The signals a device access can end in.
 const FAULT_SIGNALS: [i32; 5] = [
@@ -353,8 +372,9 @@ const FAULT_SIGNALS: [i32; 5] = [
     libc::SIGABRT,
 ];
 
-fn install_fault_handlers(socket: BorrowedFd<'_>) -> Result<(), String> {
+fn install_fault_handlers(socket: BorrowedFd<'_>, doorbell: &Mapped) -> Result<(), String> {
     FAULT_SOCKET.store(socket.as_raw_fd(), Ordering::SeqCst);
+    DOORBELL.store(doorbell.as_ptr().cast_mut(), Ordering::SeqCst);
     install_alternate_stack()?;
     for signal in FAULT_SIGNALS {
         // SAFETY: an all-zero sigaction is valid; the handler is an extern "C" fn with
@@ -441,6 +461,22 @@ extern "C" fn on_fault(signal: i32, info: *mut libc::siginfo_t, context: *mut li
             }
         }
     }
+    // For a launch's waiter: the record in the page, the reply rung.
+    // SAFETY: the page stays mapped for the process's life (the value that maps it lives
+    // in `serve` until the process ends); its fields are atomics.
+    if let Some(page) = unsafe { DOORBELL.load(Ordering::SeqCst).as_ref() } {
+        for (slot, w) in page.fault.iter().zip(record.words()) {
+            slot.store(w, Ordering::Relaxed);
+        }
+        page.status.store(doorbell::STATUS_FAULT, Ordering::Relaxed);
+        publish_output_ends(page);
+        doorbell::ring(
+            &page.reply,
+            CURRENT_REQUEST.load(Ordering::SeqCst),
+            &page.host_sleeping,
+        );
+    }
+    // For a socket request's waiter: the record as a packet.
     let packet = record.encode();
     let socket = FAULT_SOCKET.load(Ordering::SeqCst);
     // SAFETY: send is async-signal-safe; `packet` is a stack buffer.
@@ -467,20 +503,76 @@ struct Server {
     next_module: u64,
 }
 
+/// Where the device's stdout and stderr files end now, in the page (async-signal-safe:
+/// two lseek calls).
+fn publish_output_ends(page: &Doorbell) {
+    // SAFETY: lseek on this process's standard descriptors only reads their offsets.
+    let (out, err) = unsafe {
+        (
+            libc::lseek(1, 0, libc::SEEK_CUR),
+            libc::lseek(2, 0, libc::SEEK_CUR),
+        )
+    };
+    page.out_end.store(out.max(0) as u64, Ordering::Release);
+    page.err_end.store(err.max(0) as u64, Ordering::Release);
+}
+
 impl Server {
-    fn run(mut self, socket: BorrowedFd<'_>) -> std::io::Result<()> {
-        while let Some((packet, fd)) = protocol::receive(socket)? {
-            let reply = match Request::decode(&packet) {
-                Ok(request) => self.handle(request, fd),
-                Err(e) => failed(e.to_string()),
+    /// Serve requests as the doorbell announces them: a launch in the page, or a packet
+    /// on the socket. The host watcher ends the process when the plugin's ends.
+    fn run(mut self, socket: BorrowedFd<'_>, page: &Doorbell) -> std::io::Result<()> {
+        let mut buffer = vec![0u8; protocol::MAX_PACKET];
+        let mut last = 0;
+        loop {
+            let seen = last;
+            let Some(n) = doorbell::wait_until(
+                &page.request,
+                |v| v != seen,
+                &page.device_sleeping,
+                &mut || true,
+            ) else {
+                return Ok(());
+            };
+            last = n;
+            CURRENT_REQUEST.store(n, Ordering::SeqCst);
+            let reply = if page.kind.load(Ordering::Relaxed) == doorbell::KIND_LAUNCH {
+                let status = self.launch_from(page);
+                page.status.store(status, Ordering::Relaxed);
+                None
+            } else {
+                let Some((len, fd)) = protocol::receive_into(socket, &mut buffer)? else {
+                    return Ok(());
+                };
+                Some(match Request::decode(&buffer[..len]) {
+                    Ok(request) => self.handle(request, fd),
+                    Err(e) => failed(e.to_string()),
+                })
             };
             // What the kernel printed reaches the plugin (and the program's output)
             // before the answer does.
             // SAFETY: fflush(NULL) flushes every C stream of this process.
             unsafe { libc::fflush(std::ptr::null_mut()) };
-            protocol::send(socket, &reply.encode(), None)?;
+            publish_output_ends(page);
+            doorbell::ring(&page.reply, n, &page.host_sleeping);
+            if let Some(reply) = reply {
+                protocol::send(socket, &reply.encode(), None)?;
+            }
         }
-        Ok(())
+    }
+
+    /// The launch the page holds.
+    fn launch_from(&mut self, page: &Doorbell) -> u32 {
+        let kernel = page.kernel.load(Ordering::Relaxed);
+        let n = (page.nargs.load(Ordering::Relaxed) as usize).min(doorbell::PAGE_ARGS);
+        let mut args = [0u64; doorbell::PAGE_ARGS];
+        for (a, slot) in args.iter_mut().zip(&page.args[..n]) {
+            *a = slot.load(Ordering::Relaxed);
+        }
+        // SAFETY: as for Request::Launch in `handle`.
+        match unsafe { ffi_call::call_kernel(kernel, &args[..n]) } {
+            Ok(()) => doorbell::STATUS_DONE,
+            Err(_) => doorbell::STATUS_FAILED,
+        }
     }
 
     fn handle(&mut self, request: Request, fd: Option<OwnedFd>) -> Reply {
@@ -582,6 +674,7 @@ mod tests {
             arena_size: 1 << 36,
             host_arena_fd: 5,
             host_arena_size: 1 << 34,
+            doorbell_fd: 6,
             window: Window {
                 base: 0x2000_0000_0000,
                 size: 1 << 38,
