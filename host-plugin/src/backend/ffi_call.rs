@@ -111,6 +111,7 @@ impl PointerCall {
 /// # Safety
 /// `kernel` is a function taking `args.len()` pointer-sized values and returning
 /// nothing, and the arguments are what it expects.
+#[inline]
 pub(crate) unsafe fn call_kernel(
     kernel: DeviceAddr,
     args: &[DeviceAddr],
