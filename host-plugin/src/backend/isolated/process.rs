@@ -142,24 +142,6 @@ fn high_duplicate(fd: BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-fn socket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: socketpair writes two new descriptors into `fds`.
-    let rc = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both are fresh and owned here only.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 fn start_err(what: impl std::fmt::Display) -> BackendError {
     BackendError::Load(format!("starting the isolated device process: {what}"))
 }
@@ -174,7 +156,7 @@ impl DeviceProcess {
     ) -> Result<DeviceProcess, BackendError> {
         let window = layout.window;
         let exe = find_executable().map_err(start_err)?;
-        let (ours, theirs) = socket_pair().map_err(start_err)?;
+        let (ours, theirs) = protocol::socket_pair().map_err(start_err)?;
         let doorbell = Mapped::create().map_err(start_err)?;
         let stdout_file = output_file(c"omptarget-rs-device-stdout").map_err(start_err)?;
         let stderr_file = output_file(c"omptarget-rs-device-stderr").map_err(start_err)?;

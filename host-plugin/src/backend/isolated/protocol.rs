@@ -348,6 +348,26 @@ impl Reply {
     }
 }
 
+/// A connected pair of packet sockets (close-on-exec): the plugin keeps one end, the
+/// device process gets the other.
+pub fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair writes two new descriptors into `fds`.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both are fresh and owned here only.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 /// Send one packet, with `fd` beside it where given.
 pub fn send(socket: BorrowedFd<'_>, packet: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
     let mut iov = libc::iovec {
@@ -563,19 +583,7 @@ mod tests {
 
     #[test]
     fn a_descriptor_travels_beside_a_packet() {
-        let mut fds = [0; 2];
-        // SAFETY: socketpair writes two new descriptors into `fds`.
-        let rc = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        assert_eq!(rc, 0);
-        // SAFETY: both descriptors are fresh and owned here only.
-        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (a, b) = socket_pair().unwrap();
         let file = crate::backend::dlopen::memory_file("protocol-test", b"image bytes")
             .unwrap()
             .unwrap();
