@@ -197,6 +197,28 @@ fn the_device_process_ends_with_a_killed_program_and_leaves_nothing() {
     assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
 }
 
+/// A device address handed to the plugin as a host buffer: in-process the two are one
+/// memory; isolated, the plugin refuses the copy with the reason instead of reading it.
+#[test]
+fn a_device_pointer_used_as_host_memory_is_refused_with_the_reason() {
+    let exe = host_addresses_program("-O1");
+    let (out, stdout, stderr) = run(&exe, Mode::InProcess, &["devptr"]);
+    assert!(
+        out.status.success() && stdout.contains("result 0"),
+        "{stdout}\n{stderr}"
+    );
+    let (out, stdout, stderr) = run(&exe, Mode::Isolated, &["devptr"]);
+    assert!(
+        out.status.success(),
+        "the program goes on: {stdout}\n{stderr}"
+    );
+    assert!(!stdout.contains("result 0"), "the copy must fail: {stdout}");
+    assert!(
+        stderr.contains("is a device address of the isolated device, not host memory"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn unified_shared_memory_is_refused_with_the_reason() {
     let dir = scratch("isolated-usm");
