@@ -30,6 +30,7 @@ pub mod host_memory;
 mod huge_pages;
 pub mod image;
 pub mod kernels;
+mod own_file;
 pub mod plugin;
 mod prefetch;
 pub mod radix;

@@ -24,23 +24,12 @@ const MAX_VTABLE_BYTES: u64 = 1 << 20;
 /// Which plugin this library is, from the name libomptarget loaded it by
 /// (`libomptarget.rtl.<kind>.so`): one build serves every kind, each copy is its own.
 fn own_kind() -> PluginKind {
-    let mut info = libc::Dl_info {
-        dli_fname: std::ptr::null(),
-        dli_fbase: std::ptr::null_mut(),
-        dli_sname: std::ptr::null(),
-        dli_saddr: std::ptr::null_mut(),
-    };
-    // SAFETY: dladdr only reads the address (one of our own functions) and fills `info`.
-    let found = unsafe { libc::dladdr(own_kind as *const c_void, &mut info) } != 0;
-    let file = if found && !info.dli_fname.is_null() {
-        // SAFETY: dladdr returned a NUL-terminated path owned by the dynamic loader.
-        unsafe { CStr::from_ptr(info.dli_fname) }
-            .to_string_lossy()
-            .into_owned()
-    } else {
-        String::new()
-    };
-    let base = file.rsplit('/').next().unwrap_or("");
+    let file = crate::own_file::path();
+    let base = file
+        .as_deref()
+        .and_then(|f| f.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     PluginKind::all()
         .into_iter()
         .find(|k| base.starts_with(&format!("libomptarget.rtl.{}.", k.name())))

@@ -134,10 +134,6 @@ impl Isolated {
         Ok(isolated)
     }
 
-    pub fn process(&self) -> &DeviceProcess {
-        &self.process
-    }
-
     fn request(&self, request: &Request) -> Result<Reply, BackendError> {
         self.process.request(request, None)
     }
@@ -562,7 +558,8 @@ impl Backend for IsolatedBackend {
 /// The check before a launch (debug log only): how many of the host's ranges the device
 /// process could reach now.
 fn check_host_unreachable(device: &Isolated) {
-    let host = process::host_data_ranges(device.layout.window).unwrap_or_default();
+    let host_maps = address_space::read_maps(None).unwrap_or_default();
+    let host = process::host_data_ranges(&host_maps, device.layout.window);
     let total = host.len();
     match device.request(&Request::CheckHost { host }) {
         Ok(Reply::Reachable { count }) => diag::debug(|| {

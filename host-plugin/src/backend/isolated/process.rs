@@ -31,23 +31,6 @@ const MAX_LAYOUT_ATTEMPTS: u32 = 16;
 pub struct DeviceProcess {
     pid: u32,
     channel: Mutex<Channel>,
-    /// How the start went, for the debug log and the tests.
-    pub report: StartReport,
-}
-
-/// What the start-up check found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StartReport {
-    pub pid: u32,
-    /// Layouts refused because they overlapped the host's.
-    pub retries: u32,
-    /// Host ranges the device could reach after the set-up (the goal: 0).
-    pub reachable_host_ranges: u64,
-    pub host_ranges: usize,
-    /// Ranges the device process reserved.
-    pub device_reserved: u64,
-    /// Device ranges the host could not keep free (something was mapped there).
-    pub host_could_not_reserve: usize,
 }
 
 struct Channel {
@@ -84,7 +67,7 @@ pub fn find_executable() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(DEVICE_EXECUTABLE_ENV) {
         return Ok(PathBuf::from(path));
     }
-    let plugin = plugin_file().ok_or("cannot tell where the plugin file is (dladdr)")?;
+    let plugin = crate::own_file::path().ok_or("cannot tell where the plugin file is (dladdr)")?;
     let dir = plugin.parent().unwrap_or(Path::new("."));
     let candidates = [
         dir.join(DEVICE_EXECUTABLE),
@@ -103,31 +86,6 @@ pub fn find_executable() -> Result<PathBuf, String> {
                 candidates[1].display()
             )
         })
-}
-
-/// The file this code was loaded from.
-fn plugin_file() -> Option<PathBuf> {
-    let mut info = libc::Dl_info {
-        dli_fname: std::ptr::null(),
-        dli_fbase: std::ptr::null_mut(),
-        dli_sname: std::ptr::null(),
-        dli_saddr: std::ptr::null_mut(),
-    };
-    // SAFETY: dladdr only reads the address (one of our own functions) and fills `info`.
-    let found = unsafe { libc::dladdr(plugin_file as *const libc::c_void, &mut info) } != 0;
-    if !found || info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: a NUL-terminated path owned by the dynamic loader.
-    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
-    use std::os::unix::ffi::OsStrExt;
-    let path = PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes()));
-    // The main program has an empty name here (dladdr on an executable).
-    Some(if path.as_os_str().is_empty() {
-        std::env::current_exe().ok()?
-    } else {
-        path
-    })
 }
 
 /// A descriptor duplicated to a number >= 10 (close-on-exec), so that moving the
@@ -236,17 +194,9 @@ impl DeviceProcess {
                 status: None,
                 receive_buffer: vec![0; protocol::MAX_PACKET],
             }),
-            report: StartReport {
-                pid,
-                retries: 0,
-                reachable_host_ranges: 0,
-                host_ranges: 0,
-                device_reserved: 0,
-                host_could_not_reserve: 0,
-            },
         };
         match process.handshake(window) {
-            Ok(report) => Ok(DeviceProcess { report, ..process }),
+            Ok(()) => Ok(process),
             Err(e) => {
                 process.end(&format!("its start failed: {e}"));
                 Err(e)
@@ -259,16 +209,22 @@ impl DeviceProcess {
     }
 
     /// Hello/Retry/Setup/Ready (see the server); the host then keeps the device's own
-    /// ranges free.
-    fn handshake(&self, window: Window) -> Result<StartReport, BackendError> {
+    /// ranges free. The debug log says what the start-up check found.
+    fn handshake(&self, window: Window) -> Result<(), BackendError> {
         let mut retries = 0;
         loop {
             let hello = self.receive_reply().map_err(start_err)?;
             let Reply::Hello { pid, mappings } = hello else {
                 return Err(start_err(format!("expected Hello, got {hello:?}")));
             };
-            let host = host_ranges(window).map_err(start_err)?;
-            let mut taken = host.clone();
+            let host_maps = address_space::read_maps(None).map_err(start_err)?;
+            // Every host range, reservations included, must stay clear of the device's
+            // layout; the device is told the ones an access could reach.
+            let mut taken: Vec<Range> = address_space::user_ranges(&host_maps)
+                .into_iter()
+                .filter(|&r| !address_space::overlap(r, window.range()))
+                .collect();
+            let host = host_data_ranges(&host_maps, window);
             taken.push(window.range());
             taken.sort_unstable();
             let overlapping = address_space::count_overlapping(&mappings, &taken);
@@ -289,10 +245,9 @@ impl DeviceProcess {
                 self.send(&Request::Retry, None).map_err(start_err)?;
                 continue;
             }
-            let setup = Request::Setup {
-                host: host_data_ranges(window).map_err(start_err)?,
-            };
-            self.send(&setup, None).map_err(start_err)?;
+            let host_ranges = host.len();
+            self.send(&Request::Setup { host }, None)
+                .map_err(start_err)?;
             let ready = self.receive_reply().map_err(start_err)?;
             let Reply::Ready {
                 reachable_host_ranges,
@@ -303,26 +258,17 @@ impl DeviceProcess {
                 return Err(start_err(format!("{ready:?}")));
             };
             let host_could_not_reserve = reserve_device_ranges(&device);
-            let report = StartReport {
-                pid,
-                retries,
-                reachable_host_ranges,
-                host_ranges: host.len(),
-                device_reserved: reserved,
-                host_could_not_reserve,
-            };
             diag::debug(|| {
                 format!(
                     "isolated device: process {pid} (executable layouts refused: {retries}); \
-                     {reachable_host_ranges} of the host's {} mapped ranges could not be \
-                     reserved inaccessible there; it reserved {reserved} ranges, and the \
-                     host keeps its {} start-up ranges free ({host_could_not_reserve} \
+                     {reachable_host_ranges} of the host's {host_ranges} mapped ranges could \
+                     not be reserved inaccessible there; it reserved {reserved} ranges, and \
+                     the host keeps its {} start-up ranges free ({host_could_not_reserve} \
                      could not be)",
-                    host.len(),
                     device.len()
                 )
             });
-            return Ok(report);
+            return Ok(());
         }
     }
 
@@ -470,19 +416,11 @@ pub fn signal_name(signal: u64) -> Option<&'static str> {
     })
 }
 
-/// Every user range mapped in this process, but the device window (our own reservation,
-/// where the device lives, and what we mapped in it).
-fn host_ranges(window: Window) -> std::io::Result<Vec<Range>> {
-    Ok(address_space::user_ranges(&address_space::read_maps(None)?)
-        .into_iter()
-        .filter(|&r| !address_space::overlap(r, window.range()))
-        .collect())
-}
-
-/// The ranges of this process that hold something a device access could reach: every
-/// accessible mapping (reservations, ours or the C library's guard pages, hold nothing).
-pub(crate) fn host_data_ranges(window: Window) -> std::io::Result<Vec<Range>> {
-    Ok(address_space::read_maps(None)?
+/// The ranges of this process (`host_maps`) that hold something a device access could
+/// reach: every accessible mapping outside the device window (reservations, ours or the
+/// C library's guard pages, hold nothing).
+pub(crate) fn host_data_ranges(host_maps: &[address_space::Mapping], window: Window) -> Vec<Range> {
+    host_maps
         .iter()
         .filter(|m| {
             m.accessible()
@@ -490,7 +428,7 @@ pub(crate) fn host_data_ranges(window: Window) -> std::io::Result<Vec<Range>> {
                 && !address_space::overlap(m.range(), window.range())
         })
         .map(address_space::Mapping::range)
-        .collect())
+        .collect()
 }
 
 /// Keep the device's start-up ranges free in this process: how many could not be
