@@ -12,10 +12,15 @@
 #include "clang/AST/ASTContext.h"
 #include "clang/AST/ASTMutationListener.h"
 #include "clang/AST/Attr.h"
+#include "clang/AST/Mangle.h"
+#include "clang/AST/VTableBuilder.h"
 #include "clang/AST/RecursiveASTVisitor.h"
 #include "clang/Basic/Diagnostic.h"
+#include "clang/Basic/OpenMPKinds.h"
+#include "clang/Basic/TargetInfo.h"
 #include "clang/Frontend/CompilerInstance.h"
 #include "clang/Frontend/FrontendPluginRegistry.h"
+#include "clang/Sema/Sema.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
 #include <cstdio>
@@ -28,8 +33,12 @@ using namespace clang;
 
 namespace {
 
-// Must match the annotation the IR pass looks for (src/annotations.rs).
+// Must match the annotations the IR pass looks for (src/annotations.rs).
 constexpr const char *IndirectAnnotation = "omp_declare_target_indirect";
+// Followed by a vtable's symbol: the vtable group of a device class, to register.
+constexpr const char *VtableAnnotationPrefix = "omp_declare_target_vtable:";
+// The variable that carries those annotations into IR (the pass deletes it).
+constexpr const char *VtableCarrierName = "__omp_indirect_vtables";
 
 // True when one of the function's declare-target attributes has the `indirect` clause
 // with a true (or absent) argument: `indirect(0)` is not indirect. clang 16 records a
@@ -57,6 +66,70 @@ bool isAnnotated(const FunctionDecl *FD) {
     if (A->getAnnotation() == IndirectAnnotation)
       return true;
   return false;
+}
+
+// True when device code may call the function: one of its declarations (or, for a
+// member of a class template instantiation, its pattern's) is `declare target` for the
+// device (any device_type but host).
+bool isDeviceFunction(const FunctionDecl *FD) {
+  for (const FunctionDecl *D : FD->redecls())
+    for (const auto *A : D->specific_attrs<OMPDeclareTargetDeclAttr>())
+      if (A->getDevType() != OMPDeclareTargetDeclAttr::DT_Host)
+        return true;
+  if (const FunctionDecl *Pattern = FD->getTemplateInstantiationPattern())
+    if (Pattern != FD)
+      return isDeviceFunction(Pattern);
+  return false;
+}
+
+// A device class: a dynamic class whose vtable group holds, in every function slot, a
+// function device code may call (a pure or deleted virtual, or one the compiler defines
+// implicitly, also counts), at least one of them `declare target`. Its objects can be
+// used on the device, so its vtables are emitted there and registered.
+bool isDeviceClass(const CXXRecordDecl *RD, ASTContext &Ctx) {
+  if (!RD->isCompleteDefinition() || RD->isDependentContext() || RD->isInvalidDecl() ||
+      !RD->isDynamicClass())
+    return false;
+  auto *VTables = dyn_cast<ItaniumVTableContext>(Ctx.getVTableContext());
+  if (!VTables)
+    return false;
+  bool AnyDevice = false;
+  for (const VTableComponent &C : VTables->getVTableLayout(RD).vtable_components()) {
+    if (!C.isUsedFunctionPointerKind())
+      continue;
+    const CXXMethodDecl *MD = C.getFunctionDecl();
+    if (MD->isPure() || MD->isDeleted())
+      continue;
+    if (isDeviceFunction(MD)) {
+      AnyDevice = true;
+      continue;
+    }
+    if (!MD->isImplicit())
+      return false;
+  }
+  return AnyDevice;
+}
+
+// True when this unit defines the class's vtable group under the C++ ABI: no key
+// function (every unit that needs it, as a linkonce_odr comdat) or the key function
+// defined here, and not an explicit instantiation declared elsewhere.
+bool emitsVTableHere(const CXXRecordDecl *RD, ASTContext &Ctx) {
+  if (RD->getTemplateSpecializationKind() == TSK_ExplicitInstantiationDeclaration)
+    return false;
+  const CXXMethodDecl *Key = Ctx.getCurrentKeyFunction(RD);
+  return !Key || Key->hasBody();
+}
+
+// True when the expression needs the C++ runtime's __dynamic_cast: a downcast or
+// cross-cast (not an upcast, which Sema resolves statically, nor a cast to void*, which
+// reads the offset-to-top from the translated vtable).
+bool needsRuntimeDynamicCast(const CXXDynamicCastExpr *E) {
+  if (E->getCastKind() != CK_Dynamic || E->isAlwaysNull())
+    return false;
+  QualType To = E->getTypeAsWritten();
+  if (const auto *P = To->getAs<PointerType>())
+    return !P->getPointeeType()->isVoidType();
+  return true;
 }
 
 // Annotate every declaration of the function: codegen reads the attribute from the
@@ -102,6 +175,9 @@ public:
   // reached us whole), and the diagnostic for functions this unit only declares.
   void HandleTranslationUnit(ASTContext &Ctx) override {
     Finder(*this).TraverseDecl(Ctx.getTranslationUnitDecl());
+    registerDeviceClasses(Ctx);
+    if (Ctx.getLangOpts().OpenMPIsDevice)
+      rejectRuntimeOnlyConstructs(Ctx);
     // Host and device compile the same source: say it once, in the host compile.
     if (Ctx.getLangOpts().OpenMPIsDevice)
       return;
@@ -125,8 +201,117 @@ private:
       C.consider(FD);
       return true;
     }
+    bool VisitCXXRecordDecl(CXXRecordDecl *RD) {
+      if (RD->isThisDeclarationADefinition() && C.SeenRecords.insert(RD).second)
+        C.Records.push_back(RD);
+      return true;
+    }
     IndirectConsumer &C;
   };
+
+  // The vtables of device classes (isDeviceClass) are emitted in both compiles wherever
+  // the C++ rules put them (the key function's unit, else every unit that needs them),
+  // as if the class were used there: the device then has the vtable and its functions
+  // even where no device code constructs an object. In the host compile their symbols
+  // are annotated on one carrier variable, for the IR pass to register.
+  void registerDeviceClasses(ASTContext &Ctx) {
+    if (!CI.hasSema())
+      return;
+    Sema &S = CI.getSema();
+    std::vector<CXXRecordDecl *> Device;
+    for (CXXRecordDecl *RD : Records)
+      if (isDeviceClass(RD, Ctx))
+        Device.push_back(RD);
+    if (Device.empty())
+      return;
+    for (CXXRecordDecl *RD : Device)
+      S.MarkVTableUsed(RD->getLocation(), RD, /*DefinitionRequired=*/true);
+    S.DefineUsedVTables();
+    S.PerformPendingInstantiations();
+    // Sema hands code generation only the vtables its key function puts in this unit;
+    // code generation emits the others (no key function) where an object is
+    // constructed, which the device may never do: hand them over too.
+    for (CXXRecordDecl *RD : Device)
+      if (emitsVTableHere(RD, Ctx))
+        CI.getASTConsumer().HandleVTable(RD);
+    if (Ctx.getLangOpts().OpenMPIsDevice)
+      return;
+    std::unique_ptr<ItaniumMangleContext> Mangle(
+        ItaniumMangleContext::create(Ctx, Ctx.getDiagnostics()));
+    SourceLocation Loc = Device.front()->getLocation();
+    VarDecl *Carrier =
+        VarDecl::Create(Ctx, Ctx.getTranslationUnitDecl(), Loc, Loc,
+                        &Ctx.Idents.get(VtableCarrierName), Ctx.CharTy,
+                        Ctx.getTrivialTypeSourceInfo(Ctx.CharTy, Loc), SC_Static);
+    Carrier->setImplicit();
+    Carrier->addAttr(UsedAttr::CreateImplicit(Ctx, Loc));
+    for (CXXRecordDecl *RD : Device) {
+      std::string Symbol;
+      llvm::raw_string_ostream Out(Symbol);
+      Mangle->mangleCXXVTable(RD, Out);
+      Out.flush();
+      Carrier->addAttr(AnnotateAttr::CreateImplicit(
+          Ctx, std::string(VtableAnnotationPrefix) + Symbol, nullptr, 0, Loc));
+    }
+    Ctx.getTranslationUnitDecl()->addDecl(Carrier);
+    CI.getASTConsumer().HandleTopLevelDecl(DeclGroupRef(Carrier));
+  }
+
+  // Device code has no C++ runtime: a dynamic_cast that would call __dynamic_cast
+  // cannot run there (on a GPU the link fails; on the host device it reads a host-built
+  // object's host vtable), nor, on a GPU, typeid (its null check and comparison call
+  // the runtime). Say so at the construct, instead of a link error without a place.
+  void rejectRuntimeOnlyConstructs(ASTContext &Ctx) {
+    const llvm::Triple &Triple = Ctx.getTargetInfo().getTriple();
+    const bool Gpu = Triple.isNVPTX() || Triple.isAMDGCN();
+    struct CastFinder : RecursiveASTVisitor<CastFinder> {
+      bool shouldVisitTemplateInstantiations() const { return true; }
+      bool VisitCXXDynamicCastExpr(CXXDynamicCastExpr *E) {
+        if (needsRuntimeDynamicCast(E))
+          Found.insert(E);
+        return true;
+      }
+      bool VisitCXXTypeidExpr(CXXTypeidExpr *E) {
+        if (Gpu)
+          Typeids.insert(E);
+        return true;
+      }
+      bool Gpu = false;
+      llvm::SmallPtrSet<CXXDynamicCastExpr *, 4> Found;
+      llvm::SmallPtrSet<CXXTypeidExpr *, 4> Typeids;
+    };
+    struct DeviceCode : RecursiveASTVisitor<DeviceCode> {
+      bool shouldVisitTemplateInstantiations() const { return true; }
+      bool VisitFunctionDecl(FunctionDecl *FD) {
+        if (FD->doesThisDeclarationHaveABody() && isDeviceFunction(FD))
+          Casts.TraverseStmt(FD->getBody());
+        return true;
+      }
+      bool VisitOMPExecutableDirective(OMPExecutableDirective *D) {
+        if (isOpenMPTargetExecutionDirective(D->getDirectiveKind()) && D->hasAssociatedStmt())
+          Casts.TraverseStmt(D->getAssociatedStmt());
+        return true;
+      }
+      CastFinder Casts;
+    } Device;
+    Device.Casts.Gpu = Gpu;
+    Device.TraverseDecl(Ctx.getTranslationUnitDecl());
+    DiagnosticsEngine &Diags = Ctx.getDiagnostics();
+    unsigned TypeidId = Diags.getCustomDiagID(
+        DiagnosticsEngine::Error,
+        "typeid in device code for %0 needs the C++ runtime (__cxa_bad_typeid, strcmp), "
+        "which the GPU does not have (omptarget-indirect): call a virtual function "
+        "instead");
+    for (CXXTypeidExpr *E : Device.Casts.Typeids)
+      Diags.Report(E->getBeginLoc(), TypeidId) << Triple.str();
+    unsigned Id = Diags.getCustomDiagID(
+        DiagnosticsEngine::Error,
+        "dynamic_cast to %0 in device code needs the C++ runtime's __dynamic_cast, which "
+        "the device does not have (omptarget-indirect): call a virtual function, compare "
+        "typeid, or cast to 'void *' instead");
+    for (CXXDynamicCastExpr *E : Device.Casts.Found)
+      Diags.Report(E->getBeginLoc(), Id) << E->getTypeAsWritten();
+  }
 
   void consider(FunctionDecl *FD) {
     ASTContext &Ctx = CI.getASTContext();
@@ -139,6 +324,8 @@ private:
   }
 
   CompilerInstance &CI;
+  llvm::SmallPtrSet<CXXRecordDecl *, 16> SeenRecords;
+  std::vector<CXXRecordDecl *> Records; // class definitions, in traversal order
   llvm::SmallPtrSet<const FunctionDecl *, 16> Seen;
   std::vector<const FunctionDecl *> Indirect; // in source order, for stable diagnostics
 };

@@ -5,24 +5,69 @@
 //! global named `<holder>` holding the device function's address. clang 16 gives device
 //! functions hidden visibility, so the loaders find the holder (exported), not the
 //! function.
+//!
+//! Vtable groups follow LLVM 22's convention (llvm-project #159856, #167011), which the
+//! host plugin reads: a host entry `{&vtable, "<holder>", size of the whole group, flags
+//! 0x20}`, and in each device module a holder of the device vtable's address. The
+//! plugin pairs host word i with device word i, so a host vptr (which points inside the
+//! group) translates to the same place in the device group.
 use crate::ir::{Ir, Value};
 use crate::naming;
 
 /// OMP_DECLARE_TARGET_FPTR in the design (OMP_DECLARE_TARGET_INDIRECT in clang 18+).
 pub const INDIRECT_FLAG: u32 = 0x08;
+/// OMP_DECLARE_TARGET_INDIRECT_VTABLE (LLVM 22).
+pub const VTABLE_FLAG: u32 = 0x20;
 /// A holder is one pointer.
 pub const HOLDER_SIZE: u64 = 8;
+/// Itanium C++ ABI vtable symbols (construction vtables, `_ZTC`, are only used while a
+/// constructor runs, where the device's own code stores them).
+const VTABLE_SYMBOL_PREFIX: &str = "_ZTV";
 
-/// The holder name for each function, in order.
-pub fn holder_names(ir: &Ir, functions: &[Value]) -> Vec<String> {
+/// The holder name for each global, in order.
+pub fn holder_names(ir: &Ir, globals: &[Value]) -> Vec<String> {
     let unit = naming::unit_id(&ir.source_file_name());
-    functions
+    globals
         .iter()
-        .map(|&f| {
-            let local = ir.has_local_linkage(f);
-            naming::holder_name(&ir.name(f), local.then_some(unit.as_str()))
+        .map(|&g| {
+            let local = ir.has_local_linkage(g);
+            naming::holder_name(&ir.name(g), local.then_some(unit.as_str()))
         })
         .collect()
+}
+
+/// The vtable groups among `symbols` that this module defines for the link.
+pub fn defined_vtables(ir: &Ir, symbols: &[String]) -> Vec<Value> {
+    symbols
+        .iter()
+        .filter_map(|s| ir.global(s))
+        .filter(|&g| ir.defines_for_link(g))
+        .collect()
+}
+
+/// Every vtable group this (device) module defines: each gets a holder, whether or not
+/// the host registers it (an unregistered holder costs one pointer).
+pub fn all_defined_vtables(ir: &Ir) -> Vec<Value> {
+    ir.globals()
+        .into_iter()
+        .filter(|&g| ir.name(g).starts_with(VTABLE_SYMBOL_PREFIX) && ir.defines_for_link(g))
+        .collect()
+}
+
+/// Host module: one entry per vtable group, sized as the whole group. Weak, so the
+/// entries several units make for one linkonce_odr vtable become one.
+pub fn emit_host_vtable_entries(ir: &Ir, vtables: &[Value]) {
+    let mut emitted = Vec::new();
+    for (v, holder) in vtables.iter().zip(holder_names(ir, vtables)) {
+        let entry = format!(".omp_offloading.entry.{holder}");
+        if ir.global(&entry).is_some() {
+            continue;
+        }
+        let name = ir.add_c_string(&format!(".omp_offloading.entry_name.{holder}"), &holder);
+        let size = ir.global_size(*v);
+        emitted.push(ir.add_offload_entry(&entry, *v, name, size, VTABLE_FLAG));
+    }
+    ir.append_to_used("llvm.compiler.used", &emitted);
 }
 
 /// Host module: one offload entry per function. Weak, like clang's own entries, so an

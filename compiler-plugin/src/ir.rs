@@ -8,13 +8,24 @@ use llvm_plugin::inkwell::llvm_sys::debuginfo::{
     LLVMInstructionGetDebugLoc, LLVMInstructionSetDebugLoc,
 };
 use llvm_plugin::inkwell::llvm_sys::prelude::*;
-use llvm_plugin::inkwell::llvm_sys::{LLVMLinkage, LLVMOpcode, LLVMTypeKind, LLVMVisibility};
+use llvm_plugin::inkwell::llvm_sys::target::{LLVMABISizeOfType, LLVMGetModuleDataLayout};
+use llvm_plugin::inkwell::llvm_sys::{
+    LLVMAttributeFunctionIndex, LLVMLinkage, LLVMOpcode, LLVMTypeKind, LLVMVisibility,
+};
 use llvm_plugin::inkwell::module::Module;
+use llvm_plugin::inkwell::values::{AsValueRef, FunctionValue};
 use std::ffi::{CStr, CString};
 
 /// An LLVM value of the module being transformed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Value(LLVMValueRef);
+
+impl Value {
+    /// The function a function pass runs on.
+    pub fn of_function(function: &FunctionValue<'_>) -> Value {
+        Value(function.as_value_ref())
+    }
+}
 
 /// An LLVM type of the module's context (only this module hands them out).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -34,6 +45,15 @@ impl Ir {
     pub fn new(module: &mut Module<'_>) -> Ir {
         let module = module.as_mut_ptr();
         // SAFETY: `module` is the live module the pass manager handed us.
+        let ctx = unsafe { LLVMGetModuleContext(module) };
+        Ir { module, ctx }
+    }
+
+    /// The module that holds `function` (a function pass's view of its module).
+    pub fn of_function(function: &FunctionValue<'_>) -> Ir {
+        // SAFETY: the pass manager hands the pass a live function of a live module.
+        let module = unsafe { LLVMGetGlobalParent(function.as_value_ref()) };
+        // SAFETY: `module` is that live module.
         let ctx = unsafe { LLVMGetModuleContext(module) };
         Ir { module, ctx }
     }
@@ -102,6 +122,37 @@ impl Ir {
             f = unsafe { LLVMGetNextFunction(f) };
         }
         out
+    }
+
+    pub fn globals(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        // SAFETY: valid module; iteration only reads the global list, which the caller
+        // changes only after the walk.
+        let mut g = unsafe { LLVMGetFirstGlobal(self.module) };
+        while !g.is_null() {
+            out.push(Value(g));
+            // SAFETY: `g` is a global of this module.
+            g = unsafe { LLVMGetNextGlobal(g) };
+        }
+        out
+    }
+
+    /// True for a global this module defines for the link (not a declaration, nor an
+    /// `available_externally` copy of one defined elsewhere).
+    pub fn defines_for_link(&self, global: Value) -> bool {
+        // SAFETY: `global` is a global value of this module.
+        let linkage = unsafe { LLVMGetLinkage(global.0) };
+        !self.is_declaration(global) && linkage != LLVMLinkage::LLVMAvailableExternallyLinkage
+    }
+
+    /// The bytes a global variable's value occupies (its type's ABI size).
+    pub fn global_size(&self, global: Value) -> u64 {
+        // SAFETY: `global` is a global variable of this module; the data layout is the
+        // module's own and outlives the call.
+        unsafe {
+            let layout = LLVMGetModuleDataLayout(self.module);
+            LLVMABISizeOfType(layout, LLVMGlobalGetValueType(global.0))
+        }
     }
 
     /// Operand `i` of a constant aggregate or instruction.
@@ -202,6 +253,18 @@ impl Ir {
         // SAFETY: `global` is a global variable of this module; callers delete it only
         // once and drop every handle to it.
         unsafe { LLVMDeleteGlobal(global.0) }
+    }
+
+    /// Delete a global variable whose remaining users are dead constants (the entries
+    /// of an annotation array just replaced): they are pointed at null first, so no
+    /// constant is left referring to the deleted global.
+    pub fn delete_global_with_dead_users(&self, global: Value) {
+        // SAFETY: `global` is a global variable of this module; RAUW with a null pointer
+        // of its own type rewrites every constant that still refers to it.
+        unsafe {
+            LLVMReplaceAllUsesWith(global.0, LLVMConstNull(LLVMTypeOf(global.0)));
+            LLVMDeleteGlobal(global.0);
+        }
     }
 
     /// Replace `global`'s initializer with an array of `elements` of `element_type`
@@ -348,6 +411,24 @@ impl Ir {
         }
     }
 
+    /// Take `value` out of the appending array `llvm.used` or `llvm.compiler.used`.
+    pub fn remove_from_used(&self, list: &str, value: Value) {
+        let Some(global) = self.global(list) else {
+            return;
+        };
+        let Some(init) = self.initializer(global) else {
+            return;
+        };
+        let kept: Vec<Value> = (0..self.num_operands(init))
+            .map(|i| self.operand(init, i))
+            .filter(|&v| self.strip_casts(v) != value)
+            .collect();
+        if kept.len() as u32 != self.num_operands(init) {
+            let element_type = self.array_element_type(init);
+            self.replace_array_global(global, element_type, &kept);
+        }
+    }
+
     /// `ptr name(ptr)`: the module's function of that name, declared if missing.
     pub fn get_or_declare_ptr_to_ptr(&self, name: &str) -> (Value, Type) {
         let ptr = self.ptr_type(0);
@@ -363,8 +444,8 @@ impl Ir {
         (Value(f), Type(ty))
     }
 
-    /// Every call and invoke instruction of `function`.
-    pub fn call_sites(&self, function: Value) -> Vec<Value> {
+    /// Every instruction of `function` with one of `opcodes`, in order.
+    fn instructions(&self, function: Value, opcodes: &[LLVMOpcode]) -> Vec<Value> {
         let mut out = Vec::new();
         // SAFETY: `function` is a function of this module; the walk reads its blocks
         // and instructions, which the caller changes only after the walk.
@@ -373,8 +454,7 @@ impl Ir {
             while !bb.is_null() {
                 let mut inst = LLVMGetFirstInstruction(bb);
                 while !inst.is_null() {
-                    let op = LLVMGetInstructionOpcode(inst);
-                    if matches!(op, LLVMOpcode::LLVMCall | LLVMOpcode::LLVMInvoke) {
+                    if opcodes.contains(&LLVMGetInstructionOpcode(inst)) {
                         out.push(Value(inst));
                     }
                     inst = LLVMGetNextInstruction(inst);
@@ -383,6 +463,203 @@ impl Ir {
             }
         }
         out
+    }
+
+    /// Every call and invoke instruction of `function`.
+    pub fn call_sites(&self, function: Value) -> Vec<Value> {
+        self.instructions(function, &[LLVMOpcode::LLVMCall, LLVMOpcode::LLVMInvoke])
+    }
+
+    /// Every load instruction of `function`.
+    pub fn loads(&self, function: Value) -> Vec<Value> {
+        self.instructions(function, &[LLVMOpcode::LLVMLoad])
+    }
+
+    /// The instruction `v` is a load, if it is one.
+    pub fn as_load(&self, v: Value) -> Option<Value> {
+        // SAFETY: `v` is a live value; the check only inspects it.
+        let load = unsafe { LLVMIsALoadInst(v.0) };
+        (!load.is_null()).then_some(Value(load))
+    }
+
+    /// The address a load reads.
+    pub fn load_address(&self, load: Value) -> Value {
+        self.operand(load, 0)
+    }
+
+    pub fn is_alloca(&self, v: Value) -> bool {
+        // SAFETY: `v` is a live value; the check only inspects it.
+        unsafe { !LLVMIsAAllocaInst(v.0).is_null() }
+    }
+
+    /// True when `v`'s type is a pointer or an integer (what a vtable slot holds).
+    pub fn is_pointer_or_integer(&self, v: Value) -> bool {
+        // SAFETY: `v` is a live value; its type is owned by the context.
+        let kind = unsafe { LLVMGetTypeKind(LLVMTypeOf(v.0)) };
+        matches!(
+            kind,
+            LLVMTypeKind::LLVMPointerTypeKind | LLVMTypeKind::LLVMIntegerTypeKind
+        )
+    }
+
+    /// The base pointer of a `getelementptr` instruction whose indices are all
+    /// constants (a fixed offset), if `v` is one.
+    pub fn constant_offset_base(&self, v: Value) -> Option<Value> {
+        // SAFETY: `v` is a live value; the check only inspects it.
+        let gep = unsafe { LLVMIsAGetElementPtrInst(v.0) };
+        if gep.is_null() {
+            return None;
+        }
+        let n = self.num_operands(v);
+        (1..n)
+            .all(|i| self.is_constant(self.operand(v, i)))
+            .then(|| self.operand(v, 0))
+    }
+
+    /// The instructions and constants that use `v`.
+    pub fn users(&self, v: Value) -> Vec<Value> {
+        let mut out = Vec::new();
+        // SAFETY: `v` is a live value; the walk reads its use list, which the caller
+        // changes only after the walk.
+        unsafe {
+            let mut u = LLVMGetFirstUse(v.0);
+            while !u.is_null() {
+                out.push(Value(LLVMGetUser(u)));
+                u = LLVMGetNextUse(u);
+            }
+        }
+        out
+    }
+
+    fn metadata_kind(&self, name: &str) -> u32 {
+        // SAFETY: valid context; the name pointer and length describe `name`.
+        unsafe { LLVMGetMDKindIDInContext(self.ctx, name.as_ptr().cast(), name.len() as u32) }
+    }
+
+    /// The operands of a metadata node (as values), empty for anything else.
+    fn md_operands(&self, node: LLVMValueRef) -> Vec<LLVMValueRef> {
+        // SAFETY: `node` is a live value; it is read only when it is an MDNode.
+        unsafe {
+            if node.is_null() || LLVMIsAMDNode(node).is_null() {
+                return Vec::new();
+            }
+            let mut ops = vec![std::ptr::null_mut(); LLVMGetMDNodeNumOperands(node) as usize];
+            LLVMGetMDNodeOperands(node, ops.as_mut_ptr());
+            ops
+        }
+    }
+
+    /// True when the instruction has a TBAA access tag.
+    pub fn has_tbaa(&self, inst: Value) -> bool {
+        // SAFETY: `inst` is an instruction of this module.
+        unsafe { !LLVMGetMetadata(inst.0, self.metadata_kind("tbaa")).is_null() }
+    }
+
+    /// The name of the type a TBAA access tag `!{base, access, offset}` accesses (clang
+    /// tags vptr loads with "vtable pointer").
+    pub fn tbaa_access_type(&self, inst: Value) -> Option<String> {
+        // SAFETY: `inst` is an instruction of this module.
+        let tag = unsafe { LLVMGetMetadata(inst.0, self.metadata_kind("tbaa")) };
+        let access = *self.md_operands(tag).get(1)?;
+        let name = *self.md_operands(access).first()?;
+        let mut len = 0u32;
+        // SAFETY: `name` is a metadata operand; LLVMGetMDString returns null unless it is
+        // an MDString, else `len` bytes the context owns.
+        let ptr = unsafe { LLVMGetMDString(name, &mut len) };
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: as above.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) };
+        Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+
+    /// Insert `%t = call ptr lookup(ptr value)` right after the instruction `value` and
+    /// make every other use of `value` use `%t`. Returns `%t`.
+    pub fn translate_after(&self, value: Value, lookup: Value, lookup_type: Type) -> Value {
+        // SAFETY: `value` is a non-terminator instruction of pointer type in address
+        // space 0 (callers pass loads), so an instruction follows it; the builder is
+        // disposed before returning; after RAUW the call's own argument is set back.
+        unsafe {
+            let builder = LLVMCreateBuilderInContext(self.ctx);
+            LLVMPositionBuilderBefore(builder, LLVMGetNextInstruction(value.0));
+            let mut args = [value.0];
+            let name = cstring("vtable.device");
+            let translated = LLVMBuildCall2(
+                builder,
+                lookup_type.0,
+                lookup.0,
+                args.as_mut_ptr(),
+                1,
+                name.as_ptr(),
+            );
+            let loc = LLVMInstructionGetDebugLoc(value.0);
+            if !loc.is_null() {
+                LLVMInstructionSetDebugLoc(translated, loc);
+            }
+            LLVMDisposeBuilder(builder);
+            LLVMReplaceAllUsesWith(value.0, translated);
+            LLVMSetOperand(translated, 0, value.0);
+            Value(translated)
+        }
+    }
+
+    /// The first argument of a call.
+    pub fn first_argument(&self, call: Value) -> Value {
+        self.operand(call, 0)
+    }
+
+    /// Replace every use of `inst` with `with` and delete `inst`.
+    pub fn replace_and_erase(&self, inst: Value, with: Value) {
+        // SAFETY: `inst` is an instruction of this module and `with` a value of its
+        // type; nothing refers to `inst` after the RAUW, so erasing it is sound.
+        unsafe {
+            LLVMReplaceAllUsesWith(inst.0, with.0);
+            LLVMInstructionEraseFromParent(inst.0);
+        }
+    }
+
+    /// `v` with GEPs and pointer casts (constant or instruction) looked
+    /// through: the object an address points into.
+    pub fn underlying_object(&self, mut v: Value) -> Value {
+        loop {
+            v = self.strip_casts(v);
+            // SAFETY: `v` is a live value; the checks only inspect it.
+            let steps_through = unsafe {
+                !LLVMIsAGetElementPtrInst(v.0).is_null()
+                    || !LLVMIsABitCastInst(v.0).is_null()
+                    || !LLVMIsAAddrSpaceCastInst(v.0).is_null()
+                    || (!LLVMIsAConstantExpr(v.0).is_null()
+                        && LLVMGetConstOpcode(v.0) == LLVMOpcode::LLVMGetElementPtr)
+            };
+            let next = steps_through.then(|| self.operand(v, 0));
+            match next {
+                Some(n) => v = n,
+                None => return v,
+            }
+        }
+    }
+
+    /// True for a global value (function, variable, alias) or a null pointer.
+    pub fn is_global_or_null(&self, v: Value) -> bool {
+        // SAFETY: `v` is a live value; the checks only inspect it.
+        unsafe { !LLVMIsAGlobalValue(v.0).is_null() || !LLVMIsAConstantPointerNull(v.0).is_null() }
+    }
+
+    /// Mark a declared function as only reading memory, returning and not unwinding
+    /// (`memory(read) nounwind willreturn`): the optimizer may then hoist and merge
+    /// calls to it.
+    pub fn mark_read_only(&self, function: Value) {
+        // MemoryEffects: two bits per location (argument, inaccessible, other), 1 = read.
+        const MEMORY_READ: u64 = 0b01_01_01;
+        for (name, value) in [("memory", MEMORY_READ), ("nounwind", 0), ("willreturn", 0)] {
+            // SAFETY: valid context and function; the kind is looked up by name.
+            unsafe {
+                let kind = LLVMGetEnumAttributeKindForName(name.as_ptr().cast(), name.len());
+                let attr = LLVMCreateEnumAttribute(self.ctx, kind, value);
+                LLVMAddAttributeAtIndex(function.0, LLVMAttributeFunctionIndex, attr);
+            }
+        }
     }
 
     /// The value a call or invoke calls.

@@ -21,10 +21,13 @@ pub mod host_llvm;
 pub mod ir;
 pub mod naming;
 pub mod translate;
+pub mod vptr;
 
 use llvm_plugin::inkwell::module::Module;
+use llvm_plugin::inkwell::values::FunctionValue;
 use llvm_plugin::{
-    LlvmModulePass, ModuleAnalysisManager, PassBuilder, PassPluginLibraryInfo, PreservedAnalyses,
+    FunctionAnalysisManager, LlvmFunctionPass, LlvmModulePass, ModuleAnalysisManager, PassBuilder,
+    PassPluginLibraryInfo, PreservedAnalyses,
 };
 
 /// clang marks device modules (`-fopenmp-is-device`) with this module flag.
@@ -32,22 +35,67 @@ const DEVICE_FLAG: &str = "openmp-device";
 /// and every OpenMP module with this one.
 const OPENMP_FLAG: &str = "openmp";
 
-/// Entries (host) or holders (device) for the unit's indirect functions.
+/// Entries (host) or holders (device) for the unit's indirect functions and vtable
+/// groups; on the device, the vptr translations ([`vptr`]).
 struct EmitIndirectEntries;
 
 impl LlvmModulePass for EmitIndirectEntries {
     fn run_pass(&self, module: &mut Module, _: &ModuleAnalysisManager) -> PreservedAnalyses {
         let ir = ir::Ir::new(module);
-        let functions = annotations::take_indirect_functions(&ir);
-        if functions.is_empty() {
+        let requests = annotations::take_requests(&ir);
+        let mut changed = !requests.is_empty();
+        if ir.has_module_flag(DEVICE_FLAG) {
+            let mut holders = requests.indirect_functions;
+            holders.extend(entries::all_defined_vtables(&ir));
+            entries::emit_device_holders(&ir, &holders);
+            if ir.has_module_flag(OPENMP_FLAG) {
+                let translated = vptr::translate_vptr_loads(&ir);
+                debug_line(&ir, &format!("{translated} vptr load(s) translated"));
+                changed |= translated > 0 || !holders.is_empty();
+            }
+        } else {
+            entries::emit_host_entries(&ir, &requests.indirect_functions);
+            let vtables = entries::defined_vtables(&ir, &requests.vtables);
+            entries::emit_host_vtable_entries(&ir, &vtables);
+        }
+        if changed {
+            PreservedAnalyses::None
+        } else {
+            PreservedAnalyses::All
+        }
+    }
+}
+
+/// After each instruction combiner run on a device function: the lookups of vtables the
+/// optimizer has proven go away ([`vptr::fold_constant_lookups`]).
+struct FoldConstantLookups;
+
+impl LlvmFunctionPass for FoldConstantLookups {
+    fn run_pass(
+        &self,
+        function: &mut FunctionValue,
+        _: &FunctionAnalysisManager,
+    ) -> PreservedAnalyses {
+        let ir = ir::Ir::of_function(function);
+        if !ir.has_module_flag(DEVICE_FLAG) {
             return PreservedAnalyses::All;
         }
-        if ir.has_module_flag(DEVICE_FLAG) {
-            entries::emit_device_holders(&ir, &functions);
-        } else {
-            entries::emit_host_entries(&ir, &functions);
+        let f = ir::Value::of_function(function);
+        match vptr::fold_constant_lookups(&ir, f) {
+            0 => PreservedAnalyses::All,
+            _ => PreservedAnalyses::None,
         }
-        PreservedAnalyses::None
+    }
+}
+
+/// OMPTARGET_INDIRECT_DEBUG=1: one line per device module and step, to see what was done.
+fn debug_line(ir: &ir::Ir, what: &str) {
+    if std::env::var_os("OMPTARGET_INDIRECT_DEBUG").is_some() {
+        eprintln!(
+            "omptarget-indirect: {} ({}): {what}",
+            ir.source_file_name(),
+            ir.triple()
+        );
     }
 }
 
@@ -61,14 +109,7 @@ impl LlvmModulePass for TranslateIndirectCalls {
             return PreservedAnalyses::All;
         }
         let translated = translate::translate_indirect_calls(&ir);
-        // OMPTARGET_INDIRECT_DEBUG=1: one line per device module, to see what was done.
-        if std::env::var_os("OMPTARGET_INDIRECT_DEBUG").is_some() {
-            eprintln!(
-                "omptarget-indirect: {} ({}): {translated} indirect call(s) translated",
-                ir.source_file_name(),
-                ir.triple()
-            );
-        }
+        debug_line(&ir, &format!("{translated} indirect call(s) translated"));
         match translated {
             0 => PreservedAnalyses::All,
             _ => PreservedAnalyses::None,
@@ -79,6 +120,9 @@ impl LlvmModulePass for TranslateIndirectCalls {
 fn register(builder: &mut PassBuilder) {
     builder.add_pipeline_start_ep_callback(|manager, _| {
         manager.add_pass(EmitIndirectEntries);
+    });
+    builder.add_peephole_ep_callback(|manager, _| {
+        manager.add_pass(FoldConstantLookups);
     });
     builder.add_optimizer_last_ep_callback(|manager, _| {
         manager.add_pass(TranslateIndirectCalls);

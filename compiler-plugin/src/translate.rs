@@ -1,7 +1,7 @@
 //! Device code: every indirect call goes through `__kmpc_target_translate_fptr`, which
 //! maps the host address of an indirect function to its device address and returns any
 //! other pointer unchanged (the seed design's "Run-time dispatch in device code").
-use crate::ir::Ir;
+use crate::ir::{Ir, Value};
 
 /// The device runtime's lookup.
 pub const LOOKUP: &str = "__kmpc_target_translate_fptr";
@@ -9,7 +9,8 @@ pub const LOOKUP: &str = "__kmpc_target_translate_fptr";
 /// Rewrite every call and invoke whose callee is only known at run time; returns how
 /// many. Direct calls (functions, aliases, any constant), inline asm (and so intrinsics,
 /// which are functions) stay as they are, and so do calls already made through the
-/// lookup, so running twice changes nothing.
+/// lookup, so running twice changes nothing. So do virtual calls through a translated
+/// vptr (vptr.rs): the device vtable already holds device functions.
 pub fn translate_indirect_calls(ir: &Ir) -> usize {
     let mut sites = Vec::new();
     let lookup_existing = ir.function(LOOKUP);
@@ -22,7 +23,9 @@ pub fn translate_indirect_calls(ir: &Ir) -> usize {
             if ir.is_constant(callee) || ir.is_inline_asm(callee) {
                 continue;
             }
-            if lookup_existing.is_some_and(|l| ir.is_call_to(callee, l)) {
+            if lookup_existing.is_some_and(|l| {
+                ir.is_call_to(callee, l) || read_from_translated_vtable(ir, callee, l)
+            }) {
                 continue;
             }
             // Function pointers live in address space 0 on every target we build for.
@@ -40,4 +43,10 @@ pub fn translate_indirect_calls(ir: &Ir) -> usize {
         ir.translate_callee(call, lookup, lookup_type);
     }
     sites.len()
+}
+
+/// True when `callee` is a slot loaded from a vtable whose vptr went through the lookup.
+fn read_from_translated_vtable(ir: &Ir, callee: Value, lookup: Value) -> bool {
+    ir.as_load(callee)
+        .is_some_and(|slot| ir.is_call_to(ir.underlying_object(ir.load_address(slot)), lookup))
 }

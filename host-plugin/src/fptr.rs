@@ -23,8 +23,10 @@ pub struct IndirectPair<'a> {
 pub enum Origin<'a> {
     /// An offload entry, by name.
     Entry(&'a [u8]),
-    /// One slot of an indirect vtable entry.
+    /// What one slot of an indirect vtable entry holds (a host function).
     VtableSlot { entry: &'a [u8], slot: usize },
+    /// The address of one word of an indirect vtable entry (where a vptr may point).
+    VtableWord { entry: &'a [u8], word: usize },
     /// A row of a table handed over whole (`__tgt_rtl_set_function_ptr_map`).
     Row(usize),
 }
@@ -35,6 +37,9 @@ impl std::fmt::Display for Origin<'_> {
             Origin::Entry(name) => write!(f, "{}", String::from_utf8_lossy(name)),
             Origin::VtableSlot { entry, slot } => {
                 write!(f, "{}[{slot}]", String::from_utf8_lossy(entry))
+            }
+            Origin::VtableWord { entry, word } => {
+                write!(f, "&{}[{word}]", String::from_utf8_lossy(entry))
             }
             Origin::Row(i) => write!(f, "row {i}"),
         }
@@ -163,6 +168,25 @@ pub fn vtable_pairs<'a>(
         .collect()
 }
 
+/// Pairs for an indirect vtable's words (LLVM 22's rule): host `vtable + 8i` -> device
+/// `vtable + 8i` for every word of the group, so a vptr (which points inside the group,
+/// past offset-to-top and RTTI) translates to the same place in the device's group.
+pub fn vtable_word_pairs(
+    entry: &[u8],
+    host_vtable: u64,
+    device_vtable: u64,
+    len: usize,
+) -> impl Iterator<Item = IndirectPair<'_>> {
+    (0..len / 8).map(move |word| {
+        let offset = 8 * word as u64;
+        IndirectPair {
+            host_ptr: host_vtable.wrapping_add(offset),
+            tgt_ptr: device_vtable.wrapping_add(offset),
+            origin: Origin::VtableWord { entry, word },
+        }
+    })
+}
+
 /// The table as the bytes the device reads.
 pub fn as_bytes(table: &[FptrMapEntry]) -> &[u8] {
     bytemuck::cast_slice(table)
@@ -270,6 +294,19 @@ mod tests {
             err.contains("`row 0`") && err.contains("`row 4990`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn every_vtable_word_pairs_with_the_same_device_word() {
+        let pairs: Vec<_> = vtable_word_pairs(b"vt", 0x1000, 0x9000, 24).collect();
+        let rows: Vec<(u64, u64)> = pairs.iter().map(|p| (p.host_ptr, p.tgt_ptr)).collect();
+        assert_eq!(
+            rows,
+            vec![(0x1000, 0x9000), (0x1008, 0x9008), (0x1010, 0x9010)]
+        );
+        assert_eq!(pairs[2].origin.to_string(), "&vt[2]");
+        // A partial trailing word is not a word.
+        assert_eq!(vtable_word_pairs(b"vt", 0x1000, 0x9000, 12).count(), 1);
     }
 
     #[test]

@@ -220,16 +220,22 @@ pub(crate) fn row_origins<'e, E: HostEntry>(
             Some(EntryKind::IndirectFunction | EntryKind::IndirectThroughGlobal)
         )
         .then(|| (e.host_addr(), Origin::Entry(name)));
-        // The slots vtable_pairs pairs up (the host vtable stands in for the device one:
-        // only the host side is named).
-        let slots = e
+        // The slots vtable_pairs pairs up, then the words vtable_word_pairs does (the
+        // host vtable stands in for the device one: only the host side is named).
+        let vtable = e
             .host_vtable()
-            .filter(|_| kind == Some(EntryKind::IndirectVtable))
+            .filter(|_| kind == Some(EntryKind::IndirectVtable));
+        let slots = vtable
             .map(|host| fptr::vtable_pairs(name, host, host))
             .unwrap_or_default();
+        let words = vtable.map_or(0, <[u8]>::len);
         function
             .into_iter()
             .chain(slots.into_iter().map(|p| (p.host_ptr, p.origin)))
+            .chain(
+                fptr::vtable_word_pairs(name, e.host_addr(), e.host_addr(), words)
+                    .map(|p| (p.host_ptr, p.origin)),
+            )
     })
 }
 
@@ -668,62 +674,66 @@ impl<'a> LoadContext<'a> {
                 ),
             )
         })?;
-        let addr =
-            match kind {
-                EntryKind::Kernel | EntryKind::Global => self.exported(entry, kind, dynamic)?,
-                EntryKind::IndirectFunction => {
-                    let (f, _) = self.indirect_target(entry, name, Wanted::Function, dynamic)?;
-                    rows.push(FptrMapEntry {
-                        host_ptr: entry.host_addr(),
-                        tgt_ptr: f,
-                    });
-                    f
-                }
-                EntryKind::IndirectThroughGlobal => {
-                    let global = self.pointer_global(entry, name, dynamic)?;
-                    let f = self.read_word(entry, global)?;
-                    if f == 0 {
-                        return Err(self.entry_err(
-                            entry,
-                            "its device global holds a null pointer: there is no device \
+        let addr = match kind {
+            EntryKind::Kernel | EntryKind::Global => self.exported(entry, kind, dynamic)?,
+            EntryKind::IndirectFunction => {
+                let (f, _) = self.indirect_target(entry, name, Wanted::Function, dynamic)?;
+                rows.push(FptrMapEntry {
+                    host_ptr: entry.host_addr(),
+                    tgt_ptr: f,
+                });
+                f
+            }
+            EntryKind::IndirectThroughGlobal => {
+                let global = self.pointer_global(entry, name, dynamic)?;
+                let f = self.read_word(entry, global)?;
+                if f == 0 {
+                    return Err(self.entry_err(
+                        entry,
+                        "its device global holds a null pointer: there is no device \
                              function to call",
-                        ));
-                    }
-                    rows.push(FptrMapEntry {
-                        host_ptr: entry.host_addr(),
-                        tgt_ptr: f,
-                    });
-                    // libomptarget 16 maps a size-8 entry's host address to what we
-                    // return here, and translates pointers through that map (a function
-                    // pointer captured by a target region): so return the device
-                    // function, not the global that holds it.
-                    f
+                    ));
                 }
-                EntryKind::IndirectVtable => {
-                    let global = self.pointer_global(entry, name, dynamic)?;
-                    let device_vtable = self.read_word(entry, global)?;
-                    let host = entry.host_vtable().ok_or_else(|| {
-                        self.entry_err(entry, "the host vtable's contents were not provided")
-                    })?;
-                    self.check_device_vtable(entry, global, device_vtable, host.len())?;
-                    let mut dev = vec![0u8; host.len()];
-                    // SAFETY: the device global holds the device vtable's address, which
-                    // is not null and, where the image's symbols are known, lies inside
-                    // one of its symbols with room for the whole vtable
-                    // (check_device_vtable); the device vtable has the host one's layout.
-                    unsafe { self.target.backend.read(self.d, device_vtable, &mut dev) }.map_err(
-                        |e| self.entry_err(entry, format!("reading the device vtable: {e}")),
-                    )?;
-                    rows.extend(fptr::vtable_pairs(name, host, &dev).iter().map(|p| {
-                        FptrMapEntry {
+                rows.push(FptrMapEntry {
+                    host_ptr: entry.host_addr(),
+                    tgt_ptr: f,
+                });
+                // libomptarget 16 maps a size-8 entry's host address to what we
+                // return here, and translates pointers through that map (a function
+                // pointer captured by a target region): so return the device
+                // function, not the global that holds it.
+                f
+            }
+            EntryKind::IndirectVtable => {
+                let global = self.pointer_global(entry, name, dynamic)?;
+                let device_vtable = self.read_word(entry, global)?;
+                let host = entry.host_vtable().ok_or_else(|| {
+                    self.entry_err(entry, "the host vtable's contents were not provided")
+                })?;
+                self.check_device_vtable(entry, global, device_vtable, host.len())?;
+                let mut dev = vec![0u8; host.len()];
+                // SAFETY: the device global holds the device vtable's address, which
+                // is not null and, where the image's symbols are known, lies inside
+                // one of its symbols with room for the whole vtable
+                // (check_device_vtable); the device vtable has the host one's layout.
+                unsafe { self.target.backend.read(self.d, device_vtable, &mut dev) }.map_err(
+                    |e| self.entry_err(entry, format!("reading the device vtable: {e}")),
+                )?;
+                let word_pairs =
+                    fptr::vtable_word_pairs(name, entry.host_addr(), device_vtable, host.len());
+                rows.extend(
+                    fptr::vtable_pairs(name, host, &dev)
+                        .into_iter()
+                        .chain(word_pairs)
+                        .map(|p| FptrMapEntry {
                             host_ptr: p.host_ptr,
                             tgt_ptr: p.tgt_ptr,
-                        }
-                    }));
-                    // The device counterpart of the host vtable object.
-                    device_vtable
-                }
-            };
+                        }),
+                );
+                // The device counterpart of the host vtable object.
+                device_vtable
+            }
+        };
         Ok(addr)
     }
 

@@ -162,16 +162,13 @@ fn cxx_at_o0_mangled_and_internal_functions_call_the_device_version() {
 fn without_the_compiler_plugin_the_same_program_gets_host_versions() {
     // The control: the installed config minus the two plugin lines. Only the cases that
     // need no translation (taken on the device, indirect(0)) can pass.
-    let dir = scratch("compiler-plugin", "control");
-    let config = dir.join("no-plugin.cfg");
-    let text: String = fs::read_to_string(x86_config())
-        .unwrap()
-        .lines()
-        .filter(|l| !l.contains("plugin="))
-        .map(|l| l.replace("<CFGDIR>/../..", &prefix().display().to_string()) + "\n")
-        .collect();
-    fs::write(&config, text).unwrap();
-    let built = build(&config, "-O2", &[standard_c()], &[], "control");
+    let built = build(
+        &config_without_plugin(),
+        "-O2",
+        &[standard_c()],
+        &[],
+        "control",
+    );
     let (out, _) = run(&built.exe);
     let stdout = String::from_utf8_lossy(&out.stdout);
     if e2e_tests::isolated() {
@@ -190,6 +187,20 @@ fn without_the_compiler_plugin_the_same_program_gets_host_versions() {
         stdout.contains(&format!("indirect cases: 2 ok, {} wrong", C_CASES - 2)),
         "{stdout}"
     );
+}
+
+/// The installed x86_64 config minus the two plugin lines.
+fn config_without_plugin() -> PathBuf {
+    let dir = scratch("compiler-plugin", "no-plugin-config");
+    let config = dir.join("no-plugin.cfg");
+    let text: String = fs::read_to_string(x86_config())
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains("plugin="))
+        .map(|l| l.replace("<CFGDIR>/../..", &prefix().display().to_string()) + "\n")
+        .collect();
+    fs::write(&config, text).unwrap();
+    config
 }
 
 #[test]
@@ -424,4 +435,157 @@ fn installed_plugin_copies_are_small_and_point_to_their_debug_info() {
             assert!(text.contains("libomptarget-rs.debug"), "{name}: {text}");
         }
     }
+}
+
+// ---- C++ virtual functions (tests/fixtures/virtual) ----
+
+/// virtual_calls.cpp's cases on the x86_64 host device (typeid included).
+const VIRTUAL_CASES: usize = 22;
+
+fn virtual_sources() -> [PathBuf; 2] {
+    [
+        fixture("virtual/virtual_calls.cpp"),
+        fixture("virtual/virtual_other_unit.cpp"),
+    ]
+}
+
+/// Run `exe` on the isolated host device (`isolated` true) or in-process.
+fn run_mode(exe: &Path, isolated: bool) -> Output {
+    Command::new(exe)
+        .env("LD_LIBRARY_PATH", prefix().join("lib"))
+        .env("OMPTARGET_RS_ISOLATED", if isolated { "1" } else { "0" })
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", exe.display()))
+}
+
+fn assert_virtual_cases_pass(exe: &Path) {
+    // Both devices, whatever the test process's mode: the isolated one is where a
+    // missed translation faults instead of reading the host's vtable.
+    for isolated in [true, false] {
+        let out = run_mode(exe, isolated);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success()
+                && stdout.contains(&format!("virtual cases: {VIRTUAL_CASES} ok, 0 wrong")),
+            "{} (isolated: {isolated}) {}:\n{stdout}\n{stderr}",
+            exe.display(),
+            out.status
+        );
+    }
+}
+
+#[test]
+fn cxx_virtual_calls_on_host_and_device_built_objects_at_o0() {
+    let built = build(&x86_config(), "-O0", &virtual_sources(), &[], "virtual-o0");
+    assert!(!built.stderr.contains("warning"), "{}", built.stderr);
+    assert_virtual_cases_pass(&built.exe);
+}
+
+#[test]
+fn cxx_virtual_calls_on_host_and_device_built_objects_at_o2() {
+    let built = build(&x86_config(), "-O2", &virtual_sources(), &[], "virtual-o2");
+    assert!(!built.stderr.contains("warning"), "{}", built.stderr);
+    assert_virtual_cases_pass(&built.exe);
+}
+
+#[test]
+fn without_the_compiler_plugin_virtual_calls_read_host_vtables() {
+    // The control: the same program without the plugin. On the isolated device the
+    // first host-built object's vptr read faults, naming the host vtable; in-process
+    // the host's vtable is read and host functions run (off by where()'s 1000).
+    let built = build(
+        &config_without_plugin(),
+        "-O2",
+        &virtual_sources(),
+        &[],
+        "virtual-control",
+    );
+    let out = run_mode(&built.exe, true);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("faulted on the device: read of address")
+            && stderr.contains("(a host address: _ZTV"),
+        "{}\n{stderr}",
+        out.status
+    );
+    let out = run_mode(&built.exe, false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let wrong = stdout.lines().filter(|l| l.ends_with("WRONG")).count();
+    assert!(!out.status.success() && wrong > 0, "{stdout}");
+}
+
+const DEVIRTUALIZED: &str = r#"
+#pragma omp declare target
+struct A { virtual int f() const { return 1; } virtual ~A() {} };
+struct B : A { int f() const override { return 2; } };
+int through_base() {
+  B b;
+  const A *a = &b; // the optimizer sees b's vptr stored, then loaded
+  return a->f();
+}
+#pragma omp end declare target
+"#;
+
+#[test]
+fn a_virtual_call_the_optimizer_devirtualizes_stays_direct() {
+    let o2 = device_ir(DEVIRTUALIZED, "prog.cpp", "-O2", "devirt-o2");
+    let body = o2
+        .split("define ")
+        .find(|f| f.contains("through_base"))
+        .unwrap_or_else(|| panic!("no through_base in:\n{o2}"));
+    assert!(
+        !body.contains("__kmpc_target_translate_fptr") && body.contains("ret i32 2"),
+        "-O2 resolved the call, yet it was translated:\n{body}"
+    );
+    // The control: at -O0 the vptr load goes through the lookup, and the vtables have
+    // holders for the host entries.
+    let o0 = device_ir(DEVIRTUALIZED, "prog.cpp", "-O0", "devirt-o0");
+    assert!(
+        o0.contains("call ptr @__kmpc_target_translate_fptr(ptr %"),
+        "{o0}"
+    );
+    for class in ["1A", "1B"] {
+        let holder = format!(
+            "@__omp_offloading_indirect__ZTV{class} = weak protected constant ptr @_ZTV{class},"
+        );
+        assert!(o0.contains(&holder), "{o0}");
+    }
+}
+
+#[test]
+fn a_dynamic_cast_the_device_cannot_run_is_an_error_at_the_cast() {
+    let dir = scratch("compiler-plugin", "dynamic-cast");
+    let src = dir.join("prog.cpp");
+    fs::write(
+        &src,
+        r#"
+#pragma omp declare target
+struct A { virtual ~A() {} };
+struct B : A {};
+int is_b(A *a) { return dynamic_cast<B *>(a) != 0; }
+#pragma omp end declare target
+int main() { A a; int r = 0;
+#pragma omp target map(from : r)
+  r = is_b(&a);
+  return r; }
+"#,
+    )
+    .unwrap();
+    let out = Command::new(llvm16("clang++"))
+        .arg(format!("--config={}", x86_config().display()))
+        .arg("-c")
+        .arg(&src)
+        .arg("-o")
+        .arg(dir.join("prog.o"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("prog.cpp:5:")
+            && stderr.contains("error: dynamic_cast to 'B *' in device code needs the C++ runtime"),
+        "{stderr}"
+    );
 }
