@@ -1,26 +1,41 @@
-//! `cargo xtask demo`: build the device RTL and the plugins, compile
-//! examples/indirect_calls.c with clang 16 for the best offload device present, run it
-//! through the real libomptarget 16 with our plugins, and say which device ran it.
+//! `cargo xtask demo`: build and install everything (target/install), then
+//! 1. compile examples/standard_indirect.cpp, standard OpenMP 5.1 C++ with no project
+//!    header (`declare target indirect` functions and virtual calls on objects built on
+//!    the host), with the stock clang-16 through the installed config file, and run it;
+//! 2. compile examples/indirect_calls.c, the macro example for compilers without our
+//!    compiler plugin (host-plugin/include/omp_indirect.h), and run it.
 //!
-//! Backends: an NVIDIA GPU when `nvidia-smi` reports one (the program is compiled for
-//! nvptx64 at the GPU's SM and runs through our cuda plugin), else the isolated host
-//! device (an x86_64 offload image, our x86_64 plugin with `OMPTARGET_RS_ISOLATED=1`: the
-//! device in a process of its own, where a host address faults as on a GPU). There the
-//! demo then runs the same program with the translation turned off
-//! (`OMPTARGET_RS_TRANSLATE=0`) and shows the fault report the untranslated call gets.
+//! Both run through the real libomptarget 16 with our plugins, on the best offload
+//! device present: an NVIDIA GPU when `nvidia-smi` reports one (compiled for nvptx64 at
+//! the GPU's SM, run through our cuda plugin), else the isolated host device (an x86_64
+//! offload image, our x86_64 plugin with `OMPTARGET_RS_ISOLATED=1`: the device in a
+//! process of its own, where a host address faults as on a GPU). There the demo also
+//! runs the standard program with the translation turned off
+//! (`OMPTARGET_RS_TRANSLATE=0`) and shows the fault report it gets.
 //! `--backend` forces one (`host`: the in-process host device); `--build-only` compiles
-//! and checks the device image without running (what CI does for CUDA here, on a
+//! and checks the device images without running (what CI does for CUDA here, on a
 //! machine without a GPU).
 use crate::nvptx_program::{self, check_image, NvptxBuild};
-use crate::{plugin, util};
+use crate::{install, plugin, util};
 use anyhow::{bail, ensure, Context, Result};
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use xshell::{cmd, Shell};
 
-/// The example's indirect-function pointers (`OMP_DECLARE_INDIRECT`), which its nvptx
-/// image must define.
+/// The standard example's holders (indirect functions and vtable groups, by their
+/// symbols), which its nvptx image must define: the host entries name them.
+const STANDARD_HOLDERS: &[&str] = &[
+    "__omp_offloading_indirect__Z7add_onei",
+    "__omp_offloading_indirect__Z5twicei",
+    "__omp_offloading_indirect__ZTV9Rectangle",
+    "__omp_offloading_indirect__ZTV6Square",
+];
+/// What the standard example prints when every call reached the device version.
+const STANDARD_EXPECT: &str = "standard example: 4 ok, 0 wrong";
+
+/// The macro example's indirect-function pointers (`OMP_DECLARE_INDIRECT`), which its
+/// nvptx image must define.
 const EXAMPLE_INDIRECT_FUNCTIONS: &[&str] = &[
     "__omp_indirect_fn_add_one",
     "__omp_indirect_fn_twice",
@@ -83,36 +98,95 @@ pub fn main(args: Args) -> Result<()> {
              compile, or --backend host)"
         ),
     };
+    let prefix = install::install(&util::target_dir().join("install"))?;
+    let installed_lib = prefix.join("lib");
     let plugins = plugin::build_plugins()?;
     let out_dir = util::target_dir().join("demo");
     fs::create_dir_all(&out_dir)?;
+    let (standard, kind) = build_standard(&prefix, &target, &out_dir)?;
+    let macro_example = build_macro_example(&target, &out_dir)?;
+    if args.build_only {
+        println!(
+            "demo built (not run): {} and {}",
+            standard.display(),
+            macro_example.display()
+        );
+        return Ok(());
+    }
+    util::section("demo: run examples/standard_indirect.cpp (standard source)");
+    let stdout = run(&standard, &installed_lib, &out_dir, kind, &target)?;
+    ensure!(
+        stdout.contains(STANDARD_EXPECT),
+        "the standard example did not print {STANDARD_EXPECT:?}"
+    );
+    if let Target::Host { isolated: true } = target {
+        show_untranslated_fault(&standard, &installed_lib)?;
+    }
+    util::section("demo: run examples/indirect_calls.c (the macro form, for any clang)");
+    run(&macro_example, &plugins, &out_dir, kind, &target)?;
+    Ok(())
+}
+
+/// examples/standard_indirect.cpp through the installed config file for the target;
+/// returns the program and the kind of plugin that must run it.
+fn build_standard(
+    prefix: &Path,
+    target: &Target,
+    out_dir: &Path,
+) -> Result<(PathBuf, &'static str)> {
+    let source = util::root().join("examples/standard_indirect.cpp");
+    let clang = util::llvm16("clang++")?;
+    let sh = Shell::new()?;
+    match target {
+        Target::Host { .. } => {
+            util::section(
+                "demo: compile examples/standard_indirect.cpp (standard OpenMP C++, no project \
+                 header) with clang++-16 through the installed x86_64 config",
+            );
+            let config = install::config_path(prefix, "x86_64-pc-linux-gnu");
+            let exe = out_dir.join("standard_indirect");
+            cmd!(sh, "{clang} --config={config} -O2 {source} -o {exe}").run()?;
+            Ok((exe, "x86_64"))
+        }
+        Target::Cuda { sm } => {
+            util::section(&format!(
+                "demo: compile examples/standard_indirect.cpp (standard OpenMP C++, no project \
+                 header) with clang++-16 through the installed nvptx64 config for {sm}"
+            ));
+            let config = install::config_path(prefix, "nvptx64-nvidia-cuda");
+            let cuda = nvptx_program::cuda_path_for_clang16()?;
+            let exe = out_dir.join(format!("standard_indirect.{sm}"));
+            cmd!(
+                sh,
+                "{clang} --config={config} --offload-arch={sm} --cuda-path={cuda} -Wno-unknown-cuda-version -O2 {source} -o {exe}"
+            )
+            .run()?;
+            check_image(&exe, sm, STANDARD_HOLDERS)?;
+            Ok((exe, "cuda"))
+        }
+    }
+}
+
+/// examples/indirect_calls.c, the macro form, as before the compiler plugin existed.
+fn build_macro_example(target: &Target, out_dir: &Path) -> Result<PathBuf> {
     let source = util::root().join("examples/indirect_calls.c");
-    let (exe, kind) = match &target {
+    match target {
         Target::Host { .. } => {
             util::section("demo: compile examples/indirect_calls.c with clang 16 (x86_64)");
             let exe = out_dir.join("indirect_calls");
             plugin::compile_offload_program(&source, &exe)?;
-            (exe, "x86_64")
+            Ok(exe)
         }
         Target::Cuda { sm } => {
             util::section(&format!(
                 "demo: compile examples/indirect_calls.c with clang 16 for {sm}"
             ));
             let exe = out_dir.join(format!("indirect_calls.{sm}"));
-            NvptxBuild::prepare(sm, &out_dir)?.compile(&source, &exe)?;
+            NvptxBuild::prepare(sm, out_dir)?.compile(&source, &exe)?;
             check_image(&exe, sm, EXAMPLE_INDIRECT_FUNCTIONS)?;
-            (exe, "cuda")
+            Ok(exe)
         }
-    };
-    if args.build_only {
-        println!("demo built (not run): {}", exe.display());
-        return Ok(());
     }
-    run(&exe, &plugins, &out_dir, kind, &target)?;
-    if let Target::Host { isolated: true } = target {
-        show_untranslated_fault(&exe, &plugins)?;
-    }
-    Ok(())
 }
 
 /// The same program with the plugin's translation off, on the isolated device: its
@@ -135,15 +209,17 @@ fn show_untranslated_fault(exe: &Path, plugins: &Path) -> Result<()> {
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprint!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
     ensure!(
-        !out.status.success() && stderr.contains("faulted on the device: call to address"),
-        "without the translation the device called a host address and the isolated device \
+        !out.status.success()
+            && stderr.contains("faulted on the device:")
+            && stderr.contains("a host address"),
+        "without the translation the device used a host address and the isolated device \
          did not report it ({}): isolation is broken",
         out.status
     );
     println!(
-        "\nwithout the translation, the device called the host address of a function, and \
-         the isolated host device stopped it as a GPU would, naming the function and where \
-         the call came from ({}).",
+        "\nwithout the translation, the device used the host address of a function (or of \
+         a vtable), and the isolated host device stopped it as a GPU would, naming what \
+         the address is in the host and where the device used it ({}).",
         out.status
     );
     Ok(())
@@ -175,9 +251,9 @@ fn nvidia_gpu_sm() -> Result<Option<String>> {
 }
 
 /// Run the program through libomptarget 16 with our plugins first on the library path,
-/// and report which of our plugins the process loaded and which device ran it.
-fn run(exe: &Path, plugins: &Path, out_dir: &Path, kind: &str, target: &Target) -> Result<()> {
-    util::section("demo: run it through libomptarget 16 and our plugin");
+/// report which of our plugins the process loaded and which device ran it, and return
+/// what the program printed.
+fn run(exe: &Path, plugins: &Path, out_dir: &Path, kind: &str, target: &Target) -> Result<String> {
     let marker = out_dir.join("load-marker.txt");
     let _ = fs::remove_file(&marker);
     let sh = Shell::new()?;
@@ -204,10 +280,13 @@ fn run(exe: &Path, plugins: &Path, out_dir: &Path, kind: &str, target: &Target) 
     );
     // Spawned through std: the marker's lines are told apart by the process's pid.
     let child = Command::from(program)
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .with_context(|| format!("running {}", exe.display()))?;
     let pid = child.id();
     let out = child.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    print!("{stdout}");
 
     let loaded = fs::read_to_string(&marker).unwrap_or_default();
     // Every plugin of ours that libomptarget initialised in that process, in order.
@@ -246,5 +325,5 @@ fn run(exe: &Path, plugins: &Path, out_dir: &Path, kind: &str, target: &Target) 
         kinds.contains(&kind),
         "the program ran, but not through our {kind} plugin (load marker: {loaded:?})"
     );
-    Ok(())
+    Ok(stdout)
 }

@@ -47,6 +47,9 @@ pub struct GpuProgram {
 /// The standard program's cases on a GPU (indirect_standard.c with -DINDIRECT_GPU: all
 /// but the host-device-only indirect(0) call).
 pub const STANDARD_GPU_EXPECT: &str = "indirect cases: 13 ok, 0 wrong";
+/// tests/fixtures/virtual's C++ virtual calls on a GPU (-DVIRTUAL_GPU: all but typeid,
+/// which has no runtime there); without a GPU the regions run on the host and say so.
+pub const VIRTUAL_GPU_EXPECT: &str = "virtual cases: 21 ok, 0 wrong";
 /// OpenMP_VV's success line.
 pub const OPENMP_VV_EXPECT: &str = "Test passed on the device.";
 /// OpenMP_VV's success line when the region ran on the host (no GPU).
@@ -123,7 +126,7 @@ pub fn build_gpu_programs(prefix: &Path, out_dir: &Path, sm: &str) -> Result<Vec
     check_holders(&cubin.defined, &standard)?;
 
     let openmp_vv = out_dir.join(format!("test_target_declare_indirect.{sm}"));
-    let mut args = cuda_args;
+    let mut args = cuda_args.clone();
     args.extend(["-O2".into(), format!("-I{}", vv.display())]);
     compile(
         &config,
@@ -140,7 +143,30 @@ pub fn build_gpu_programs(prefix: &Path, out_dir: &Path, sm: &str) -> Result<Vec
             openmp_vv.display()
         );
     }
-    Ok(vec![
+    let mut programs = Vec::new();
+    for opt in ["-O0", "-O2"] {
+        let exe = out_dir.join(format!("virtual_calls{opt}.{sm}"));
+        let mut args = cuda_args.clone();
+        args.extend([opt.into(), "-DVIRTUAL_GPU".into()]);
+        let virtual_dir = fixtures.join("virtual");
+        compile(
+            &config,
+            &args,
+            &[
+                virtual_dir.join("virtual_calls.cpp"),
+                virtual_dir.join("virtual_other_unit.cpp"),
+            ],
+            &exe,
+        )?;
+        let cubin = check_cubin(&exe, sm)?;
+        check_vtable_holders(&cubin.defined, &exe)?;
+        programs.push(GpuProgram {
+            path: exe,
+            expect: VIRTUAL_GPU_EXPECT,
+            expect_fallback: VIRTUAL_GPU_EXPECT,
+        });
+    }
+    programs.extend([
         GpuProgram {
             path: standard,
             expect: STANDARD_GPU_EXPECT,
@@ -151,11 +177,38 @@ pub fn build_gpu_programs(prefix: &Path, out_dir: &Path, sm: &str) -> Result<Vec
             expect: OPENMP_VV_EXPECT,
             expect_fallback: OPENMP_VV_EXPECT_FALLBACK,
         },
-    ])
+    ]);
+    Ok(programs)
+}
+
+/// The vtable groups of tests/fixtures/virtual's classes that host-built objects use,
+/// whose holders the device image must define (their host entries name them).
+const VIRTUAL_HOLDERS: &[&str] = &[
+    "__omp_offloading_indirect__ZTV6Square",
+    "__omp_offloading_indirect__ZTV4Five",
+    "__omp_offloading_indirect__ZTV7Diamond",
+    "__omp_offloading_indirect__ZTV10DoubledBoxIiE",
+];
+
+fn check_vtable_holders(defined: &HashSet<String>, exe: &Path) -> Result<()> {
+    let missing: Vec<&&str> = VIRTUAL_HOLDERS
+        .iter()
+        .filter(|h| !defined.contains(**h))
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "{}: the device image lacks the vtable holders {missing:?}",
+        exe.display()
+    );
+    Ok(())
 }
 
 fn compile(config: &Path, args: &[String], sources: &[PathBuf], out: &Path) -> Result<()> {
-    let clang = util::llvm16("clang")?;
+    // C++ links the C++ library through the C++ driver.
+    let cxx = sources
+        .iter()
+        .any(|s| s.extension().is_some_and(|e| e == "cpp"));
+    let clang = util::llvm16(if cxx { "clang++" } else { "clang" })?;
     let sh = Shell::new()?;
     cmd!(
         sh,
