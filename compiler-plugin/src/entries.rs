@@ -93,8 +93,8 @@ pub fn emit_host_entries(ir: &Ir, functions: &[Value]) {
     ir.append_to_used("llvm.compiler.used", &emitted);
 }
 
-/// Device module: one holder per function, kept through every optimization and the
-/// device link (`llvm.used`).
+/// Device module: one holder per function or vtable group, kept through every
+/// optimization and the device link (`llvm.used`).
 pub fn emit_device_holders(ir: &Ir, functions: &[Value]) {
     let address_space = ir.globals_address_space();
     let mut emitted = Vec::new();

@@ -367,10 +367,11 @@ impl Ir {
         }
     }
 
-    /// A weak, protected constant pointer global (in `address_space`) holding `target`.
+    /// A weak, protected constant pointer global (in `address_space`) holding `target`
+    /// (a function or a global variable of this module).
     pub fn add_pointer_global(&self, name: &str, target: Value, address_space: u32) -> Value {
         let name = cstring(name);
-        // SAFETY: valid context/module; `target` is a function of this module.
+        // SAFETY: valid context/module; `target` is a global value of this module.
         unsafe {
             let ptr = self.ptr_type(0);
             let g = LLVMAddGlobalInAddressSpace(self.module, ptr, name.as_ptr(), address_space);

@@ -1,20 +1,28 @@
-//! clang 16 compiler plugin for OpenMP 5.1 `declare target indirect` (issue 17).
+//! clang 16 compiler plugin for OpenMP 5.1 `declare target indirect` (issue 17) and C++
+//! virtual functions on the device (issue 23).
 //!
 //! One shared library, loaded by clang-16 twice (the install's config files pass both):
 //! - `-fplugin=`: the AST half (glue/ast_plugin.cpp, C++ because clang's plugin API is)
-//!   annotates every indirect function before code generation;
+//!   annotates every indirect function before code generation, has clang emit the
+//!   vtable groups of device classes in both compiles, and names them for the IR half
+//!   ([`annotations`]); it also rejects, at the construct, what device code cannot run
+//!   (`dynamic_cast` through the C++ runtime; `typeid` on GPUs);
 //! - `-fpass-plugin=`: the IR half (this crate) turns those annotations into
-//!   - host modules: one offload entry per indirect function the unit defines
-//!     ([`entries`]), in the convention our libomptarget plugin reads on every backend;
-//!   - device modules: the global each entry names ([`entries`]), and a call to
-//!     `__kmpc_target_translate_fptr` before every indirect call ([`translate`]).
+//!   - host modules: one offload entry per indirect function and per device class's
+//!     vtable group ([`entries`]), in the convention our libomptarget plugin reads on
+//!     every backend (LLVM 22's for vtables);
+//!   - device modules: the global each entry names ([`entries`]), a lookup of every vptr
+//!     device code loads ([`vptr`]), and a call to `__kmpc_target_translate_fptr` before
+//!     every other indirect call ([`translate`]).
 //!
 //! Where the passes run (LLVM 16's new pass manager, clang's default pipelines):
-//! entries and holders at the pipeline start (it runs at -O0 too), right after clang's
-//! code generation; the call rewrite at the optimizer's last extension point, so a call
-//! that optimization made direct is left alone. At -O0 clang 16 builds a minimal
-//! pipeline that runs the same two extension points (tests/tests/compiler_plugin.rs
-//! checks the rewrite at -O0 and -O2).
+//! entries, holders and vptr lookups at the pipeline start (it runs at -O0 too), right
+//! after clang's code generation, where every vptr load still looks as clang emitted
+//! it; the fold of lookups of proven vtables after each instruction combiner run; the
+//! call rewrite at the optimizer's last extension point, so a call that optimization
+//! made direct is left alone. At -O0 clang 16 builds a minimal pipeline that runs the
+//! pipeline-start and optimizer-last extension points (tests/tests/compiler_plugin.rs
+//! checks both rewrites at -O0 and -O2).
 pub mod annotations;
 pub mod entries;
 pub mod host_llvm;

@@ -18,6 +18,7 @@ pub mod gpu_lookup;
 mod load_binary;
 pub mod plot;
 mod plugin_overhead;
+mod virtual_calls;
 
 use crate::util;
 use anyhow::{bail, Context, Result};
@@ -50,6 +51,9 @@ enum What {
     /// divergent keys, tables of 1 to 1M (section 1b). Builds the cubins and the driver;
     /// without a GPU it prints SKIPPED.
     Gpu(gpu_lookup::Args),
+    /// Virtual calls per second on the host device: objects built on the host, on the
+    /// device, and direct calls, with and without the compiler plugin (section 1e).
+    Virtual(virtual_calls::Args),
     /// Redraw the SVG plots of docs/ from the JSON results in docs/bench/.
     Plot(plot::Args),
 }
@@ -85,6 +89,7 @@ pub fn main(args: Args) -> Result<()> {
         What::Plugin(a) => plugin_overhead::main(a),
         What::Load(a) => load_binary::main(a),
         What::Gpu(a) => gpu_lookup::main(a),
+        What::Virtual(a) => virtual_calls::main(a),
         What::Plot(a) => plot::main(a),
     }
 }
