@@ -110,6 +110,27 @@ bool isDeviceClass(const CXXRecordDecl *RD, ASTContext &Ctx) {
   return AnyDevice;
 }
 
+// Visits `Found` over device code: every function device code may call (isDeviceFunction)
+// and every target region's statement.
+template <typename Visitor> void traverseDeviceCode(ASTContext &Ctx, Visitor &Found) {
+  struct DeviceCode : RecursiveASTVisitor<DeviceCode> {
+    explicit DeviceCode(Visitor &V) : V(V) {}
+    bool shouldVisitTemplateInstantiations() const { return true; }
+    bool VisitFunctionDecl(FunctionDecl *FD) {
+      if (FD->doesThisDeclarationHaveABody() && isDeviceFunction(FD))
+        V.TraverseStmt(FD->getBody());
+      return true;
+    }
+    bool VisitOMPExecutableDirective(OMPExecutableDirective *D) {
+      if (isOpenMPTargetExecutionDirective(D->getDirectiveKind()) && D->hasAssociatedStmt())
+        V.TraverseStmt(D->getAssociatedStmt());
+      return true;
+    }
+    Visitor &V;
+  } Device(Found);
+  Device.TraverseDecl(Ctx.getTranslationUnitDecl());
+}
+
 // True when this unit defines the class's vtable group under the C++ ABI: no key
 // function (every unit that needs it, as a linkonce_odr comdat) or the key function
 // defined here, and not an explicit instantiation declared elsewhere.
@@ -175,6 +196,7 @@ public:
   // reached us whole), and the diagnostic for functions this unit only declares.
   void HandleTranslationUnit(ASTContext &Ctx) override {
     Finder(*this).TraverseDecl(Ctx.getTranslationUnitDecl());
+    markVirtuallyCalledClasses(Ctx);
     registerDeviceClasses(Ctx);
     if (Ctx.getLangOpts().OpenMPIsDevice)
       rejectRuntimeOnlyConstructs(Ctx);
@@ -208,6 +230,102 @@ private:
     }
     IndirectConsumer &C;
   };
+
+  // Classes whose virtual functions device code calls, though not `declare target`:
+  // the call's class and every class of this unit derived from it may be the object's
+  // dynamic type, so every function of their vtable groups becomes `declare target`
+  // (implicitly, as clang makes a function called from device code), which makes them
+  // device classes. Repeated until no new call appears (those functions' bodies are
+  // device code now).
+  void markVirtuallyCalledClasses(ASTContext &Ctx) {
+    auto *VTables = dyn_cast<ItaniumVTableContext>(Ctx.getVTableContext());
+    if (!VTables)
+      return;
+    struct CallFinder : RecursiveASTVisitor<CallFinder> {
+      bool shouldVisitTemplateInstantiations() const { return true; }
+      void add(const CXXRecordDecl *RD) {
+        if (RD && RD->hasDefinition())
+          Called.insert(RD->getDefinition()->getCanonicalDecl());
+      }
+      bool VisitCXXMemberCallExpr(CXXMemberCallExpr *E) {
+        if (const CXXMethodDecl *MD = E->getMethodDecl())
+          if (MD->isVirtual())
+            add(MD->getParent());
+        return true;
+      }
+      bool VisitCXXDeleteExpr(CXXDeleteExpr *E) {
+        if (const CXXRecordDecl *RD = E->getDestroyedType()->getAsCXXRecordDecl())
+          if (RD->hasDefinition() && RD->getDefinition()->getDestructor() &&
+              RD->getDefinition()->getDestructor()->isVirtual())
+            add(RD);
+        return true;
+      }
+      llvm::SmallPtrSet<const CXXRecordDecl *, 8> Called;
+    };
+    llvm::SmallPtrSet<const CXXMethodDecl *, 16> Marked;
+    llvm::SmallPtrSet<const CXXRecordDecl *, 16> Warned; // each class considered once
+    for (bool Changed = true; Changed;) {
+      Changed = false;
+      CallFinder Calls;
+      traverseDeviceCode(Ctx, Calls);
+      for (CXXRecordDecl *RD : Records) {
+        if (!RD->isCompleteDefinition() || RD->isDependentContext() || RD->isInvalidDecl() ||
+            !RD->isDynamicClass())
+          continue;
+        bool Reached = llvm::any_of(Calls.Called, [&](const CXXRecordDecl *C) {
+          return RD->getCanonicalDecl() == C || RD->isDerivedFrom(C);
+        });
+        if (!Reached || !Warned.insert(RD).second)
+          continue;
+        if (const CXXMethodDecl *Elsewhere = definedElsewhere(RD, *VTables)) {
+          warnDefinedElsewhere(Ctx, RD, Elsewhere);
+          continue;
+        }
+        for (const VTableComponent &Slot : VTables->getVTableLayout(RD).vtable_components()) {
+          if (!Slot.isUsedFunctionPointerKind())
+            continue;
+          const CXXMethodDecl *MD = Slot.getFunctionDecl();
+          if (MD->isPure() || MD->isDeleted() || isDeviceFunction(MD) ||
+              !Marked.insert(MD->getCanonicalDecl()).second)
+            continue;
+          for (FunctionDecl *D : const_cast<CXXMethodDecl *>(MD)->redecls())
+            D->addAttr(OMPDeclareTargetDeclAttr::CreateImplicit(
+                Ctx, OMPDeclareTargetDeclAttr::MT_To, OMPDeclareTargetDeclAttr::DT_Any,
+                nullptr, false, 0, SourceRange(MD->getLocation())));
+          Changed = true;
+        }
+      }
+    }
+  }
+
+  // A function of the class's vtable group that is not `declare target` and that this
+  // unit does not define: no unit would emit its device version.
+  static const CXXMethodDecl *definedElsewhere(const CXXRecordDecl *RD,
+                                               ItaniumVTableContext &VTables) {
+    for (const VTableComponent &Slot : VTables.getVTableLayout(RD).vtable_components()) {
+      if (!Slot.isUsedFunctionPointerKind())
+        continue;
+      const CXXMethodDecl *MD = Slot.getFunctionDecl();
+      if (!MD->isPure() && !MD->isDeleted() && !MD->isImplicit() && !isDeviceFunction(MD) &&
+          !MD->isDefined())
+        return MD;
+    }
+    return nullptr;
+  }
+
+  void warnDefinedElsewhere(ASTContext &Ctx, const CXXRecordDecl *RD,
+                            const CXXMethodDecl *MD) {
+    if (Ctx.getLangOpts().OpenMPIsDevice)
+      return; // said once, in the host compile
+    DiagnosticsEngine &Diags = Ctx.getDiagnostics();
+    unsigned Id = Diags.getCustomDiagID(
+        DiagnosticsEngine::Warning,
+        "device code calls virtual functions of %0, but its virtual function %1 is not "
+        "'declare target' and is defined in another translation unit: %0's vtable is "
+        "not made for the device here, so objects of %0 cannot be used on the device "
+        "(omptarget-indirect); put %0 inside 'declare target'");
+    Diags.Report(RD->getLocation(), Id) << RD << MD;
+  }
 
   // The vtables of device classes (isDeviceClass) are emitted in both compiles wherever
   // the C++ rules put them (the key function's unit, else every unit that needs them),
@@ -280,36 +398,23 @@ private:
       llvm::SmallPtrSet<CXXDynamicCastExpr *, 4> Found;
       llvm::SmallPtrSet<CXXTypeidExpr *, 4> Typeids;
     };
-    struct DeviceCode : RecursiveASTVisitor<DeviceCode> {
-      bool shouldVisitTemplateInstantiations() const { return true; }
-      bool VisitFunctionDecl(FunctionDecl *FD) {
-        if (FD->doesThisDeclarationHaveABody() && isDeviceFunction(FD))
-          Casts.TraverseStmt(FD->getBody());
-        return true;
-      }
-      bool VisitOMPExecutableDirective(OMPExecutableDirective *D) {
-        if (isOpenMPTargetExecutionDirective(D->getDirectiveKind()) && D->hasAssociatedStmt())
-          Casts.TraverseStmt(D->getAssociatedStmt());
-        return true;
-      }
-      CastFinder Casts;
-    } Device;
-    Device.Casts.Gpu = Gpu;
-    Device.TraverseDecl(Ctx.getTranslationUnitDecl());
+    CastFinder Casts;
+    Casts.Gpu = Gpu;
+    traverseDeviceCode(Ctx, Casts);
     DiagnosticsEngine &Diags = Ctx.getDiagnostics();
     unsigned TypeidId = Diags.getCustomDiagID(
         DiagnosticsEngine::Error,
         "typeid in device code for %0 needs the C++ runtime (__cxa_bad_typeid, strcmp), "
         "which the GPU does not have (omptarget-indirect): call a virtual function "
         "instead");
-    for (CXXTypeidExpr *E : Device.Casts.Typeids)
+    for (CXXTypeidExpr *E : Casts.Typeids)
       Diags.Report(E->getBeginLoc(), TypeidId) << Triple.str();
     unsigned Id = Diags.getCustomDiagID(
         DiagnosticsEngine::Error,
         "dynamic_cast to %0 in device code needs the C++ runtime's __dynamic_cast, which "
         "the device does not have (omptarget-indirect): call a virtual function, compare "
         "typeid, or cast to 'void *' instead");
-    for (CXXDynamicCastExpr *E : Device.Casts.Found)
+    for (CXXDynamicCastExpr *E : Casts.Found)
       Diags.Report(E->getBeginLoc(), Id) << E->getTypeAsWritten();
   }
 

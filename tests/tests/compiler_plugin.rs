@@ -440,7 +440,7 @@ fn installed_plugin_copies_are_small_and_point_to_their_debug_info() {
 // ---- C++ virtual functions (tests/fixtures/virtual) ----
 
 /// virtual_calls.cpp's cases on the x86_64 host device (typeid included).
-const VIRTUAL_CASES: usize = 22;
+const VIRTUAL_CASES: usize = 23;
 
 fn virtual_sources() -> [PathBuf; 2] {
     [
@@ -586,6 +586,40 @@ int main() { A a; int r = 0;
         !out.status.success()
             && stderr.contains("prog.cpp:5:")
             && stderr.contains("error: dynamic_cast to 'B *' in device code needs the C++ runtime"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_class_called_virtually_whose_function_another_unit_defines_is_warned() {
+    let dir = scratch("compiler-plugin", "defined-elsewhere");
+    let src = dir.join("prog.cpp");
+    fs::write(
+        &src,
+        r#"
+struct Shape { virtual int area() const { return 1; } virtual ~Shape() {} };
+struct Tri : Shape { int area() const override; }; // defined in another unit
+int area_on_device(const Shape *s) {
+  int r = 0;
+#pragma omp target map(to : s[0 : 1]) map(from : r)
+  r = s->area();
+  return r;
+}
+"#,
+    )
+    .unwrap();
+    let out = run_ok(
+        Command::new(llvm16("clang++"))
+            .arg(format!("--config={}", x86_config().display()))
+            .args(["-Wno-openmp-mapping", "-c"])
+            .arg(&src)
+            .arg("-o")
+            .arg(dir.join("prog.o")),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("prog.cpp:3:8: warning: device code calls virtual functions of 'Tri', but its virtual function 'area' is not 'declare target' and is defined in another translation unit")
+            && stderr.matches("warning:").count() == 1,
         "{stderr}"
     );
 }
