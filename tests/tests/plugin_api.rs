@@ -87,7 +87,9 @@ fn every_kind_of_indirect_entry_translates_on_the_device() {
         assert_ne!(d.addr, 0, "{:?} unresolved", h.name);
     }
 
-    // The table: sorted by host address, the vtable's null slot skipped.
+    // The table: sorted by host address; the vtable's functions (its null slot
+    // skipped) and the address of each of its words (where a host vptr points), which
+    // maps to the same word of the device vtable (LLVM 22's rule).
     let table = plugin
         .device(0)
         .ok()
@@ -96,8 +98,20 @@ fn every_kind_of_indirect_entry_translates_on_the_device() {
     let keys: Vec<u64> = table.iter().map(|r| r.host_ptr).collect();
     assert_eq!(
         keys,
-        vec![HOST_NEGATE, HOST_ADD_ONE, HOST_VT_SLOT1, HOST_VT_SLOT2]
+        vec![
+            HOST_NEGATE,
+            HOST_ADD_ONE,
+            HOST_VTABLE,
+            HOST_VTABLE + 8,
+            HOST_VTABLE + 16,
+            HOST_VT_SLOT1,
+            HOST_VT_SLOT2
+        ]
     );
+    let device_vtable = dev[5].addr;
+    for word in 0..3 {
+        assert_eq!(table[2 + word].tgt_ptr, device_vtable + 8 * word as u64);
+    }
     // Indirect entries' device addresses are the device functions themselves (what
     // libomptarget 16 maps their host addresses to), for both conventions.
     assert_eq!(table[1].tgt_ptr, dev[3].addr);
@@ -278,8 +292,9 @@ fn the_index_is_installed_used_and_optional() {
     // What the plugin says it wrote is what the device's global holds.
     let header = index_global_on_device(&plugin, 0, info);
     assert_eq!(header, info.header);
-    // 4 rows at 80 % load: 3 buckets of 2 pairs, 32-byte aligned.
-    assert_eq!(header.bucket_count, 3);
+    // 7 rows (2 functions, 3 vtable words, 2 vtable slots) at 80 % load: 5 buckets of
+    // 2 pairs, 32-byte aligned.
+    assert_eq!(header.bucket_count, 5);
     assert_eq!(header.buckets % 32, 0);
     assert!(header.seeds.iter().all(|s| s % 2 == 1));
 
