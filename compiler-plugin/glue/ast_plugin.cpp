@@ -82,13 +82,18 @@ bool isDeviceFunction(const FunctionDecl *FD) {
   return false;
 }
 
+// A complete, non-dependent, valid dynamic class: one with a vtable group of its own.
+bool hasVTableGroup(const CXXRecordDecl *RD) {
+  return RD->isCompleteDefinition() && !RD->isDependentContext() && !RD->isInvalidDecl() &&
+         RD->isDynamicClass();
+}
+
 // A device class: a dynamic class whose vtable group holds, in every function slot, a
 // function device code may call (a pure or deleted virtual, or one the compiler defines
 // implicitly, also counts), at least one of them `declare target`. Its objects can be
 // used on the device, so its vtables are emitted there and registered.
 bool isDeviceClass(const CXXRecordDecl *RD, ASTContext &Ctx) {
-  if (!RD->isCompleteDefinition() || RD->isDependentContext() || RD->isInvalidDecl() ||
-      !RD->isDynamicClass())
+  if (!hasVTableGroup(RD))
     return false;
   auto *VTables = dyn_cast<ItaniumVTableContext>(Ctx.getVTableContext());
   if (!VTables)
@@ -269,8 +274,7 @@ private:
       CallFinder Calls;
       traverseDeviceCode(Ctx, Calls);
       for (CXXRecordDecl *RD : Records) {
-        if (!RD->isCompleteDefinition() || RD->isDependentContext() || RD->isInvalidDecl() ||
-            !RD->isDynamicClass())
+        if (!hasVTableGroup(RD))
           continue;
         bool Reached = llvm::any_of(Calls.Called, [&](const CXXRecordDecl *C) {
           return RD->getCanonicalDecl() == C || RD->isDerivedFrom(C);

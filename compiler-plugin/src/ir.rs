@@ -578,14 +578,38 @@ impl Ir {
     /// Insert `%t = call ptr lookup(ptr value)` right after the instruction `value` and
     /// make every other use of `value` use `%t`. Returns `%t`.
     pub fn translate_after(&self, value: Value, lookup: Value, lookup_type: Type) -> Value {
-        // SAFETY: `value` is a non-terminator instruction of pointer type in address
-        // space 0 (callers pass loads), so an instruction follows it; the builder is
-        // disposed before returning; after RAUW the call's own argument is set back.
+        // SAFETY: `value` is a non-terminator instruction (callers pass loads), so an
+        // instruction follows it.
+        let next = Value(unsafe { LLVMGetNextInstruction(value.0) });
+        let translated = self.lookup_call_before(next, value, value, lookup, lookup_type);
+        // SAFETY: `translated` is the call just built; after the RAUW its own argument
+        // is set back to `value`.
+        unsafe {
+            LLVMReplaceAllUsesWith(value.0, translated.0);
+            LLVMSetOperand(translated.0, 0, value.0);
+        }
+        translated
+    }
+
+    /// `%t = call ptr lookup(ptr argument)` inserted before `before`, with the debug
+    /// location of `located_as` (required for inlinable calls in functions with debug
+    /// info).
+    fn lookup_call_before(
+        &self,
+        before: Value,
+        argument: Value,
+        located_as: Value,
+        lookup: Value,
+        lookup_type: Type,
+    ) -> Value {
+        // SAFETY: `before` and `located_as` are instructions of this module, `argument`
+        // a pointer in address space 0 (checked by the callers) and `lookup` of
+        // `lookup_type`; the builder is disposed before returning.
         unsafe {
             let builder = LLVMCreateBuilderInContext(self.ctx);
-            LLVMPositionBuilderBefore(builder, LLVMGetNextInstruction(value.0));
-            let mut args = [value.0];
-            let name = cstring("vtable.device");
+            LLVMPositionBuilderBefore(builder, before.0);
+            let mut args = [argument.0];
+            let name = cstring("translated");
             let translated = LLVMBuildCall2(
                 builder,
                 lookup_type.0,
@@ -594,13 +618,11 @@ impl Ir {
                 1,
                 name.as_ptr(),
             );
-            let loc = LLVMInstructionGetDebugLoc(value.0);
+            let loc = LLVMInstructionGetDebugLoc(located_as.0);
             if !loc.is_null() {
                 LLVMInstructionSetDebugLoc(translated, loc);
             }
             LLVMDisposeBuilder(builder);
-            LLVMReplaceAllUsesWith(value.0, translated);
-            LLVMSetOperand(translated, 0, value.0);
             Value(translated)
         }
     }
@@ -702,31 +724,11 @@ impl Ir {
     /// Insert `%t = call ptr lookup(ptr callee)` before `call` and make `call` call `%t`.
     pub fn translate_callee(&self, call: Value, lookup: Value, lookup_type: Type) {
         let callee = self.callee(call);
-        // SAFETY: `call` is a call/invoke of this module whose callee is a pointer in
-        // address space 0 (checked by the caller); the builder is disposed before
-        // returning; the callee is the last operand of both calls and invokes.
+        let translated = self.lookup_call_before(call, callee, call, lookup, lookup_type);
+        // SAFETY: `call` is a call or invoke; the callee is the last operand of both.
         unsafe {
-            let builder = LLVMCreateBuilderInContext(self.ctx);
-            LLVMPositionBuilderBefore(builder, call.0);
-            let mut args = [callee.0];
-            let name = cstring("indirect.callee.device");
-            let translated = LLVMBuildCall2(
-                builder,
-                lookup_type.0,
-                lookup.0,
-                args.as_mut_ptr(),
-                1,
-                name.as_ptr(),
-            );
-            // Keep the call's debug location on the lookup (required for inlinable
-            // calls in functions with debug info).
-            let loc = LLVMInstructionGetDebugLoc(call.0);
-            if !loc.is_null() {
-                LLVMInstructionSetDebugLoc(translated, loc);
-            }
-            LLVMDisposeBuilder(builder);
             let last = LLVMGetNumOperands(call.0) as u32 - 1;
-            LLVMSetOperand(call.0, last, translated);
+            LLVMSetOperand(call.0, last, translated.0);
         }
     }
 }
