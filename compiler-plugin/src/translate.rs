@@ -4,7 +4,7 @@
 use crate::ir::{Ir, Value};
 
 /// The device runtime's lookup.
-pub const LOOKUP: &str = "__kmpc_target_translate_fptr";
+pub const LOOKUP: &str = device_rtl::symbols::LOOKUP;
 
 /// Rewrite every call and invoke whose callee is only known at run time; returns how
 /// many. Direct calls (functions, aliases, any constant), inline asm (and so intrinsics,

@@ -29,6 +29,7 @@
 pub mod cooperative;
 pub mod hint;
 pub mod index;
+pub mod symbols;
 pub mod table;
 #[cfg(all(target_arch = "nvptx64", device_rtl_warp_cooperative))]
 mod warp;

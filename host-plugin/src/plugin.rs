@@ -22,8 +22,8 @@ use std::ffi::CStr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The device runtime's table pointer and size (see device-rtl).
-pub const FPTR_MAP_P: &CStr = c"__omp_offloading_fptr_map_p";
-pub const FPTR_MAP_SIZE: &CStr = c"__omp_offloading_fptr_map_size";
+pub const FPTR_MAP_P: &CStr = device_rtl::symbols::TABLE_C;
+pub const FPTR_MAP_SIZE: &CStr = device_rtl::symbols::TABLE_SIZE_C;
 
 /// `OMPTARGET_RS_TRANSLATE=0` turns the translation off: no table is installed, so
 /// device code gets host function addresses unchanged (what a program sees without this

@@ -64,12 +64,7 @@ const AMDGCN_TRIPLE: &str = "amdgcn-amd-amdhsa";
 const HOST_TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
 /// The symbols every artifact must define.
-pub const EXPORTED_SYMBOLS: &[&str] = &[
-    "__kmpc_target_translate_fptr",
-    "__omp_offloading_fptr_map_p",
-    "__omp_offloading_fptr_map_size",
-    "__omptarget_rs_fptr_index",
-];
+pub const EXPORTED_SYMBOLS: &[&str] = &device_rtl::symbols::EXPORTED;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Artifact {
@@ -503,7 +498,7 @@ fn assemble_one(target: &DeviceTarget, sm: &str) -> Result<()> {
     );
     let syms = util::read(cmd!(sh, "{nm} --defined-only {cubin}"))?;
     ensure!(
-        syms.contains("__kmpc_target_translate_fptr"),
+        syms.contains(device_rtl::symbols::LOOKUP),
         "ptxas output {} lacks __kmpc_target_translate_fptr",
         cubin.display()
     );

@@ -287,7 +287,7 @@ pub fn check_cubin(exe: &Path, sm: &str) -> Result<ImageFacts> {
     Ok(facts)
 }
 
-const LOOKUP: &str = "__kmpc_target_translate_fptr";
+const LOOKUP: &str = device_rtl::symbols::LOOKUP;
 
 fn defined_symbols(file: &object::File) -> ImageFacts {
     ImageFacts {

@@ -64,7 +64,7 @@ const ARCHES: [u32; 2] = [90, 80];
 /// and refuses one of another size, so the PTX renames it (the lookup code is unchanged).
 pub const LLVM19_ENVIRONMENT: &str = "__gpu_bench_llvm19_device_environment";
 /// device-rtl's index header global (32 bytes).
-const INDEX_GLOBAL: &str = "__omptarget_rs_fptr_index";
+const INDEX_GLOBAL: &str = device_rtl::symbols::INDEX;
 const LLVM19_ENVIRONMENT_ORIGINAL: &str = "__omp_rtl_device_environment";
 
 /// target/gpu-bench/: the cubins (and their PTX) the driver reads.
@@ -236,8 +236,8 @@ fn check_ptx(name: &str, lookup: Lookup, text: String) -> Result<String> {
         Lookup::Direct => Ok(text),
         Lookup::Ours(_) => {
             for global in [
-                "__omp_offloading_fptr_map_p",
-                "__omp_offloading_fptr_map_size",
+                device_rtl::symbols::TABLE,
+                device_rtl::symbols::TABLE_SIZE,
                 INDEX_GLOBAL,
             ] {
                 ensure!(
@@ -276,10 +276,7 @@ fn required_symbols(lookup: Lookup) -> Vec<(String, Option<u64>)> {
     match lookup {
         Lookup::Direct => {}
         Lookup::Ours(_) => {
-            for global in [
-                "__omp_offloading_fptr_map_p",
-                "__omp_offloading_fptr_map_size",
-            ] {
+            for global in [device_rtl::symbols::TABLE, device_rtl::symbols::TABLE_SIZE] {
                 symbols.push((global.to_string(), Some(8)));
             }
             symbols.push((INDEX_GLOBAL.to_string(), Some(32)));

@@ -231,8 +231,8 @@ fn write_assembly(path: &Path, n: usize) -> Result<()> {
             "\t.globl {name}\n\t.type {name},@object\n\t.size {name},8\n{name}:\n\t.quad {value}"
         )
     };
-    global(&mut w, "__omp_offloading_fptr_map_p", "0")?;
-    global(&mut w, "__omp_offloading_fptr_map_size", "0")?;
+    global(&mut w, device_rtl::symbols::TABLE, "0")?;
+    global(&mut w, device_rtl::symbols::TABLE_SIZE, "0")?;
     writeln!(
         w,
         "\t.globl __omptarget_rs_fptr_index\n\t.type __omptarget_rs_fptr_index,@object\n\
