@@ -88,6 +88,22 @@ bool hasVTableGroup(const CXXRecordDecl *RD) {
          RD->isDynamicClass();
 }
 
+// The functions the slots of the class's vtable group call (thunks as the functions
+// they reach), pure and deleted virtuals left out: the C++ runtime's stubs stand in for
+// those.
+llvm::SmallVector<const CXXMethodDecl *, 16> slotFunctions(const CXXRecordDecl *RD,
+                                                           ItaniumVTableContext &VTables) {
+  llvm::SmallVector<const CXXMethodDecl *, 16> Functions;
+  for (const VTableComponent &Slot : VTables.getVTableLayout(RD).vtable_components()) {
+    if (!Slot.isUsedFunctionPointerKind())
+      continue;
+    const CXXMethodDecl *MD = Slot.getFunctionDecl();
+    if (!MD->isPure() && !MD->isDeleted())
+      Functions.push_back(MD);
+  }
+  return Functions;
+}
+
 // A device class: a dynamic class whose vtable group holds, in every function slot, a
 // function device code may call (a pure or deleted virtual, or one the compiler defines
 // implicitly, also counts), at least one of them `declare target`. Its objects can be
@@ -99,12 +115,7 @@ bool isDeviceClass(const CXXRecordDecl *RD, ASTContext &Ctx) {
   if (!VTables)
     return false;
   bool AnyDevice = false;
-  for (const VTableComponent &C : VTables->getVTableLayout(RD).vtable_components()) {
-    if (!C.isUsedFunctionPointerKind())
-      continue;
-    const CXXMethodDecl *MD = C.getFunctionDecl();
-    if (MD->isPure() || MD->isDeleted())
-      continue;
+  for (const CXXMethodDecl *MD : slotFunctions(RD, *VTables)) {
     if (isDeviceFunction(MD)) {
       AnyDevice = true;
       continue;
@@ -285,12 +296,8 @@ private:
           warnDefinedElsewhere(Ctx, RD, Elsewhere);
           continue;
         }
-        for (const VTableComponent &Slot : VTables->getVTableLayout(RD).vtable_components()) {
-          if (!Slot.isUsedFunctionPointerKind())
-            continue;
-          const CXXMethodDecl *MD = Slot.getFunctionDecl();
-          if (MD->isPure() || MD->isDeleted() || isDeviceFunction(MD) ||
-              !Marked.insert(MD->getCanonicalDecl()).second)
+        for (const CXXMethodDecl *MD : slotFunctions(RD, *VTables)) {
+          if (isDeviceFunction(MD) || !Marked.insert(MD->getCanonicalDecl()).second)
             continue;
           for (FunctionDecl *D : const_cast<CXXMethodDecl *>(MD)->redecls())
             D->addAttr(OMPDeclareTargetDeclAttr::CreateImplicit(
@@ -306,14 +313,9 @@ private:
   // unit does not define: no unit would emit its device version.
   static const CXXMethodDecl *definedElsewhere(const CXXRecordDecl *RD,
                                                ItaniumVTableContext &VTables) {
-    for (const VTableComponent &Slot : VTables.getVTableLayout(RD).vtable_components()) {
-      if (!Slot.isUsedFunctionPointerKind())
-        continue;
-      const CXXMethodDecl *MD = Slot.getFunctionDecl();
-      if (!MD->isPure() && !MD->isDeleted() && !MD->isImplicit() && !isDeviceFunction(MD) &&
-          !MD->isDefined())
+    for (const CXXMethodDecl *MD : slotFunctions(RD, VTables))
+      if (!MD->isImplicit() && !isDeviceFunction(MD) && !MD->isDefined())
         return MD;
-    }
     return nullptr;
   }
 

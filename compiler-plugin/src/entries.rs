@@ -57,38 +57,26 @@ pub fn all_defined_vtables(ir: &Ir) -> Vec<Value> {
 /// Host module: one entry per vtable group, sized as the whole group. Weak, so the
 /// entries several units make for one linkonce_odr vtable become one.
 pub fn emit_host_vtable_entries(ir: &Ir, vtables: &[Value]) {
-    let mut emitted = Vec::new();
-    for (v, holder) in vtables.iter().zip(holder_names(ir, vtables)) {
-        let entry = format!(".omp_offloading.entry.{holder}");
-        if ir.global(&entry).is_some() {
-            continue;
-        }
-        let name = ir.add_c_string(&format!(".omp_offloading.entry_name.{holder}"), &holder);
-        let size = ir.global_size(*v);
-        emitted.push(ir.add_offload_entry(&entry, *v, name, size, VTABLE_FLAG));
-    }
-    ir.append_to_used("llvm.compiler.used", &emitted);
+    emit_entries(ir, vtables, VTABLE_FLAG, |v| ir.global_size(v));
 }
 
 /// Host module: one offload entry per function. Weak, like clang's own entries, so an
 /// inline function that several translation units define and register gets one entry.
 pub fn emit_host_entries(ir: &Ir, functions: &[Value]) {
+    emit_entries(ir, functions, INDIRECT_FLAG, |_| HOLDER_SIZE);
+}
+
+/// One weak host entry `{&global, "<holder>", size(global), flags}` per global, unless
+/// the module has it already (the pipeline may run twice on one module).
+fn emit_entries(ir: &Ir, globals: &[Value], flags: u32, size: impl Fn(Value) -> u64) {
     let mut emitted = Vec::new();
-    for (f, holder) in functions.iter().zip(holder_names(ir, functions)) {
-        if ir
-            .global(&format!(".omp_offloading.entry.{holder}"))
-            .is_some()
-        {
+    for (&g, holder) in globals.iter().zip(holder_names(ir, globals)) {
+        let entry = format!(".omp_offloading.entry.{holder}");
+        if ir.global(&entry).is_some() {
             continue;
         }
         let name = ir.add_c_string(&format!(".omp_offloading.entry_name.{holder}"), &holder);
-        emitted.push(ir.add_offload_entry(
-            &format!(".omp_offloading.entry.{holder}"),
-            *f,
-            name,
-            HOLDER_SIZE,
-            INDIRECT_FLAG,
-        ));
+        emitted.push(ir.add_offload_entry(&entry, g, name, size(g), flags));
     }
     ir.append_to_used("llvm.compiler.used", &emitted);
 }

@@ -550,14 +550,8 @@ impl Ir {
         }
     }
 
-    /// True when the instruction has a TBAA access tag.
-    pub fn has_tbaa(&self, inst: Value) -> bool {
-        // SAFETY: `inst` is an instruction of this module.
-        unsafe { !LLVMGetMetadata(inst.0, self.metadata_kind("tbaa")).is_null() }
-    }
-
-    /// The name of the type a TBAA access tag `!{base, access, offset}` accesses (clang
-    /// tags vptr loads with "vtable pointer").
+    /// The name of the type the instruction's TBAA access tag `!{base, access, offset}`
+    /// accesses (clang tags vptr loads with "vtable pointer"); None without a tag.
     pub fn tbaa_access_type(&self, inst: Value) -> Option<String> {
         // SAFETY: `inst` is an instruction of this module.
         let tag = unsafe { LLVMGetMetadata(inst.0, self.metadata_kind("tbaa")) };

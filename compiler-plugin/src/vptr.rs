@@ -33,16 +33,22 @@ pub fn translate_vptr_loads(ir: &Ir) -> usize {
         if ir.is_declaration(f) || Some(f) == lookup_existing {
             continue;
         }
-        let loads = ir.loads(f);
-        let tbaa = loads.iter().any(|&l| ir.has_tbaa(l));
-        sites.extend(loads.into_iter().filter(|&l| {
-            ir.pointer_address_space(l) == Some(0)
-                && !already_translated(ir, l, lookup_existing)
-                && if tbaa {
-                    ir.tbaa_access_type(l).as_deref() == Some(VTABLE_POINTER_TBAA)
-                } else {
-                    read_through(ir, l)
-                }
+        let loads: Vec<(Value, Option<String>)> = ir
+            .loads(f)
+            .into_iter()
+            .map(|l| (l, ir.tbaa_access_type(l)))
+            .collect();
+        let tbaa = loads.iter().any(|(_, access)| access.is_some());
+        sites.extend(loads.into_iter().filter_map(|(l, access)| {
+            let vptr = if tbaa {
+                access.as_deref() == Some(VTABLE_POINTER_TBAA)
+            } else {
+                read_through(ir, l)
+            };
+            (vptr
+                && ir.pointer_address_space(l) == Some(0)
+                && !already_translated(ir, l, lookup_existing))
+            .then_some(l)
         }));
     }
     if sites.is_empty() {
