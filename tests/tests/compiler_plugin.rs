@@ -193,13 +193,12 @@ fn without_the_compiler_plugin_the_same_program_gets_host_versions() {
 fn config_without_plugin() -> PathBuf {
     let dir = scratch("compiler-plugin", "no-plugin-config");
     let config = dir.join("no-plugin.cfg");
-    let text: String = fs::read_to_string(x86_config())
-        .unwrap()
-        .lines()
-        .filter(|l| !l.contains("plugin="))
-        .map(|l| l.replace("<CFGDIR>/../..", &prefix().display().to_string()) + "\n")
-        .collect();
-    fs::write(&config, text).unwrap();
+    let text = fs::read_to_string(x86_config()).unwrap();
+    fs::write(
+        &config,
+        test_support::config::without_compiler_plugin(&text, &prefix()),
+    )
+    .unwrap();
     config
 }
 

@@ -115,14 +115,12 @@ fn build(prefix: &Path) -> Result<(PathBuf, PathBuf)> {
     std::fs::create_dir_all(&dir)?;
     let source = util::root().join("tests/fixtures/bench/virtual_calls.cpp");
     let config = install::config_path(prefix, "x86_64-pc-linux-gnu");
-    let text = std::fs::read_to_string(&config)?;
     let no_plugin = dir.join("x86_64-no-plugin.cfg");
-    let kept: String = text
-        .lines()
-        .filter(|l| !l.contains("plugin="))
-        .map(|l| l.replace("<CFGDIR>/../..", &prefix.display().to_string()) + "\n")
-        .collect();
-    std::fs::write(&no_plugin, kept)?;
+    let text = std::fs::read_to_string(&config)?;
+    std::fs::write(
+        &no_plugin,
+        test_support::config::without_compiler_plugin(&text, prefix),
+    )?;
     let sh = Shell::new()?;
     let with_plugin = dir.join("virtual_calls");
     let without = dir.join("virtual_calls.no-plugin");
