@@ -29,14 +29,14 @@
 //! installed table is checked (size, order, every host key present): a wrong table
 //! fails the run instead of giving numbers.
 
+use device_rtl::symbols::{INDEX_C, TABLE_C, TABLE_SIZE_C};
 use host_plugin::abi::{TgtDeviceImage, TgtOffloadEntry, TgtTargetTable};
 use host_plugin::backend::host::HostBackend;
-use host_plugin::backend::Backend;
+use host_plugin::backend::{AllocKind, Backend};
+use host_plugin::device_memory::{DeviceBuffer, DeviceMemory};
 use host_plugin::entries::FLAG_INDIRECT;
 use host_plugin::fptr;
-use host_plugin::fptr_index;
 use host_plugin::host_memory;
-use host_plugin::plugin::{FPTR_MAP_P, FPTR_MAP_SIZE};
 use host_plugin::symbols::{Wanted, LOOKUP_BATCH};
 use host_plugin::{FptrMapEntry, OffloadEntry, Plugin, PluginKind};
 use std::ffi::CString;
@@ -108,7 +108,7 @@ fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 6], 
     let symbols = symbols
         .map_err(|e| e.to_string())?
         .ok_or("the host backend inspects every image")?;
-    let (module, dlopen) = timed(|| backend.load_image(0, bytes));
+    let (module, dlopen) = timed(|| backend.load_image(0, bytes, None));
     let module = module.map_err(|e| e.to_string())?;
     let bias = module
         .load_bias()
@@ -143,43 +143,36 @@ fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 6], 
     });
     let (table, build) = timed(|| fptr::build_rows(rows?, |_, _| None).map_err(|e| e.to_string()));
     let table = table?;
-    let (allocation, upload) = timed(|| -> Result<u64, String> {
+    let memory = DeviceMemory::new(std::sync::Arc::new(HostBackend), 0);
+    let (uploaded, upload) = timed(|| -> Result<DeviceBuffer, String> {
         let err = |e: host_plugin::BackendError| e.to_string();
-        let map_p = module.global(FPTR_MAP_P).map_err(err)?;
-        let map_size = module.global(FPTR_MAP_SIZE).map_err(err)?;
+        let map_p = module.global(TABLE_C).map_err(err)?;
+        let map_size = module.global(TABLE_SIZE_C).map_err(err)?;
         let bytes = fptr::as_bytes(&table);
-        let a = backend.alloc(0, bytes.len()).map_err(err)?;
-        // SAFETY: `a` is a fresh allocation of `bytes.len()` bytes; `map_p` and
-        // `map_size` are the image's 8-byte table globals.
+        let buffer = memory.alloc(bytes.len(), AllocKind::Device).map_err(err)?;
+        buffer.write_at(0, bytes).map_err(err)?;
+        // SAFETY: `map_p` and `map_size` are the image's 8-byte table globals.
         unsafe {
-            backend.write(0, a, bytes).map_err(err)?;
-            backend.write(0, map_p, &a.to_ne_bytes()).map_err(err)?;
-            backend
-                .write(0, map_size, &(table.len() as u64).to_ne_bytes())
+            memory
+                .write(map_p, &buffer.addr().to_ne_bytes())
+                .map_err(err)?;
+            memory
+                .write(map_size, &(table.len() as u64).to_ne_bytes())
                 .map_err(err)?;
         }
-        Ok(a)
+        Ok(buffer)
     });
-    let (index_allocation, index) = timed(|| -> Result<u64, String> {
+    let (indexed, index) = timed(|| -> Result<DeviceBuffer, String> {
         let err = |e: host_plugin::BackendError| e.to_string();
-        let global = module.global(fptr_index::INDEX_GLOBAL).map_err(err)?;
-        let placed = host_memory::build_index(&backend, 0, &table)?;
+        let global = module.global(INDEX_C).map_err(err)?;
+        let placed = host_memory::build_index(&memory, &table)?;
         // SAFETY: `global` is the image's 32-byte index global.
-        unsafe {
-            backend
-                .write(0, global, bytemuck::bytes_of(&placed.header))
-                .map_err(err)?;
-        }
-        Ok(placed.allocation)
+        unsafe { memory.write(global, bytemuck::bytes_of(&placed.index.header)) }.map_err(err)?;
+        Ok(placed.index.buckets)
     });
-    // SAFETY: the allocations are the table and index uploaded above; the module (last
-    // user of their addresses) is dropped right after.
-    unsafe {
-        backend.free(0, allocation?).map_err(|e| e.to_string())?;
-        backend
-            .free(0, index_allocation?)
-            .map_err(|e| e.to_string())?;
-    }
+    // The table and index buffers go before the module, the last user of their addresses.
+    uploaded?.free().map_err(|e| e.to_string())?;
+    indexed?.free().map_err(|e| e.to_string())?;
     drop(module);
     check_table(&table, entries.len())?;
     Ok([inspect, dlopen, resolve, build, upload, index])

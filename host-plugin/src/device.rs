@@ -2,70 +2,32 @@
 //! rules (the images loaded on it with their indirect tables, its kernel registry, its
 //! allocations, copies, queues and events), over the vendor's hooks ([`Backend`], called
 //! with this device's index). libomptarget's calls for a device go to its `Device`
-//! through [`crate::Plugin::device`]; what spans devices stays on the `Plugin`.
+//! through [`crate::Plugin::device`]; what spans devices stays on the `Plugin`. Loading
+//! an image is [`crate::load`]'s sequence; this module keeps what it registers.
 
 use crate::backend::{
     AllocKind, Backend, DeviceAddr, EventHandle, LaunchRequest, LoadedModule, QueueHandle,
-    StagedImage,
 };
+use crate::device_memory::DeviceMemory;
+use crate::device_table::{DeviceTable, IndexInfo};
 use crate::diag;
-use crate::entries::{HostEntry, OffloadEntry};
-use crate::error::PluginError;
+use crate::error::{backend_err, backend_err_with, PluginError};
 use crate::fptr::{self, FptrMapEntry};
-use crate::fptr_index::{self, FptrIndex, BUCKET_BYTES};
-use crate::image::{ImageError, ImageSymbols};
 use crate::kernels::{KernelRecord, KernelRegistry, LaunchPlan};
-use crate::plugin::{
-    image_name, lock, DeviceEntry, LoadContext, PluginKind, ResolvedEntries,
-    ENTRIES_PER_LOAD_THREAD,
-};
+use crate::locking::lock;
+use crate::plugin_kind::PluginKind;
 use std::sync::{Arc, Mutex, RwLock};
 
-/// Where an image's fptr table lives on the device, if the image can hold one.
-pub(crate) struct InstalledTable {
-    pub(crate) map_p: DeviceAddr,
-    pub(crate) map_size: DeviceAddr,
-    /// The device copy of the table (None when the table is empty).
-    pub(crate) allocation: Option<DeviceAddr>,
-    pub(crate) table: Vec<FptrMapEntry>,
-    /// The image's index header global, when its device runtime has one (device
-    /// runtimes from before the index do not).
-    pub(crate) index_global: Option<DeviceAddr>,
-    /// The index installed beside the table, if any.
-    pub(crate) index: Option<InstalledIndex>,
-}
-
-/// An index on the device: the header written into the image's global, and the
-/// allocation holding its buckets (aligned inside it).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct InstalledIndex {
-    pub(crate) header: FptrIndex,
-    pub(crate) allocation: DeviceAddr,
-}
-
-/// An index placed on the device, and how many seed pairs its build took.
-struct PlacedIndex {
-    index: InstalledIndex,
-    attempts: u32,
-}
-
-/// What [`Device::fptr_index`] reports about an image's index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IndexInfo {
-    /// Device address of the image's `__omptarget_rs_fptr_index`.
-    pub global: DeviceAddr,
-    /// What the plugin wrote into it: the empty header when there is no index.
-    pub header: FptrIndex,
-}
-
+/// An image loaded on a device, with everything that lives as long as it does.
 pub(crate) struct LoadedImage {
     pub(crate) key: usize,
     pub(crate) name: String,
-    /// Kept alive while the image is loaded; dropping it unloads the image.
-    pub(crate) _module: Box<dyn LoadedModule>,
+    /// Dropping it unloads the image.
+    pub(crate) module: Box<dyn LoadedModule>,
     /// Its kernels' addresses (not a copy of every entry: a million names cost time).
     pub(crate) kernels: Vec<DeviceAddr>,
-    pub(crate) fptr: Option<InstalledTable>,
+    /// Its indirect function table, where it has the device runtime's globals.
+    pub(crate) table: Option<DeviceTable>,
     /// What the caller handed to its own caller for this image and must keep in place
     /// until the image is unloaded (the C ABI's `__tgt_target_table`): it lives and dies
     /// with the image, so no second list has to be kept in step with this one.
@@ -74,11 +36,9 @@ pub(crate) struct LoadedImage {
 
 /// One device of a plugin: its generic state, and the vendor's hooks for it.
 pub struct Device {
-    /// libomptarget's number for the device (what messages and errors name).
-    pub(crate) id: i32,
-    /// The vendor's index of the device (what its hooks take).
-    pub(crate) index: usize,
-    pub(crate) kind: PluginKind,
+    /// The device's number: libomptarget's, which is also the vendor's index.
+    index: usize,
+    kind: PluginKind,
     /// Declared before the backend so the images unload before the last reference to
     /// the backend drops (a GPU backend releases its contexts then).
     images: Mutex<Vec<LoadedImage>>,
@@ -86,41 +46,10 @@ pub struct Device {
     /// are checked against it, so a stale or made-up address fails instead of jumping
     /// anywhere.
     kernels: RwLock<KernelRegistry>,
-    pub(crate) backend: Arc<dyn Backend>,
-    /// The most threads a load resolves its entries on ([`Plugin::set_load_threads`]).
-    pub(crate) load_thread_cap: usize,
+    backend: Arc<dyn Backend>,
+    /// The most threads a load resolves its entries on ([`crate::Plugin::set_load_threads`]).
+    load_thread_cap: usize,
 }
-
-/// An error mapper for a backend call. `what` becomes a String only on failure: these
-/// run on every transfer and launch, where an allocation per call showed up.
-pub(crate) fn backend_err(
-    device: i32,
-    what: impl Into<String>,
-) -> impl FnOnce(crate::BackendError) -> PluginError {
-    move |source| PluginError::Backend {
-        device,
-        what: what.into(),
-        source,
-    }
-}
-
-/// As [`backend_err`], for a message that has to be formatted (only on failure).
-pub(crate) fn backend_err_with(
-    device: i32,
-    what: impl FnOnce() -> String,
-) -> impl FnOnce(crate::BackendError) -> PluginError {
-    move |source| PluginError::Backend {
-        device,
-        what: what(),
-        source,
-    }
-}
-
-/// Images from this size on are staged on a second thread while their checks run
-/// ([`Device::inspect_and_stage`]), and their load files released on one while the
-/// entries resolve: below it, a thread start (tens of microseconds) would cost what
-/// the overlap saves.
-const STAGE_ALONGSIDE_BYTES: usize = 256 << 10;
 
 impl Device {
     /// Device `index` of `backend`; its loads resolve on at most `load_thread_cap` threads.
@@ -131,7 +60,6 @@ impl Device {
         load_thread_cap: usize,
     ) -> Self {
         Device {
-            id: index as i32,
             index,
             kind,
             images: Mutex::default(),
@@ -141,9 +69,35 @@ impl Device {
         }
     }
 
-    /// libomptarget's number for this device.
+    /// libomptarget's number for this device (what messages and errors name).
     pub fn id(&self) -> i32 {
-        self.id
+        self.index as i32
+    }
+
+    /// The vendor's index of this device (what its hooks take).
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    pub(crate) fn kind(&self) -> PluginKind {
+        self.kind
+    }
+
+    pub(crate) fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+
+    /// This device's memory, for the plugin's own buffers.
+    pub(crate) fn memory(&self) -> DeviceMemory {
+        DeviceMemory::new(Arc::clone(&self.backend), self.index)
+    }
+
+    pub(crate) fn load_thread_cap(&self) -> usize {
+        self.load_thread_cap
+    }
+
+    pub(crate) fn set_load_thread_cap(&mut self, threads: usize) {
+        self.load_thread_cap = threads.max(1);
     }
 
     /// Unload every image (`__tgt_rtl_deinit_plugin`).
@@ -161,7 +115,7 @@ impl Device {
     pub fn check_requirements(&self, flags: i64) -> Result<(), PluginError> {
         match self.backend.unsupported_requirements(flags) {
             Some(why) => Err(PluginError::Invalid {
-                device: self.id,
+                device: self.id(),
                 what: why,
             }),
             None => Ok(()),
@@ -171,179 +125,24 @@ impl Device {
     pub fn init_device(&self) -> Result<(), PluginError> {
         self.backend
             .init_device(self.index)
-            .map_err(backend_err(self.id, "initialising"))
+            .map_err(backend_err(self.id(), "initialising"))
     }
 
-    /// Load an image here, resolve its entries (one device entry per host entry,
-    /// in order), and install its indirect function table. `key` identifies the image
-    /// (libomptarget's address of it); loading the same key again replaces it.
-    pub fn load_binary(
+    /// Register a loaded image and its kernels, replacing the image of the same key.
+    /// If releasing that one fails, the new one is not registered: dropping it unloads
+    /// it and frees its table.
+    pub(crate) fn register(
         &self,
-        key: usize,
-        image_bytes: &[u8],
-        entries: &[OffloadEntry],
-    ) -> Result<Vec<DeviceEntry>, PluginError> {
-        self.load_entries(key, image_bytes, entries, |addrs| {
-            entries
-                .iter()
-                .zip(addrs)
-                .map(|(e, &addr)| DeviceEntry {
-                    addr,
-                    size: e.size,
-                    flags: e.flags,
-                })
-                .collect()
-        })
-    }
-
-    /// `first` on a second thread while `second` runs on this one, where `worth_it`
-    /// and the load may use more than one thread; else one after the other.
-    fn beside<A: Send, B>(
-        &self,
-        worth_it: bool,
-        first: impl FnOnce() -> A + Send,
-        second: impl FnOnce() -> B,
-    ) -> (A, B) {
-        if !worth_it || self.load_thread_cap <= 1 {
-            return (first(), second());
-        }
-        std::thread::scope(|scope| {
-            let first = scope.spawn(first);
-            let second = second();
-            // A panic on the second thread goes on here, where the C ABI's guard
-            // catches it.
-            let first = first
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p));
-            (first, second)
-        })
-    }
-
-    /// The image's checks ([`Backend::inspect_image`]) and the work the backend can do
-    /// on it meanwhile ([`Backend::stage_image`]): for an image of
-    /// [`STAGE_ALONGSIDE_BYTES`] or more, the staging runs on a second thread while the
-    /// checks run (the host writes the image file; docs/BENCHMARKS.md 1d times the file
-    /// write with dlopen at 0.45 and 48 ms, the checks at 0.17 and 18 ms, for 10k and 1M
-    /// entries); smaller ones do both in turn. Nothing is loaded before the checks pass:
-    /// the caller loads only then.
-    #[allow(clippy::type_complexity)]
-    fn inspect_and_stage<'i>(
-        &self,
-        image: &'i [u8],
-    ) -> (
-        Result<Option<ImageSymbols<'i>>, ImageError>,
-        Result<Option<StagedImage>, crate::BackendError>,
-    ) {
-        let backend = self.backend.as_ref();
-        if image.len() < STAGE_ALONGSIDE_BYTES || self.load_thread_cap <= 1 {
-            let symbols = backend.inspect_image(image);
-            let staged = match symbols {
-                Ok(_) => backend.stage_image(self.index, image),
-                Err(_) => Ok(None),
-            };
-            return (symbols, staged);
-        }
-        let (staged, symbols) = self.beside(
-            true,
-            || backend.stage_image(self.index, image),
-            || backend.inspect_image(image),
-        );
-        (symbols, staged)
-    }
-
-    /// [`Device::load_binary`] for any kind of host entry (the C ABI reads
-    /// libomptarget's in place): `publish` gets every entry's device address, in entry
-    /// order, and makes the caller's table of them. It runs on a second thread while
-    /// the indirect function table is built and installed, for loads of
-    /// [`ENTRIES_PER_LOAD_THREAD`] entries or more: a million-entry table of
-    /// libomptarget's is 32 MB of fresh memory to write. Its result is returned once the
-    /// image is loaded.
-    pub fn load_entries<E: HostEntry + Sync, R: Send>(
-        &self,
-        key: usize,
-        image_bytes: &[u8],
-        entries: &[E],
-        publish: impl FnOnce(&[DeviceAddr]) -> R + Send,
-    ) -> Result<R, PluginError> {
-        let (device, d) = (self.id, self.index);
-        let name = image_name(key, image_bytes.len());
-        // The code for this device: the image, or its code object for the device.
-        let code =
-            self.backend
-                .device_code(d, image_bytes)
-                .map_err(|source| PluginError::Load {
-                    image: name.clone(),
-                    device,
-                    source,
-                })?;
-        let image_bytes = code.bytes();
-        let (symbols, staged) = self.inspect_and_stage(image_bytes);
-        let symbols = symbols.map_err(|source| PluginError::Image {
-            image: name.clone(),
-            device,
-            source,
-        })?;
-        let module = staged
-            .and_then(|staged| self.backend.load_staged(d, image_bytes, staged))
-            .map_err(|source| PluginError::Load {
-                image: name.clone(),
-                device,
-                source,
-            })?;
-        if self.kind.has_device_environment() {
-            crate::device_env::install(self.backend.as_ref(), module.as_ref(), d).map_err(
-                |source| PluginError::Load {
-                    image: name.clone(),
-                    device,
-                    source,
-                },
-            )?;
-        }
-        let ctx = LoadContext {
-            target: self,
-            device,
-            d,
-            image: &name,
-            module: module.as_ref(),
-            symbols: symbols.as_ref(),
-            bias: module.load_bias(),
-            kernel_records: Mutex::new(Vec::new()),
-        };
-        // Removing the host's image file took 0.1 ms of a 2 ms load at 10k entries
-        // (docs/BENCHMARKS.md 1d): for big images it runs beside the resolution.
-        let ((), resolved) = self.beside(
-            image_bytes.len() >= STAGE_ALONGSIDE_BYTES,
-            || module.release_load_files(),
-            || ctx.resolve_entries(entries),
-        );
-        let ResolvedEntries {
-            addrs,
-            kernels,
-            rows,
-        } = resolved?;
-        let kernel_records = std::mem::take(&mut *lock(&ctx.kernel_records));
-        let (published, fptr) = self.beside(
-            entries.len() >= ENTRIES_PER_LOAD_THREAD,
-            || publish(&addrs),
-            || ctx.build_and_install(entries, rows),
-        );
-        let fptr = fptr?;
-
-        let loaded = LoadedImage {
-            key,
-            name,
-            _module: module,
-            kernels: kernels.clone(),
-            fptr,
-            published: None,
-        };
-        self.unload(key)?;
-        lock(&self.images).push(loaded);
+        image: LoadedImage,
+        kernel_records: Vec<(DeviceAddr, KernelRecord)>,
+    ) -> Result<(), PluginError> {
+        self.unload(image.key)?;
+        lock(&self.images).push(image);
         self.kernels
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .extend(kernel_records);
-        Ok(published)
+        Ok(())
     }
 
     /// Unload one image (if loaded): free its table, close it.
@@ -359,34 +158,35 @@ impl Device {
         self.release(removed)
     }
 
+    /// Forget the images' kernels, free their tables, unload them; the first failure
+    /// to free is reported (after everything was tried).
     fn release(&self, removed: Vec<LoadedImage>) -> Result<(), PluginError> {
-        let (device, d) = (self.id, self.index);
+        let device = self.id();
         let mut result = Ok(());
-        for img in removed {
+        for image in removed {
             {
                 let mut kernels = self.kernels.write().unwrap_or_else(|e| e.into_inner());
-                for addr in &img.kernels {
+                for addr in &image.kernels {
                     kernels.remove(addr);
                 }
             }
-            let table = img.fptr.as_ref();
-            let allocations = [
-                table.and_then(|t| t.allocation),
-                table.and_then(|t| t.index).map(|i| i.allocation),
-            ];
-            for alloc in allocations.into_iter().flatten() {
-                // SAFETY: `alloc` came from `backend.alloc` on this device when the table
-                // or its index was installed, and the image using it is being unloaded.
-                let r = unsafe { self.backend.free(d, alloc) };
-                if let Err(source) = r {
+            let LoadedImage {
+                name,
+                module,
+                table,
+                ..
+            } = image;
+            if let Some(Err(source)) = table.map(DeviceTable::release) {
+                if result.is_ok() {
                     result = Err(PluginError::Backend {
                         device,
-                        what: format!("freeing the indirect table of {}", img.name),
+                        what: format!("freeing the indirect table of {name}"),
                         source,
                     });
                 }
             }
-            diag::debug(|| format!("device {device}: unloaded {}", img.name));
+            drop(module);
+            diag::debug(|| format!("device {device}: unloaded {name}"));
         }
         result
     }
@@ -398,7 +198,7 @@ impl Device {
         key: usize,
         table: Box<dyn std::any::Any + Send>,
     ) -> Result<(), PluginError> {
-        let device = self.id;
+        let device = self.id();
         let mut images = lock(&self.images);
         let image =
             images
@@ -415,19 +215,20 @@ impl Device {
     /// The indirect function table installed for an image (for tools and tests).
     pub fn fptr_table(&self, key: usize) -> Option<Vec<FptrMapEntry>> {
         let images = lock(&self.images);
-        let img = images.iter().find(|i| i.key == key)?;
-        img.fptr.as_ref().map(|t| t.table.clone())
+        let image = images.iter().find(|i| i.key == key)?;
+        image.table.as_ref().map(|t| t.rows().to_vec())
     }
 
     /// The index header global of an image and what was written into it; None when the
     /// image has no table or its device runtime has no index global.
     pub fn fptr_index(&self, key: usize) -> Option<IndexInfo> {
         let images = lock(&self.images);
-        let table = images.iter().find(|i| i.key == key)?.fptr.as_ref()?;
-        Some(IndexInfo {
-            global: table.index_global?,
-            header: table.index.map_or(FptrIndex::NONE, |i| i.header),
-        })
+        images
+            .iter()
+            .find(|i| i.key == key)?
+            .table
+            .as_ref()?
+            .index_info()
     }
 
     /// Number of images loaded here.
@@ -438,184 +239,24 @@ impl Device {
     /// `__tgt_rtl_set_function_ptr_map`: install a whole table, handed over by the host
     /// runtime, in every image loaded on the device that has the table globals.
     pub fn set_function_ptr_map(&self, rows: &[FptrMapEntry]) -> Result<usize, PluginError> {
-        let (device, d) = (self.id, self.index);
+        let device = self.id();
         let table = fptr::from_rows(rows).map_err(|source| PluginError::Fptr {
             image: "the table given to __tgt_rtl_set_function_ptr_map".into(),
             device,
             source,
         })?;
+        let memory = self.memory();
         let mut images = lock(&self.images);
         let mut patched = 0;
-        for img in images.iter_mut() {
-            let Some(installed) = img.fptr.as_mut() else {
+        for image in images.iter_mut() {
+            let Some(installed) = image.table.as_mut() else {
                 continue;
             };
-            // The old index describes the old table: off first, so that no step below
-            // can leave the device with an index of another table.
-            if let Some(global) = installed.index_global {
-                self.write_index_header(global, &FptrIndex::NONE)?;
-                if let Some(old) = installed.index.take() {
-                    // SAFETY: `old.allocation` came from `backend.alloc` on this device
-                    // and the image's header no longer points into it.
-                    unsafe { self.backend.free(d, old.allocation) }
-                        .map_err(backend_err(device, "freeing the previous index"))?;
-                }
-            }
-            let new_alloc = self.upload(&table, installed.map_p, installed.map_size)?;
-            let old_table = std::mem::replace(&mut installed.allocation, new_alloc);
-            installed.table = table.clone();
-            if let Some(old) = old_table {
-                // SAFETY: `old` came from `backend.alloc` on this device and the image
-                // now points at the new table.
-                unsafe { self.backend.free(d, old) }
-                    .map_err(backend_err(device, "freeing the previous table"))?;
-            }
-            if let Some(global) = installed.index_global {
-                let (index, note) = self.upload_index(&table, global)?;
-                diag::debug(|| format!("device {device}: {}: {note}", img.name));
-                installed.index = index;
-            }
+            let note = installed.replace(&memory, table.clone())?;
+            diag::debug(|| format!("device {device}: {}: {note}", image.name));
             patched += 1;
         }
         Ok(patched)
-    }
-
-    /// Copy a table to the device and point the image's globals at it.
-    pub(crate) fn upload(
-        &self,
-        table: &[FptrMapEntry],
-        map_p: DeviceAddr,
-        map_size: DeviceAddr,
-    ) -> Result<Option<DeviceAddr>, PluginError> {
-        let bytes = fptr::as_bytes(table);
-        let allocation = if table.is_empty() {
-            None
-        } else {
-            let a = self
-                .backend
-                .alloc(self.index, bytes.len())
-                .map_err(backend_err(self.id, "allocating the indirect table"))?;
-            // SAFETY: `a` is a fresh allocation of exactly `bytes.len()` bytes.
-            unsafe { self.backend.write(self.index, a, bytes) }
-                .map_err(backend_err(self.id, "copying the indirect table"))?;
-            Some(a)
-        };
-        let p = allocation.unwrap_or(0).to_ne_bytes();
-        let n = (table.len() as u64).to_ne_bytes();
-        // SAFETY: `map_p` and `map_size` are the addresses of the image's 8-byte table
-        // globals, resolved through the backend and size-checked against the ELF symbols.
-        unsafe {
-            self.backend
-                .write(self.index, map_p, &p)
-                .and_then(|()| self.backend.write(self.index, map_size, &n))
-        }
-        .map_err(backend_err(self.id, "writing the indirect table globals"))?;
-        Ok(allocation)
-    }
-
-    /// Build the index of `table`, copy its buckets to the device and write its header
-    /// into the image's index global; without an index (turned off, the builder gave up,
-    /// no device memory for it) the global gets the empty header, so the device searches
-    /// the table. Returns the index and a line for the log; an error only when the header
-    /// cannot be written (then nothing of the index is left allocated).
-    pub(crate) fn upload_index(
-        &self,
-        table: &[FptrMapEntry],
-        global: DeviceAddr,
-    ) -> Result<(Option<InstalledIndex>, String), PluginError> {
-        let d = self.index;
-        let placed = if !fptr_index::enabled() {
-            Err("turned off by OMPTARGET_RS_FPTR_INDEX=0".to_string())
-        } else if self.backend.memory_is_host() {
-            self.build_index_in_place(table)
-        } else {
-            self.build_and_copy_index(table)
-        };
-        let (index, note) = match placed {
-            Ok(placed) => {
-                let note = format!(
-                    "index: {} buckets of {} pairs ({} bytes) at {:#x}, seed pair {}",
-                    placed.index.header.bucket_count,
-                    fptr_index::SLOTS,
-                    placed.index.header.bucket_count * BUCKET_BYTES as u64,
-                    placed.index.header.buckets,
-                    placed.attempts
-                );
-                (Some(placed.index), note)
-            }
-            Err(reason) => (
-                None,
-                format!("no index ({reason}): lookups search the table"),
-            ),
-        };
-        let header = index.map_or(FptrIndex::NONE, |i| i.header);
-        if let Err(e) = self.write_index_header(global, &header) {
-            if let Some(index) = index {
-                // SAFETY: the allocation is fresh and the header does not point into it.
-                let _ = unsafe { self.backend.free(d, index.allocation) };
-            }
-            return Err(e);
-        }
-        Ok((index, note))
-    }
-
-    /// The index of `table` built in host memory, then copied to a device allocation
-    /// (its buckets 32-byte aligned inside it); nothing stays allocated on failure.
-    fn build_and_copy_index(&self, table: &[FptrMapEntry]) -> Result<PlacedIndex, String> {
-        let d = self.index;
-        let built = fptr_index::build(table).map_err(fptr_index::describe)?;
-        let bytes = built.as_bytes();
-        let copy_failed = |e| format!("copying it to the device failed: {e}");
-        // Room to start the buckets on a 32-byte boundary.
-        let allocation = self
-            .backend
-            .alloc(d, bytes.len() + BUCKET_BYTES - 1)
-            .map_err(copy_failed)?;
-        let buckets = fptr_index::aligned_buckets(allocation);
-        // SAFETY: `buckets .. buckets + bytes.len()` lies inside the fresh allocation of
-        // bytes.len() + 31 bytes at `allocation` (aligned_buckets moves the start by at
-        // most 31).
-        if let Err(e) = unsafe { self.backend.write(d, buckets, bytes) } {
-            // SAFETY: nothing points at the fresh allocation.
-            let _ = unsafe { self.backend.free(d, allocation) };
-            return Err(copy_failed(e));
-        }
-        Ok(PlacedIndex {
-            index: InstalledIndex {
-                header: built.header(buckets),
-                allocation,
-            },
-            attempts: built.attempts,
-        })
-    }
-
-    /// The index of `table` built straight into a device allocation, where device memory
-    /// is this process's own ([`Backend::memory_is_host`]).
-    fn build_index_in_place(&self, table: &[FptrMapEntry]) -> Result<PlacedIndex, String> {
-        let placed = crate::host_memory::build_index(self.backend.as_ref(), self.index, table)?;
-        Ok(PlacedIndex {
-            index: InstalledIndex {
-                header: placed.header,
-                allocation: placed.allocation,
-            },
-            attempts: placed.attempts,
-        })
-    }
-
-    /// Write an index header into an image's index global.
-    fn write_index_header(
-        &self,
-        global: DeviceAddr,
-        header: &FptrIndex,
-    ) -> Result<(), PluginError> {
-        // SAFETY: `global` is the address of an image's index header global, resolved
-        // through the backend and size-checked (fptr_index::HEADER_BYTES) against its
-        // symbol.
-        unsafe {
-            self.backend
-                .write(self.index, global, bytemuck::bytes_of(header))
-        }
-        .map_err(backend_err(self.id, "writing the index global"))
     }
 
     /// The record of a kernel of an image loaded here.
@@ -627,7 +268,7 @@ impl Device {
             .get(&kernel)
             .copied();
         record.ok_or_else(|| PluginError::Invalid {
-            device: self.id,
+            device: self.id(),
             what: format!("{kernel:#x} is not a kernel of any image loaded on it"),
         })
     }
@@ -642,7 +283,7 @@ impl Device {
         kernel: DeviceAddr,
         args: &[DeviceAddr],
     ) -> Result<(), PluginError> {
-        let device = self.id;
+        let device = self.id();
         let record = self.loaded_kernel(kernel)?;
         diag::debug(|| {
             format!(
@@ -666,7 +307,7 @@ impl Device {
         args: &[DeviceAddr],
         request: LaunchRequest,
     ) -> Result<(), PluginError> {
-        let device = self.id;
+        let device = self.id();
         let record = self.loaded_kernel(kernel)?;
         diag::debug(|| {
             format!(
@@ -696,21 +337,23 @@ impl Device {
                 diag::debug(|| {
                     format!(
                         "device {}: launching {kernel:#x} ({mode:?}) as {shape:?}",
-                        self.id
+                        self.id()
                     )
                 });
                 // SAFETY: forwarded caller contract.
                 unsafe { self.backend.launch_shaped(self.index, kernel, args, shape) }
             }
         };
-        launched.map_err(backend_err_with(self.id, || format!("kernel {kernel:#x}")))
+        launched.map_err(backend_err_with(self.id(), || {
+            format!("kernel {kernel:#x}")
+        }))
     }
 
     /// Allocate memory of one of LLVM 16's kinds (device, pinned host, managed).
     pub fn alloc_kind(&self, size: usize, kind: AllocKind) -> Result<DeviceAddr, PluginError> {
         self.backend
             .alloc_kind(self.index, size, kind)
-            .map_err(backend_err_with(self.id, || {
+            .map_err(backend_err_with(self.id(), || {
                 format!("allocating {kind:?} memory")
             }))
     }
@@ -718,14 +361,14 @@ impl Device {
     pub fn alloc(&self, size: usize) -> Result<DeviceAddr, PluginError> {
         self.backend
             .alloc(self.index, size)
-            .map_err(backend_err(self.id, "allocating"))
+            .map_err(backend_err(self.id(), "allocating"))
     }
 
     /// # Safety
     /// `addr` came from `alloc` on this device and is dead.
     pub unsafe fn free(&self, addr: DeviceAddr) -> Result<(), PluginError> {
         // SAFETY: forwarded caller contract.
-        unsafe { self.backend.free(self.index, addr) }.map_err(backend_err(self.id, "freeing"))
+        unsafe { self.backend.free(self.index, addr) }.map_err(backend_err(self.id(), "freeing"))
     }
 
     /// # Safety
@@ -733,7 +376,7 @@ impl Device {
     pub unsafe fn submit(&self, dst: DeviceAddr, src: &[u8]) -> Result<(), PluginError> {
         // SAFETY: forwarded caller contract.
         unsafe { self.backend.write(self.index, dst, src) }
-            .map_err(backend_err(self.id, "copying to the device"))
+            .map_err(backend_err(self.id(), "copying to the device"))
     }
 
     /// # Safety
@@ -741,27 +384,27 @@ impl Device {
     pub unsafe fn retrieve(&self, dst: &mut [u8], src: DeviceAddr) -> Result<(), PluginError> {
         // SAFETY: forwarded caller contract.
         unsafe { self.backend.read(self.index, src, dst) }
-            .map_err(backend_err(self.id, "copying from the device"))
+            .map_err(backend_err(self.id(), "copying from the device"))
     }
 
     pub fn synchronize(&self) -> Result<(), PluginError> {
         self.backend
             .synchronize(self.index)
-            .map_err(backend_err(self.id, "synchronizing"))
+            .map_err(backend_err(self.id(), "synchronizing"))
     }
 
     /// A queue for asynchronous copies, None where the device copies synchronously.
     pub fn queue_create(&self) -> Result<Option<QueueHandle>, PluginError> {
         self.backend
             .queue_create(self.index)
-            .map_err(backend_err(self.id, "creating a queue"))
+            .map_err(backend_err(self.id(), "creating a queue"))
     }
 
     /// Wait for a queue's work and destroy it.
     pub fn queue_finish(&self, queue: QueueHandle) -> Result<(), PluginError> {
         self.backend
             .queue_finish(self.index, queue)
-            .map_err(backend_err_with(self.id, || {
+            .map_err(backend_err_with(self.id(), || {
                 format!("finishing queue {queue:#x}")
             }))
     }
@@ -769,7 +412,7 @@ impl Device {
     pub fn queue_done(&self, queue: QueueHandle) -> Result<bool, PluginError> {
         self.backend
             .queue_done(self.index, queue)
-            .map_err(backend_err_with(self.id, || {
+            .map_err(backend_err_with(self.id(), || {
                 format!("querying queue {queue:#x}")
             }))
     }
@@ -785,7 +428,7 @@ impl Device {
     ) -> Result<(), PluginError> {
         // SAFETY: forwarded caller contract.
         unsafe { self.backend.write_async(self.index, dst, src, len, queue) }
-            .map_err(backend_err(self.id, "queueing a copy to the device"))
+            .map_err(backend_err(self.id(), "queueing a copy to the device"))
     }
 
     /// # Safety
@@ -799,14 +442,14 @@ impl Device {
     ) -> Result<(), PluginError> {
         // SAFETY: forwarded caller contract.
         unsafe { self.backend.read_async(self.index, src, dst, len, queue) }
-            .map_err(backend_err(self.id, "queueing a copy from the device"))
+            .map_err(backend_err(self.id(), "queueing a copy from the device"))
     }
 
     /// A new event, None where events are only tokens (everything is already complete).
     pub fn event_create(&self) -> Result<Option<EventHandle>, PluginError> {
         self.backend
             .event_create(self.index)
-            .map_err(backend_err(self.id, "creating an event"))
+            .map_err(backend_err(self.id(), "creating an event"))
     }
 
     pub fn event_record(
@@ -816,7 +459,7 @@ impl Device {
     ) -> Result<(), PluginError> {
         self.backend
             .event_record(self.index, event, queue)
-            .map_err(backend_err(self.id, "recording an event"))
+            .map_err(backend_err(self.id(), "recording an event"))
     }
 
     pub fn event_wait(
@@ -826,18 +469,18 @@ impl Device {
     ) -> Result<(), PluginError> {
         self.backend
             .event_wait(self.index, event, queue)
-            .map_err(backend_err(self.id, "waiting for an event"))
+            .map_err(backend_err(self.id(), "waiting for an event"))
     }
 
     pub fn event_sync(&self, event: EventHandle) -> Result<(), PluginError> {
         self.backend
             .event_sync(self.index, event)
-            .map_err(backend_err(self.id, "synchronizing an event"))
+            .map_err(backend_err(self.id(), "synchronizing an event"))
     }
 
     pub fn event_destroy(&self, event: EventHandle) -> Result<(), PluginError> {
         self.backend
             .event_destroy(self.index, event)
-            .map_err(backend_err(self.id, "destroying an event"))
+            .map_err(backend_err(self.id(), "destroying an event"))
     }
 }

@@ -46,3 +46,28 @@ pub enum PluginError {
     #[error("a panic was caught in {0}: {1}")]
     Panic(&'static str, String),
 }
+
+/// An error mapper for a backend call. `what` becomes a String only on failure: these
+/// run on every transfer and launch, where an allocation per call showed up.
+pub(crate) fn backend_err(
+    device: i32,
+    what: impl Into<String>,
+) -> impl FnOnce(BackendError) -> PluginError {
+    move |source| PluginError::Backend {
+        device,
+        what: what.into(),
+        source,
+    }
+}
+
+/// As [`backend_err`], for a message that has to be formatted (only on failure).
+pub(crate) fn backend_err_with(
+    device: i32,
+    what: impl FnOnce() -> String,
+) -> impl FnOnce(BackendError) -> PluginError {
+    move |source| PluginError::Backend {
+        device,
+        what: what(),
+        source,
+    }
+}

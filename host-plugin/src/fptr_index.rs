@@ -2,11 +2,12 @@
 //! cuckoo index (`device_rtl::index`, where the layout, the hash and the builder are
 //! defined once, so the plugin and the device cannot disagree), in host memory, ready to
 //! copy to the device, plus the header the device global `__omptarget_rs_fptr_index`
-//! gets. Pure, like [`crate::fptr`].
+//! gets, and the index once placed on a device ([`DeviceIndex`], owning its buffer).
 //!
 //! `OMPTARGET_RS_FPTR_INDEX=0` turns it off (the device then searches the sorted table),
 //! for comparisons and as a way out should an index ever misbehave.
 
+use crate::device_memory::DeviceBuffer;
 use crate::fptr::FptrMapEntry;
 use device_rtl::index::{self, BuildPolicy};
 use std::ffi::CStr;
@@ -75,6 +76,20 @@ pub fn describe(error: BuildError) -> String {
             format!("no seed pair placed every key ({attempts} tried)")
         }
     }
+}
+
+/// An index on the device: the header written into the image's global, and the buffer
+/// holding its buckets (aligned inside it).
+#[derive(Debug)]
+pub struct DeviceIndex {
+    pub header: FptrIndex,
+    pub buckets: DeviceBuffer,
+}
+
+/// An index placed on the device, and how many seed pairs its build took.
+pub struct PlacedIndex {
+    pub index: DeviceIndex,
+    pub attempts: u32,
 }
 
 /// False when `OMPTARGET_RS_FPTR_INDEX` is `0` (read once).

@@ -9,7 +9,7 @@
 //! One library, three plugins: `libomptarget.rtl.x86_64.so` (the host CPU, through
 //! dlopen and libffi), `libomptarget.rtl.cuda.so` (NVIDIA GPUs, through the CUDA driver
 //! API) and `libomptarget.rtl.amdgpu.so` (AMD GPUs, through HIP); the name a copy was
-//! loaded by picks its [`plugin::PluginKind`].
+//! loaded by picks its [`plugin_kind::PluginKind`].
 //!
 //! Layout: [`abi`] holds the `#[repr(C)]` LLVM 16 structures and the `extern "C"`
 //! `__tgt_rtl_*` shims; [`plugin`] is the safe core (the plugin, one image's load) and
@@ -21,6 +21,8 @@ pub mod abi;
 pub mod backend;
 pub mod device;
 pub mod device_env;
+pub mod device_memory;
+pub mod device_table;
 pub mod diag;
 pub mod entries;
 pub mod error;
@@ -30,15 +32,22 @@ pub mod host_memory;
 mod huge_pages;
 pub mod image;
 pub mod kernels;
+pub mod load;
+mod locking;
 mod own_file;
 pub mod plugin;
+pub mod plugin_kind;
 mod prefetch;
 pub mod radix;
+pub mod resolve;
 pub mod symbols;
 
 pub use backend::{Backend, BackendError, DeviceAddr};
-pub use device::{Device, IndexInfo};
+pub use device::Device;
+pub use device_table::IndexInfo;
 pub use entries::{EntryKind, OffloadEntry};
 pub use error::PluginError;
 pub use fptr::FptrMapEntry;
-pub use plugin::{DeviceEntry, Plugin, PluginKind};
+pub use load::DeviceEntry;
+pub use plugin::Plugin;
+pub use plugin_kind::PluginKind;

@@ -314,8 +314,8 @@ fn each_device_gets_only_code_it_can_run() {
     // the device (the xnack- build on device 0, the gfx1100 one on device 1).
     let bundled = bundle(&["gfx90a:xnack+", "gfx90a:xnack-", "gfx1100"]);
     fake.clear_log();
-    let m0 = backend.load_image(0, &bundled).unwrap();
-    let m1 = backend.load_image(1, &bundled).unwrap();
+    let m0 = backend.load_image(0, &bundled, None).unwrap();
+    let m1 = backend.load_image(1, &bundled, None).unwrap();
     in_order(
         &fake.log(),
         &[

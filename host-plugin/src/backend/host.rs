@@ -52,14 +52,6 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    fn load_image(
-        &self,
-        device: usize,
-        image: &[u8],
-    ) -> Result<Box<dyn LoadedModule>, BackendError> {
-        self.load_staged(device, image, None)
-    }
-
     fn stage_image(
         &self,
         _device: usize,
@@ -68,7 +60,7 @@ impl Backend for HostBackend {
         Ok(Some(Box::new(ImageFile::write(image)?)))
     }
 
-    fn load_staged(
+    fn load_image(
         &self,
         _device: usize,
         image: &[u8],

@@ -270,11 +270,6 @@ pub trait Backend: Send + Sync {
     fn unsupported_requirements(&self, _flags: i64) -> Option<String> {
         None
     }
-    fn load_image(
-        &self,
-        device: usize,
-        image: &[u8],
-    ) -> Result<Box<dyn LoadedModule>, BackendError>;
     /// Work on an image that needs nothing of its checks ([`Backend::inspect_image`]),
     /// which the core runs on another thread while they run, for big images: the host
     /// writes the file dlopen will open. Nothing is loaded or run here. `None`: nothing
@@ -286,17 +281,14 @@ pub trait Backend: Send + Sync {
     ) -> Result<Option<StagedImage>, BackendError> {
         Ok(None)
     }
-    /// [`Backend::load_image`] of an image [`Backend::stage_image`] worked on (`staged`
-    /// is what it returned).
-    fn load_staged(
+    /// Load an image on `device`; `staged` is what [`Backend::stage_image`] returned
+    /// for it (None: not staged, the backend does the work itself).
+    fn load_image(
         &self,
         device: usize,
         image: &[u8],
         staged: Option<StagedImage>,
-    ) -> Result<Box<dyn LoadedModule>, BackendError> {
-        drop(staged);
-        self.load_image(device, image)
-    }
+    ) -> Result<Box<dyn LoadedModule>, BackendError>;
     fn alloc(&self, device: usize, size: usize) -> Result<DeviceAddr, BackendError>;
     /// Whether device memory is this process's own memory (the host device): what the
     /// plugin builds for the device can then be built in a device allocation directly.

@@ -15,7 +15,7 @@ pub mod image;
 use super::launch_shape::{ExecMode, Limits, Shape};
 use super::{
     AllocKind, Backend, BackendError, DeviceAddr, EventHandle, HandleKind, HandleRegistry,
-    LoadedModule, QueueHandle,
+    LoadedModule, QueueHandle, StagedImage,
 };
 use cudarc::driver::{result, sys, DriverError};
 use image::CudaImage;
@@ -355,6 +355,7 @@ impl Backend for CudaBackend {
         &self,
         device: usize,
         bytes: &[u8],
+        _staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
         let dev = self.device(device)?;
         let kind = image::classify(bytes)

@@ -27,7 +27,7 @@ pub mod result;
 pub mod sys;
 
 use super::launch_shape::{Limits, Shape};
-use super::{Backend, BackendError, DeviceAddr, DeviceCode, LoadedModule};
+use super::{Backend, BackendError, DeviceAddr, DeviceCode, LoadedModule, StagedImage};
 use crate::diag;
 use grid::{DeviceAttributes, DeviceLimits};
 use object::read::elf::ElfFile64;
@@ -469,6 +469,7 @@ impl Backend for HipBackend {
         &self,
         device: usize,
         image: &[u8],
+        _staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
         let code = self.device_code(device, image)?;
         let bytes = code.bytes();

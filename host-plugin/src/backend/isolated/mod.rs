@@ -79,7 +79,7 @@ pub struct Isolated {
 static STARTED: Mutex<Vec<Arc<Isolated>>> = Mutex::new(Vec::new());
 
 extern "C" fn end_devices_at_exit() {
-    for device in crate::plugin::lock(&STARTED).drain(..) {
+    for device in crate::locking::lock(&STARTED).drain(..) {
         device.process.end("the program exited");
     }
 }
@@ -124,7 +124,7 @@ impl Isolated {
             images: Mutex::default(),
             vm_refused: AtomicBool::new(false),
         });
-        let mut started = crate::plugin::lock(&STARTED);
+        let mut started = crate::locking::lock(&STARTED);
         if started.is_empty() {
             // SAFETY: registers a plain extern "C" function of this library, which is
             // never unloaded (linked with -z nodelete).
@@ -255,7 +255,7 @@ impl Isolated {
             .map(|n| n.trim_end_matches(" (deleted)"));
         match name {
             Some(name) => {
-                let fd = crate::plugin::lock(&self.images).get(name).cloned()?;
+                let fd = crate::locking::lock(&self.images).get(name).cloned()?;
                 let file = std::fs::File::from(fd.as_fd().try_clone_to_owned().ok()?);
                 let len = file.metadata().ok()?.len() as usize;
                 let mut bytes = vec![0u8; len];
@@ -378,7 +378,7 @@ impl LoadedModule for IsolatedModule {
 
 impl Drop for IsolatedModule {
     fn drop(&mut self) {
-        crate::plugin::lock(&self.device.images).remove(&self.name);
+        crate::locking::lock(&self.device.images).remove(&self.name);
         if !self.device.process.ended() {
             let _ = self.device.request(&Request::Unload {
                 module: self.module,
@@ -430,14 +430,6 @@ impl Backend for IsolatedBackend {
         })
     }
 
-    fn load_image(
-        &self,
-        device: usize,
-        image: &[u8],
-    ) -> Result<Box<dyn LoadedModule>, BackendError> {
-        self.load_staged(device, image, None)
-    }
-
     fn stage_image(
         &self,
         _device: usize,
@@ -447,7 +439,7 @@ impl Backend for IsolatedBackend {
         Ok(Some(Box::new(StagedDescriptor(fd, name))))
     }
 
-    fn load_staged(
+    fn load_image(
         &self,
         _device: usize,
         image: &[u8],
@@ -462,7 +454,7 @@ impl Backend for IsolatedBackend {
         let Reply::Loaded { module, load_bias } = reply else {
             return Err(unexpected(reply));
         };
-        crate::plugin::lock(&device.images).insert(name.clone(), Arc::new(fd));
+        crate::locking::lock(&device.images).insert(name.clone(), Arc::new(fd));
         Ok(Box::new(IsolatedModule {
             device,
             module,

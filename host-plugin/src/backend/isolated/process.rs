@@ -279,7 +279,7 @@ impl DeviceProcess {
         request: &Request,
         fd: Option<BorrowedFd<'_>>,
     ) -> Result<Reply, BackendError> {
-        let mut channel = crate::plugin::lock(&self.channel);
+        let mut channel = crate::locking::lock(&self.channel);
         channel.check_running()?;
         let answer = protocol::send(channel.socket.as_fd(), &request.encode(), fd).and_then(|()| {
             channel.ring(doorbell::KIND_SOCKET);
@@ -314,7 +314,7 @@ impl DeviceProcess {
                 other => LaunchOutcome::Failed(format!("unexpected answer {other:?}")),
             });
         }
-        let mut channel = crate::plugin::lock(&self.channel);
+        let mut channel = crate::locking::lock(&self.channel);
         channel.check_running()?;
         let page = channel.doorbell.page();
         page.kernel.store(kernel, Ordering::Relaxed);
@@ -352,13 +352,13 @@ impl DeviceProcess {
     }
 
     fn send(&self, request: &Request, fd: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
-        let channel = crate::plugin::lock(&self.channel);
+        let channel = crate::locking::lock(&self.channel);
         protocol::send(channel.socket.as_fd(), &request.encode(), fd)
     }
 
     /// A reply of the start-up, before the doorbell is in use.
     fn receive_reply(&self) -> std::io::Result<Reply> {
-        let mut channel = crate::plugin::lock(&self.channel);
+        let mut channel = crate::locking::lock(&self.channel);
         let reply = channel.receive();
         channel.forward_output();
         match reply? {
@@ -372,12 +372,12 @@ impl DeviceProcess {
 
     /// Whether the process has ended (after a fault, say).
     pub fn ended(&self) -> bool {
-        crate::plugin::lock(&self.channel).ended.is_some()
+        crate::locking::lock(&self.channel).ended.is_some()
     }
 
     /// End the process now (SIGKILL) and reap it; later requests fail with `why`.
     pub fn end(&self, why: &str) {
-        let mut channel = crate::plugin::lock(&self.channel);
+        let mut channel = crate::locking::lock(&self.channel);
         channel.forward_output();
         if channel.ended.is_none() {
             channel.ended = Some(why.to_owned());

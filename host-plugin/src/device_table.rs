@@ -1,0 +1,234 @@
+//! An image's indirect function table on its device, from install to release: the
+//! sorted rows copied to a device buffer, the device runtime's globals pointed at them,
+//! and the index beside them ([`crate::fptr_index`]). One owner for the whole life
+//! (install, replace, release); its buffers free themselves, so a step that fails
+//! leaves nothing allocated.
+
+use crate::backend::{AllocKind, DeviceAddr};
+use crate::device_memory::{DeviceBuffer, DeviceMemory};
+use crate::error::{backend_err, PluginError};
+use crate::fptr::{self, FptrMapEntry};
+use crate::fptr_index::{self, DeviceIndex, FptrIndex, PlacedIndex, BUCKET_BYTES, INDEX_GLOBAL};
+
+/// The device runtime's globals of one image that the table is installed through.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TableGlobals {
+    /// `__omp_offloading_fptr_map_p`: the table's device address.
+    pub(crate) map_p: DeviceAddr,
+    /// `__omp_offloading_fptr_map_size`: its row count.
+    pub(crate) map_size: DeviceAddr,
+    /// The index header (`__omptarget_rs_fptr_index`), when the image's device runtime
+    /// has one of the size this plugin writes (runtimes from before the index do not).
+    pub(crate) index: Option<DeviceAddr>,
+}
+
+/// What [`crate::Device::fptr_index`] reports about an image's index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexInfo {
+    /// Device address of the image's `__omptarget_rs_fptr_index`.
+    pub global: DeviceAddr,
+    /// What the plugin wrote into it: the empty header when there is no index.
+    pub header: FptrIndex,
+}
+
+/// One image's installed table.
+pub(crate) struct DeviceTable {
+    globals: TableGlobals,
+    rows: Vec<FptrMapEntry>,
+    /// The device copy of the rows (None when there are none).
+    table: Option<DeviceBuffer>,
+    index: Option<DeviceIndex>,
+}
+
+impl DeviceTable {
+    /// Copy `rows` (sorted, checked) to the device, point the image's globals at them and
+    /// install their index. Returns the table and a line for the log about the index.
+    pub(crate) fn install(
+        memory: &DeviceMemory,
+        globals: TableGlobals,
+        rows: Vec<FptrMapEntry>,
+    ) -> Result<(Self, String), PluginError> {
+        let table = upload_rows(memory, &rows)?;
+        point_globals(memory, &globals, table.as_ref(), rows.len())?;
+        let mut installed = DeviceTable {
+            globals,
+            rows,
+            table,
+            index: None,
+        };
+        let note = installed.install_index(memory)?;
+        Ok((installed, note))
+    }
+
+    /// Replace the rows (`__tgt_rtl_set_function_ptr_map`), index included. The old
+    /// index is turned off first, so that no step can leave the device with an index of
+    /// another table.
+    pub(crate) fn replace(
+        &mut self,
+        memory: &DeviceMemory,
+        rows: Vec<FptrMapEntry>,
+    ) -> Result<String, PluginError> {
+        let device = memory.device() as i32;
+        if let Some(global) = self.globals.index {
+            write_index_header(memory, global, &FptrIndex::NONE)?;
+            if let Some(old) = self.index.take() {
+                old.buckets
+                    .free()
+                    .map_err(backend_err(device, "freeing the previous index"))?;
+            }
+        }
+        let table = upload_rows(memory, &rows)?;
+        point_globals(memory, &self.globals, table.as_ref(), rows.len())?;
+        let old = std::mem::replace(&mut self.table, table);
+        self.rows = rows;
+        if let Some(old) = old {
+            old.free()
+                .map_err(backend_err(device, "freeing the previous table"))?;
+        }
+        self.install_index(memory)
+    }
+
+    /// Free the table and its index (the image is being unloaded), saying whether the
+    /// driver took both back.
+    pub(crate) fn release(self) -> Result<(), crate::BackendError> {
+        let index = self.index.map(|i| i.buckets.free());
+        let table = self.table.map(DeviceBuffer::free);
+        index.unwrap_or(Ok(())).and(table.unwrap_or(Ok(())))
+    }
+
+    pub(crate) fn rows(&self) -> &[FptrMapEntry] {
+        &self.rows
+    }
+
+    /// The table's device address (0 when empty).
+    pub(crate) fn addr(&self) -> DeviceAddr {
+        self.table.as_ref().map_or(0, DeviceBuffer::addr)
+    }
+
+    /// The index global and what was written into it; None without an index global.
+    pub(crate) fn index_info(&self) -> Option<IndexInfo> {
+        Some(IndexInfo {
+            global: self.globals.index?,
+            header: self.index.as_ref().map_or(FptrIndex::NONE, |i| i.header),
+        })
+    }
+
+    /// Build the rows' index, copy its buckets to the device and write its header into
+    /// the image's index global; without an index (turned off, the builder gave up, no
+    /// device memory for it) the global gets the empty header, so the device searches
+    /// the table. Returns a line for the log; an error only when the header cannot be
+    /// written (the buckets are then freed with their buffer).
+    fn install_index(&mut self, memory: &DeviceMemory) -> Result<String, PluginError> {
+        let Some(global) = self.globals.index else {
+            return Ok(format!("no index: no {}", INDEX_GLOBAL.to_string_lossy()));
+        };
+        let placed = if !fptr_index::enabled() {
+            Err("turned off by OMPTARGET_RS_FPTR_INDEX=0".to_string())
+        } else if memory.backend().memory_is_host() {
+            crate::host_memory::build_index(memory, &self.rows)
+        } else {
+            build_and_copy_index(memory, &self.rows)
+        };
+        let (index, note) = match placed {
+            Ok(PlacedIndex { index, attempts }) => {
+                let note = format!(
+                    "index: {} buckets of {} pairs ({} bytes) at {:#x}, seed pair {attempts}",
+                    index.header.bucket_count,
+                    fptr_index::SLOTS,
+                    index.header.bucket_count * BUCKET_BYTES as u64,
+                    index.header.buckets,
+                );
+                (Some(index), note)
+            }
+            Err(reason) => (
+                None,
+                format!("no index ({reason}): lookups search the table"),
+            ),
+        };
+        let header = index.as_ref().map_or(FptrIndex::NONE, |i| i.header);
+        write_index_header(memory, global, &header)?;
+        self.index = index;
+        Ok(note)
+    }
+}
+
+/// The rows copied to a fresh device buffer (None when there are none).
+fn upload_rows(
+    memory: &DeviceMemory,
+    rows: &[FptrMapEntry],
+) -> Result<Option<DeviceBuffer>, PluginError> {
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let device = memory.device() as i32;
+    let bytes = fptr::as_bytes(rows);
+    let buffer = memory
+        .alloc(bytes.len(), AllocKind::Device)
+        .map_err(backend_err(device, "allocating the indirect table"))?;
+    buffer
+        .write_at(0, bytes)
+        .map_err(backend_err(device, "copying the indirect table"))?;
+    Ok(Some(buffer))
+}
+
+/// Point the image's table globals at `table` (null when there is none) and `len`.
+fn point_globals(
+    memory: &DeviceMemory,
+    globals: &TableGlobals,
+    table: Option<&DeviceBuffer>,
+    len: usize,
+) -> Result<(), PluginError> {
+    let p = table.map_or(0, DeviceBuffer::addr).to_ne_bytes();
+    let n = (len as u64).to_ne_bytes();
+    // SAFETY: `map_p` and `map_size` are the addresses of the image's 8-byte table
+    // globals, resolved through the backend and size-checked against their symbols.
+    unsafe {
+        memory
+            .write(globals.map_p, &p)
+            .and_then(|()| memory.write(globals.map_size, &n))
+    }
+    .map_err(backend_err(
+        memory.device() as i32,
+        "writing the indirect table globals",
+    ))
+}
+
+/// Write an index header into an image's index global.
+fn write_index_header(
+    memory: &DeviceMemory,
+    global: DeviceAddr,
+    header: &FptrIndex,
+) -> Result<(), PluginError> {
+    // SAFETY: `global` is the address of an image's index header global, resolved
+    // through the backend and size-checked (fptr_index::HEADER_BYTES) against its symbol.
+    unsafe { memory.write(global, bytemuck::bytes_of(header)) }.map_err(backend_err(
+        memory.device() as i32,
+        "writing the index global",
+    ))
+}
+
+/// The index of `rows` built in host memory, then copied to a device buffer (its
+/// buckets 32-byte aligned inside it).
+fn build_and_copy_index(
+    memory: &DeviceMemory,
+    rows: &[FptrMapEntry],
+) -> Result<PlacedIndex, String> {
+    let built = fptr_index::build(rows).map_err(fptr_index::describe)?;
+    let bytes = built.as_bytes();
+    let copy_failed = |e| format!("copying it to the device failed: {e}");
+    // Room to start the buckets on a 32-byte boundary.
+    let buffer = memory
+        .alloc(bytes.len() + BUCKET_BYTES - 1, AllocKind::Device)
+        .map_err(copy_failed)?;
+    let buckets = fptr_index::aligned_buckets(buffer.addr());
+    buffer
+        .write_at((buckets - buffer.addr()) as usize, bytes)
+        .map_err(copy_failed)?;
+    Ok(PlacedIndex {
+        index: DeviceIndex {
+            header: built.header(buckets),
+            buckets: buffer,
+        },
+        attempts: built.attempts,
+    })
+}
