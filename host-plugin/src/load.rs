@@ -293,3 +293,6 @@ fn log_table<E: HostEntry>(
         s
     });
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,354 @@
+//! Every error path of a load, run on a backend that fails on cue: what the plugin
+//! allocated for a failed load is freed (nothing leaks), and what a refused free left
+//! behind is the driver's alone.
+
+use crate::backend::{AllocKind, Backend, BackendError, DeviceAddr, LoadedModule, StagedImage};
+use crate::entries::{OffloadEntry, FLAG_INDIRECT};
+use crate::{Plugin, PluginError, PluginKind};
+use device_rtl::symbols::{INDEX_C, TABLE_C, TABLE_SIZE_C};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{CStr, CString};
+use std::sync::{Arc, Mutex};
+
+/// When the backend fails.
+#[derive(Clone, Debug, Default)]
+struct FailOn {
+    /// A write into memory the plugin allocated (the table or index copy).
+    write_into_allocation: bool,
+    /// A write to this module global.
+    write_to_global: Option<&'static CStr>,
+    /// Looking up this module global.
+    lookup_of: Option<&'static CStr>,
+    /// Freeing any of these allocations.
+    free_of: BTreeSet<DeviceAddr>,
+}
+
+/// Device memory as ranges: the module's globals and the plugin's allocations.
+#[derive(Default)]
+struct Memory {
+    next: DeviceAddr,
+    /// Address -> bytes, for both kinds.
+    ranges: BTreeMap<DeviceAddr, Vec<u8>>,
+    allocations: BTreeSet<DeviceAddr>,
+    globals: BTreeMap<CString, DeviceAddr>,
+}
+
+impl Memory {
+    fn place(&mut self, len: usize) -> DeviceAddr {
+        let addr = 0x10_0000 + self.next;
+        self.next += (len as u64).next_multiple_of(64) + 64;
+        self.ranges.insert(addr, vec![0; len]);
+        addr
+    }
+
+    /// The range holding `addr .. addr + len`, and the offset of `addr` in it.
+    fn range_of(&mut self, addr: DeviceAddr, len: usize) -> Option<(DeviceAddr, usize)> {
+        let (&start, bytes) = self.ranges.range(..=addr).next_back()?;
+        let at = (addr - start) as usize;
+        (at + len <= bytes.len()).then_some((start, at))
+    }
+}
+
+/// A backend whose device is a map of byte ranges, failing where [`FailOn`] says.
+#[derive(Clone, Default)]
+struct FailingBackend {
+    memory: Arc<Mutex<Memory>>,
+    fail: Arc<Mutex<FailOn>>,
+}
+
+fn refused(call: &'static str) -> BackendError {
+    BackendError::Driver {
+        call,
+        code: 999,
+        name: "refused by the test".into(),
+    }
+}
+
+impl FailingBackend {
+    fn live_allocations(&self) -> BTreeSet<DeviceAddr> {
+        self.memory.lock().unwrap().allocations.clone()
+    }
+
+    fn fail(&self, on: FailOn) {
+        *self.fail.lock().unwrap() = on;
+    }
+}
+
+struct FakeModule {
+    backend: FailingBackend,
+}
+
+impl LoadedModule for FakeModule {
+    fn global(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
+        if self.backend.fail.lock().unwrap().lookup_of == Some(name) {
+            return Err(refused("lookup"));
+        }
+        let memory = self.backend.memory.lock().unwrap();
+        memory
+            .globals
+            .get(name)
+            .copied()
+            .ok_or_else(|| BackendError::MissingSymbol(name.to_string_lossy().into()))
+    }
+
+    fn function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
+        Err(BackendError::MissingSymbol(name.to_string_lossy().into()))
+    }
+
+    /// Indirect function `fN` is at 0xd000_0000 + 16 N.
+    fn indirect_function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
+        let n: u64 = name
+            .to_str()
+            .ok()
+            .and_then(|s| s[1..].parse().ok())
+            .unwrap_or(0);
+        Ok(0xd000_0000 + 16 * n)
+    }
+
+    fn global_size(&self, name: &CStr) -> Option<u64> {
+        let memory = self.backend.memory.lock().unwrap();
+        let addr = *memory.globals.get(name)?;
+        memory.ranges.get(&addr).map(|b| b.len() as u64)
+    }
+}
+
+impl Backend for FailingBackend {
+    fn elf_machine(&self) -> u16 {
+        0
+    }
+    fn device_count(&self) -> usize {
+        1
+    }
+    fn init_device(&self, _device: usize) -> Result<(), BackendError> {
+        Ok(())
+    }
+    fn inspect_image<'a>(
+        &self,
+        _image: &'a [u8],
+    ) -> Result<Option<crate::image::ImageSymbols<'a>>, crate::image::ImageError> {
+        Ok(None)
+    }
+    fn load_image(
+        &self,
+        _device: usize,
+        _image: &[u8],
+        _staged: Option<StagedImage>,
+    ) -> Result<Box<dyn LoadedModule>, BackendError> {
+        let mut memory = self.memory.lock().unwrap();
+        for (name, len) in [(TABLE_C, 8), (TABLE_SIZE_C, 8), (INDEX_C, 32)] {
+            let addr = memory.place(len);
+            memory.globals.insert(name.to_owned(), addr);
+        }
+        Ok(Box::new(FakeModule {
+            backend: self.clone(),
+        }))
+    }
+    fn alloc_kind(
+        &self,
+        _device: usize,
+        size: usize,
+        _kind: AllocKind,
+    ) -> Result<DeviceAddr, BackendError> {
+        let mut memory = self.memory.lock().unwrap();
+        let addr = memory.place(size);
+        memory.allocations.insert(addr);
+        Ok(addr)
+    }
+    fn alloc(&self, device: usize, size: usize) -> Result<DeviceAddr, BackendError> {
+        self.alloc_kind(device, size, AllocKind::Device)
+    }
+    unsafe fn free(&self, _device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
+        if self.fail.lock().unwrap().free_of.contains(&addr) {
+            return Err(refused("free"));
+        }
+        let mut memory = self.memory.lock().unwrap();
+        if !memory.allocations.remove(&addr) {
+            return Err(BackendError::Load(format!(
+                "{addr:#x} freed twice or never allocated"
+            )));
+        }
+        memory.ranges.remove(&addr);
+        Ok(())
+    }
+    unsafe fn write(
+        &self,
+        _device: usize,
+        dst: DeviceAddr,
+        src: &[u8],
+    ) -> Result<(), BackendError> {
+        let fail = self.fail.lock().unwrap().clone();
+        let mut memory = self.memory.lock().unwrap();
+        let (start, at) = memory
+            .range_of(dst, src.len())
+            .ok_or_else(|| BackendError::Load(format!("write outside memory at {dst:#x}")))?;
+        let into_allocation = memory.allocations.contains(&start);
+        let to_global = fail
+            .write_to_global
+            .is_some_and(|name| memory.globals.get(name) == Some(&start));
+        if (into_allocation && fail.write_into_allocation) || to_global {
+            return Err(refused("write"));
+        }
+        memory.ranges.get_mut(&start).unwrap()[at..at + src.len()].copy_from_slice(src);
+        Ok(())
+    }
+    unsafe fn read(
+        &self,
+        _device: usize,
+        src: DeviceAddr,
+        dst: &mut [u8],
+    ) -> Result<(), BackendError> {
+        let mut memory = self.memory.lock().unwrap();
+        let (start, at) = memory
+            .range_of(src, dst.len())
+            .ok_or_else(|| BackendError::Load(format!("read outside memory at {src:#x}")))?;
+        dst.copy_from_slice(&memory.ranges[&start][at..at + dst.len()]);
+        Ok(())
+    }
+    unsafe fn copy(
+        &self,
+        _: usize,
+        _: DeviceAddr,
+        _: usize,
+        _: DeviceAddr,
+        _: usize,
+    ) -> Result<(), BackendError> {
+        Err(refused("copy"))
+    }
+    unsafe fn launch(&self, _: usize, _: DeviceAddr, _: &[DeviceAddr]) -> Result<(), BackendError> {
+        Err(refused("launch"))
+    }
+    fn synchronize(&self, _device: usize) -> Result<(), BackendError> {
+        Ok(())
+    }
+}
+
+/// 64 indirect functions `f0..f63`: a table and an index.
+fn entries() -> Vec<OffloadEntry<'static>> {
+    (0..64)
+        .map(|n| OffloadEntry {
+            host_addr: 0x5555_0000 + 16 * n,
+            name: Cow::Owned(CString::new(format!("f{n}")).unwrap()),
+            size: 0,
+            flags: FLAG_INDIRECT,
+            host_vtable: None,
+        })
+        .collect()
+}
+
+fn plugin() -> (Plugin, FailingBackend) {
+    let backend = FailingBackend::default();
+    (
+        Plugin::with_backend(PluginKind::X86_64, Box::new(backend.clone())),
+        backend,
+    )
+}
+
+const KEY: usize = 0x1000;
+
+/// The load fails with `fail` set, and leaves no allocation behind.
+fn fails_without_a_leak(fail: FailOn, expected: &str) {
+    let (plugin, backend) = plugin();
+    backend.fail(fail);
+    let device = plugin.device(0).unwrap();
+    let err = device.load_binary(KEY, b"image", &entries()).unwrap_err();
+    assert!(err.to_string().contains(expected), "{err}");
+    assert_eq!(device.loaded_images(), 0);
+    assert_eq!(
+        backend.live_allocations(),
+        BTreeSet::new(),
+        "leaked after: {err}"
+    );
+}
+
+#[test]
+fn a_load_that_succeeds_allocates_a_table_and_an_index_and_unload_frees_both() {
+    let (plugin, backend) = plugin();
+    let device = plugin.device(0).unwrap();
+    device.load_binary(KEY, b"image", &entries()).unwrap();
+    assert_eq!(backend.live_allocations().len(), 2);
+    let index = device.fptr_index(KEY).unwrap();
+    assert!(index.header.bucket_count > 0, "{index:?}");
+    device.unload(KEY).unwrap();
+    assert_eq!(backend.live_allocations(), BTreeSet::new());
+}
+
+#[test]
+fn a_failed_table_write_after_its_allocation_frees_it() {
+    let fail = FailOn {
+        write_into_allocation: true,
+        ..FailOn::default()
+    };
+    fails_without_a_leak(fail, "copying the indirect table");
+}
+
+#[test]
+fn a_failed_table_global_write_frees_the_table() {
+    let fail = FailOn {
+        write_to_global: Some(TABLE_SIZE_C),
+        ..FailOn::default()
+    };
+    fails_without_a_leak(fail, "writing the indirect table globals");
+}
+
+#[test]
+fn a_failed_index_global_lookup_allocates_nothing() {
+    let fail = FailOn {
+        lookup_of: Some(INDEX_C),
+        ..FailOn::default()
+    };
+    fails_without_a_leak(fail, "could not load it");
+}
+
+#[test]
+fn a_failed_index_header_write_after_the_upload_frees_table_and_index() {
+    let fail = FailOn {
+        write_to_global: Some(INDEX_C),
+        ..FailOn::default()
+    };
+    fails_without_a_leak(fail, "writing the index global");
+}
+
+#[test]
+fn a_failed_release_of_the_replaced_image_frees_the_new_one() {
+    let (plugin, backend) = plugin();
+    let device = plugin.device(0).unwrap();
+    device.load_binary(KEY, b"image", &entries()).unwrap();
+    let first = backend.live_allocations();
+    assert_eq!(first.len(), 2);
+    // The driver refuses to free the first image's table and index.
+    backend.fail(FailOn {
+        free_of: first.clone(),
+        ..FailOn::default()
+    });
+    let err = device.load_binary(KEY, b"image", &entries()).unwrap_err();
+    assert!(
+        matches!(err, PluginError::Backend { ref what, .. } if what.contains("freeing the indirect table")),
+        "{err}"
+    );
+    // The second image's table and index went back; only what the driver kept is left.
+    assert_eq!(backend.live_allocations(), first);
+    assert_eq!(device.loaded_images(), 0);
+}
+
+#[test]
+fn a_failed_replacement_through_set_function_ptr_map_leaks_nothing() {
+    let (plugin, backend) = plugin();
+    let device = plugin.device(0).unwrap();
+    device.load_binary(KEY, b"image", &entries()).unwrap();
+    let rows = device.fptr_table(KEY).unwrap();
+    backend.fail(FailOn {
+        write_into_allocation: true,
+        ..FailOn::default()
+    });
+    let err = device.set_function_ptr_map(&rows).unwrap_err();
+    assert!(
+        err.to_string().contains("copying the indirect table"),
+        "{err}"
+    );
+    // The old index was turned off and freed first, the new table freed on failure:
+    // the old table alone is left, still the image's.
+    assert_eq!(backend.live_allocations().len(), 1);
+    device.unload(KEY).unwrap();
+    assert_eq!(backend.live_allocations(), BTreeSet::new());
+}
