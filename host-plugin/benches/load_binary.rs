@@ -32,11 +32,11 @@
 use device_rtl::symbols::{INDEX_C, TABLE_C, TABLE_SIZE_C};
 use host_plugin::abi::{TgtDeviceImage, TgtOffloadEntry, TgtTargetTable};
 use host_plugin::backend::host::HostBackend;
+use host_plugin::backend::host_memory::HostMemory;
 use host_plugin::backend::{AllocKind, Backend};
 use host_plugin::device_memory::{DeviceBuffer, DeviceMemory};
 use host_plugin::entries::FLAG_INDIRECT;
 use host_plugin::fptr;
-use host_plugin::host_memory;
 use host_plugin::symbols::{Wanted, LOOKUP_BATCH};
 use host_plugin::{FptrMapEntry, OffloadEntry, Plugin, PluginKind};
 use std::ffi::CString;
@@ -120,7 +120,7 @@ fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 6], 
             let names: Vec<&[u8]> = batch.iter().map(|e| e.name.to_bytes()).collect();
             symbols.dynamic_batch(&names, &mut found);
             for sym in found.iter().flatten() {
-                backend.prefetch(0, bias.wrapping_add(sym.value));
+                HostMemory.prefetch(bias.wrapping_add(sym.value));
             }
             for ((e, name), &dynamic) in batch.iter().zip(&names).zip(&found) {
                 let sym = symbols
@@ -165,7 +165,7 @@ fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 6], 
     let (indexed, index) = timed(|| -> Result<DeviceBuffer, String> {
         let err = |e: host_plugin::BackendError| e.to_string();
         let global = module.global(INDEX_C).map_err(err)?;
-        let placed = host_memory::build_index(&memory, &table)?;
+        let placed = HostMemory.build_index(&memory, &table)?;
         // SAFETY: `global` is the image's 32-byte index global.
         unsafe { memory.write(global, bytemuck::bytes_of(&placed.index.header)) }.map_err(err)?;
         Ok(placed.index.buckets)

@@ -28,7 +28,6 @@ pub mod entries;
 pub mod error;
 pub mod fptr;
 pub mod fptr_index;
-pub mod host_memory;
 mod huge_pages;
 pub mod image;
 pub mod kernels;

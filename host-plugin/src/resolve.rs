@@ -488,15 +488,14 @@ impl<'a> EntryResolver<'a> {
             return;
         };
         symbols.dynamic_batch(names, found);
+        let host = self.device.backend().host_memory();
         for (entry, sym) in batch.iter().zip(found.iter()) {
             let holds_pointer = matches!(
                 entry.kind(),
                 Some(EntryKind::IndirectThroughGlobal | EntryKind::IndirectVtable)
             );
-            if let (Some(sym), true) = (sym, holds_pointer) {
-                self.device
-                    .backend()
-                    .prefetch(self.device.index(), bias.wrapping_add(sym.value));
+            if let (Some(sym), true, Some(host)) = (sym, holds_pointer, host) {
+                host.prefetch(bias.wrapping_add(sym.value));
             }
         }
     }

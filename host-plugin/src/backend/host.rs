@@ -91,8 +91,8 @@ impl Backend for HostBackend {
         Ok(ptr as DeviceAddr)
     }
 
-    fn memory_is_host(&self) -> bool {
-        true
+    fn host_memory(&self) -> Option<&super::host_memory::HostMemory> {
+        Some(&super::host_memory::HostMemory)
     }
 
     unsafe fn free(&self, _device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
@@ -140,10 +140,6 @@ impl Backend for HostBackend {
     fn synchronize(&self, _device: usize) -> Result<(), BackendError> {
         // Every operation on the host device completes before it returns.
         Ok(())
-    }
-
-    fn prefetch(&self, _device: usize, addr: DeviceAddr) {
-        crate::prefetch::read_address(addr);
     }
 }
 

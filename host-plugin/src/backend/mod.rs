@@ -10,6 +10,7 @@ mod dlopen;
 mod ffi_call;
 pub mod hip;
 pub mod host;
+pub mod host_memory;
 pub mod isolated;
 pub mod launch_shape;
 
@@ -290,10 +291,10 @@ pub trait Backend: Send + Sync {
         staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError>;
     fn alloc(&self, device: usize, size: usize) -> Result<DeviceAddr, BackendError>;
-    /// Whether device memory is this process's own memory (the host device): what the
-    /// plugin builds for the device can then be built in a device allocation directly.
-    fn memory_is_host(&self) -> bool {
-        false
+    /// Where device memory is this process's own (the host device): the host-only steps
+    /// the core may take on it. None elsewhere.
+    fn host_memory(&self) -> Option<&host_memory::HostMemory> {
+        None
     }
     /// # Safety
     /// `addr` came from `alloc` on this device and is not used afterwards.
@@ -340,11 +341,6 @@ pub trait Backend: Send + Sync {
     ) -> Result<Option<crate::image::ImageSymbols<'a>>, crate::image::ImageError> {
         crate::image::inspect_shared_object(image, self.elf_machine()).map(Some)
     }
-
-    /// A hint that the device memory at `addr` will be read soon (on the host, a CPU
-    /// prefetch: resolving a million pointer globals scattered over an image otherwise
-    /// waits for each cache miss in turn). No effect by default.
-    fn prefetch(&self, _device: usize, _addr: DeviceAddr) {}
 
     /// Can some device of this backend run the image (e.g. a cubin's SM)? Asked after
     /// the ELF machine matched, so libomptarget can pick another image of a fat binary.

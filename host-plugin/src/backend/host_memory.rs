@@ -1,21 +1,45 @@
-//! What the plugin builds for a device whose memory is this process's own (the host
-//! device, [`Backend::memory_is_host`]) is built in a device allocation directly: no
-//! second copy is made and written (for an index of a million entries, 20 MB).
+//! The host-only steps: where device memory is this process's own (the host device,
+//! [`Backend::host_memory`]), what the plugin builds for the device is built in a device
+//! allocation directly (no second copy is made and written: for an index of a million
+//! entries, 20 MB), and globals about to be read are prefetched.
+//!
+//! [`Backend::host_memory`]: crate::Backend::host_memory
 
 use crate::backend::{AllocKind, BackendError};
 use crate::device_memory::{DeviceBuffer, DeviceMemory};
 use crate::fptr::FptrMapEntry;
 use crate::fptr_index::{self, Bucket, DeviceIndex, FptrIndex, PlacedIndex, BUCKET_BYTES};
 
-/// The index of the sorted, duplicate-free `table`, built in a buffer of the device,
-/// whose memory must be the host's own ([`Backend::memory_is_host`]; else an error).
-/// Nothing stays allocated on failure; the error says why, for the log.
-///
-/// [`Backend::memory_is_host`]: crate::Backend::memory_is_host
-pub fn build_index(memory: &DeviceMemory, table: &[FptrMapEntry]) -> Result<PlacedIndex, String> {
-    if !memory.backend().memory_is_host() {
-        return Err("device memory is not host memory".into());
+/// Device memory that is this process's own (handed out by a backend whose memory it
+/// is).
+#[derive(Debug)]
+pub struct HostMemory;
+
+impl HostMemory {
+    /// A hint that the memory at `addr` will be read soon (a CPU prefetch: resolving a
+    /// million pointer globals scattered over an image otherwise waits for each cache
+    /// miss in turn).
+    pub fn prefetch(&self, addr: crate::DeviceAddr) {
+        crate::prefetch::read_address(addr);
     }
+
+    /// The index of the sorted, duplicate-free `table`, built in a buffer of `memory`,
+    /// which must be this memory (else an error). Nothing stays allocated on failure;
+    /// the error says why, for the log.
+    pub fn build_index(
+        &self,
+        memory: &DeviceMemory,
+        table: &[FptrMapEntry],
+    ) -> Result<PlacedIndex, String> {
+        if memory.backend().host_memory().is_none() {
+            return Err("device memory is not host memory".into());
+        }
+        build_index(memory, table)
+    }
+}
+
+/// [`HostMemory::build_index`], its memory checked.
+fn build_index(memory: &DeviceMemory, table: &[FptrMapEntry]) -> Result<PlacedIndex, String> {
     let mut alloc_error = None;
     let built = fptr_index::build_with(table, |count| {
         HostMemoryBuckets::allocate(memory, count).unwrap_or_else(|e| {
@@ -63,7 +87,7 @@ impl HostMemoryBuckets {
             .ok_or(BackendError::OutOfMemory(usize::MAX))?;
         let buffer = memory.alloc(bytes, AllocKind::Device)?;
         let start = fptr_index::aligned_buckets(buffer.addr()) as *mut Bucket;
-        // SAFETY: the backend's memory is this process's (memory_is_host), and
+        // SAFETY: the backend's memory is this process's (checked by HostMemory), and
         // `start .. start + count` buckets lie inside the fresh buffer of
         // count * 32 + 31 bytes (aligned_buckets moves the start by at most 31).
         // Zeroed, so the slice `as_mut` makes holds initialised integers.
@@ -113,7 +137,7 @@ mod tests {
     fn an_index_built_in_host_memory_answers_like_the_table_and_like_one_built_apart() {
         let table = table(5000);
         let memory = DeviceMemory::new(std::sync::Arc::new(HostBackend), 0);
-        let placed = build_index(&memory, &table).unwrap();
+        let placed = HostMemory.build_index(&memory, &table).unwrap();
         let (header, allocation) = (placed.index.header, placed.index.buckets.addr());
         assert!(header.buckets.is_multiple_of(BUCKET_BYTES as u64));
         assert!(header.buckets >= allocation);
@@ -146,9 +170,9 @@ mod tests {
     fn tables_outside_the_contract_get_no_index() {
         let memory = DeviceMemory::new(std::sync::Arc::new(HostBackend), 0);
         let unsorted = [table(2)[1], table(2)[0]];
-        let err = build_index(&memory, &unsorted).err().unwrap();
+        let err = HostMemory.build_index(&memory, &unsorted).err().unwrap();
         assert!(err.contains("not sorted"), "{err}");
-        let err = build_index(&memory, &[]).err().unwrap();
+        let err = HostMemory.build_index(&memory, &[]).err().unwrap();
         assert!(err.contains("empty"), "{err}");
     }
 }
