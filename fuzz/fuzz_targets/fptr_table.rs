@@ -3,7 +3,9 @@
 //! with the device addresses a backend would resolve. Never panics; every table it builds
 //! is sorted, duplicate-free and complete, and every error is a real conflict.
 #![no_main]
-use host_plugin::entries::{EntryKind, OffloadEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
+use host_plugin::host_entry::{
+    EntryKind, HostEntry, HostOffloadEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE,
+};
 use host_plugin::fptr::{self, FptrError, IndirectPair, Origin};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
@@ -23,7 +25,7 @@ fn addr(u: &mut Unstructured) -> Result<u64> {
 
 /// One entry as a host program would hand it over, plus what the device answers for it.
 struct Case {
-    entry: OffloadEntry<'static>,
+    entry: HostOffloadEntry<'static>,
     /// The device address the backend resolves for its symbol.
     device_addr: u64,
     /// For vtable entries: the device vtable's bytes.
@@ -67,7 +69,7 @@ fn case(u: &mut Unstructured) -> Result<Option<Case>> {
         device_vtable.extend_from_slice(&addr(u)?.to_ne_bytes());
     }
     Ok(Some(Case {
-        entry: OffloadEntry {
+        entry: HostOffloadEntry {
             host_addr,
             name: name.into(),
             size,
@@ -82,7 +84,7 @@ fn case(u: &mut Unstructured) -> Result<Option<Case>> {
 /// The documented classification, restated: what each flag/size combination means.
 /// LLVM's loader rule (`setupIndirectCallTable`): either bit makes an entry indirect,
 /// and 0x20 makes it a vtable, with or without 0x08.
-fn expected_kind(e: &OffloadEntry) -> Option<EntryKind> {
+fn expected_kind(e: &HostOffloadEntry) -> Option<EntryKind> {
     let vtable = e.flags & FLAG_INDIRECT_VTABLE != 0;
     let indirect = e.flags & FLAG_INDIRECT != 0 || vtable;
     match (indirect, vtable, e.size) {

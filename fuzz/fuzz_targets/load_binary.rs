@@ -10,8 +10,8 @@
 //! The image is `OMPTARGET_RS_FUZZ_IMAGE`, set by `cargo xtask fuzz` (which builds it
 //! from tests/fixtures/plugin/device_image.c with clang-16 and device-rtl).
 #![no_main]
-use host_plugin::entries::{
-    EntryKind, OffloadEntry, FLAG_CTOR, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE,
+use host_plugin::host_entry::{
+    EntryKind, HostEntry, HostOffloadEntry, FLAG_CTOR, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE,
 };
 use host_plugin::{FptrMapEntry, Plugin, PluginKind};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
@@ -68,7 +68,7 @@ fn fixture() -> &'static Fixture {
     })
 }
 
-fn entry(u: &mut Unstructured) -> Result<OffloadEntry<'static>> {
+fn entry(u: &mut Unstructured) -> Result<HostOffloadEntry<'static>> {
     let name = if u.ratio(7, 8)? {
         u.choose(NAMES)?.to_string()
     } else {
@@ -100,7 +100,7 @@ fn entry(u: &mut Unstructured) -> Result<OffloadEntry<'static>> {
             host_vtable = Some(v);
         }
     }
-    Ok(OffloadEntry {
+    Ok(HostOffloadEntry {
         host_addr: u.int_in_range(0..=0x40u64)? * 8,
         name: CString::new(name).expect("NULs were removed").into(),
         size,
@@ -109,7 +109,7 @@ fn entry(u: &mut Unstructured) -> Result<OffloadEntry<'static>> {
     })
 }
 
-fn check_table(table: &[FptrMapEntry], entries: &[OffloadEntry]) {
+fn check_table(table: &[FptrMapEntry], entries: &[HostOffloadEntry]) {
     assert!(table.windows(2).all(|w| w[0].host_ptr < w[1].host_ptr));
     for e in entries {
         let k = e.kind();
@@ -132,8 +132,8 @@ fn check_table(table: &[FptrMapEntry], entries: &[OffloadEntry]) {
 const SWEEP_VAR: &str = "OMPTARGET_RS_FUZZ_DLOPEN_MUTATED";
 
 /// The entries the plugin tests give device_image.c: one of every kind.
-fn fixture_entries() -> Vec<OffloadEntry<'static>> {
-    let e = |name: &str, host_addr: u64, size: u64, flags: i32| OffloadEntry {
+fn fixture_entries() -> Vec<HostOffloadEntry<'static>> {
+    let e = |name: &str, host_addr: u64, size: u64, flags: i32| HostOffloadEntry {
         host_addr,
         name: CString::new(name).expect("no NUL").into(),
         size,

@@ -35,10 +35,10 @@ use host_plugin::backend::host::HostBackend;
 use host_plugin::backend::host_memory::HostMemory;
 use host_plugin::backend::{AllocKind, Backend};
 use host_plugin::device_memory::{DeviceBuffer, DeviceMemory};
-use host_plugin::entries::FLAG_INDIRECT;
 use host_plugin::fptr;
+use host_plugin::host_entry::{HostEntry, FLAG_INDIRECT};
 use host_plugin::symbols::{Wanted, LOOKUP_BATCH};
-use host_plugin::{FptrMapEntry, OffloadEntry, Plugin, PluginKind};
+use host_plugin::{FptrMapEntry, HostOffloadEntry, Plugin, PluginKind};
 use std::ffi::CString;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -55,9 +55,9 @@ fn host_addr(i: usize, n: usize) -> u64 {
     0x5555_0000_0000 + 16 * ((i as u64 * STRIDE) % n as u64)
 }
 
-fn host_entries(n: usize) -> Vec<OffloadEntry<'static>> {
+fn host_entries(n: usize) -> Vec<HostOffloadEntry<'static>> {
     (0..n)
-        .map(|i| OffloadEntry {
+        .map(|i| HostOffloadEntry {
             host_addr: host_addr(i, n),
             name: global_name(i).into(),
             size: 8,
@@ -102,7 +102,7 @@ fn check_table(table: &[FptrMapEntry], n: usize) -> Result<(), String> {
 /// The phases of one load, each timed on its own; in load_binary's order.
 const PHASES: [&str; 6] = ["inspect", "dlopen", "resolve", "build", "upload", "index"];
 
-fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 6], String> {
+fn phases_once(bytes: &[u8], entries: &[HostOffloadEntry]) -> Result<[Duration; 6], String> {
     let backend = HostBackend;
     let (symbols, inspect) = timed(|| backend.inspect_image(bytes));
     let symbols = symbols
@@ -253,7 +253,7 @@ impl AbiPlugin {
 
 /// The C ABI's view of the image and its host entries; the entries borrow the names of
 /// `entries` and the image `bytes`, which outlive every use.
-fn abi_image(bytes: &[u8], entries: &[OffloadEntry]) -> (Vec<TgtOffloadEntry>, TgtDeviceImage) {
+fn abi_image(bytes: &[u8], entries: &[HostOffloadEntry]) -> (Vec<TgtOffloadEntry>, TgtDeviceImage) {
     let mut table: Vec<TgtOffloadEntry> = entries
         .iter()
         .map(|e| TgtOffloadEntry {
@@ -278,7 +278,7 @@ fn abi_image(bytes: &[u8], entries: &[OffloadEntry]) -> (Vec<TgtOffloadEntry>, T
 /// `__tgt_rtl_load_binary` of ours and LLVM's, alternating, `reps` times each.
 fn abi_loads(
     bytes: &[u8],
-    entries: &[OffloadEntry],
+    entries: &[HostOffloadEntry],
     reps: usize,
     abi: &AbiArgs,
 ) -> Result<(Vec<Duration>, Vec<Duration>), String> {

@@ -17,9 +17,9 @@ use crate::backend::{DeviceAddr, StagedImage};
 use crate::device::{Device, LoadedImage};
 use crate::device_table::DeviceTable;
 use crate::diag;
-use crate::entries::{self, HostEntry, OffloadEntry};
 use crate::error::PluginError;
 use crate::fptr::{self, FptrMapEntry};
+use crate::host_entry::{self, HostEntry, HostOffloadEntry};
 use crate::image::{ImageError, ImageSymbols};
 use crate::resolve::{row_origins, EntryResolver, ResolvedEntries, ENTRIES_PER_LOAD_THREAD};
 use std::collections::HashMap;
@@ -62,7 +62,7 @@ impl Device {
         &self,
         key: usize,
         image_bytes: &[u8],
-        entries: &[OffloadEntry],
+        entries: &[HostOffloadEntry],
     ) -> Result<Vec<DeviceEntry>, PluginError> {
         self.load_entries(key, image_bytes, entries, |addrs| {
             entries
@@ -230,7 +230,7 @@ impl Device {
             });
             return Ok(None);
         }
-        let has_indirect = entries.iter().any(|e| entries::is_indirect(e.flags()));
+        let has_indirect = entries.iter().any(|e| host_entry::is_indirect(e.flags()));
         let Some(globals) = resolver.table_globals(has_indirect)? else {
             return Ok(None);
         };

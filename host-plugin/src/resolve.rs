@@ -7,10 +7,10 @@ use crate::backend::launch_shape::{self, ExecMode};
 use crate::backend::{DeviceAddr, LoadedModule};
 use crate::device::Device;
 use crate::device_table::TableGlobals;
-use crate::entries::{EntryKind, HostEntry};
 use crate::error::PluginError;
 use crate::fptr::{self, FptrMapEntry, Origin};
 use crate::fptr_index;
+use crate::host_entry::{EntryKind, HostEntry};
 use crate::kernels::KernelRecord;
 use crate::locking::lock;
 use crate::symbols::{Symbol, Wanted};
@@ -64,7 +64,7 @@ const MAX_LOAD_THREADS: usize = 8;
 fn indirect_count<E: HostEntry>(entries: &[E]) -> usize {
     entries
         .iter()
-        .filter(|e| crate::entries::is_indirect(e.flags()))
+        .filter(|e| crate::host_entry::is_indirect(e.flags()))
         .count()
 }
 

@@ -3,7 +3,7 @@
 
 use crate::paths::{require_file, target_dir};
 use host_plugin::abi::{KernelArgs, TgtDeviceImage, TgtOffloadEntry, TgtTargetTable};
-use host_plugin::OffloadEntry;
+use host_plugin::HostOffloadEntry;
 use std::ffi::{c_void, CString};
 use std::path::{Path, PathBuf};
 use std::ptr::null_mut;
@@ -23,8 +23,8 @@ pub type Launch = unsafe extern "C" fn(
 ) -> i32;
 
 /// An offload entry without a host vtable.
-pub fn entry(name: &str, host: u64, size: u64, flags: i32) -> OffloadEntry<'static> {
-    OffloadEntry {
+pub fn entry(name: &str, host: u64, size: u64, flags: i32) -> HostOffloadEntry<'static> {
+    HostOffloadEntry {
         host_addr: host,
         name: CString::new(name)
             .expect("an entry name without NUL")

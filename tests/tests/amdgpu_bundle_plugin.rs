@@ -9,10 +9,10 @@ mod amdgpu_support;
 use amdgpu_support::*;
 use e2e_tests::plugin::entry;
 use host_plugin::backend::hip::HipBackend;
-use host_plugin::entries::FLAG_INDIRECT;
-use host_plugin::{OffloadEntry, Plugin, PluginKind};
+use host_plugin::host_entry::FLAG_INDIRECT;
+use host_plugin::{HostOffloadEntry, Plugin, PluginKind};
 
-fn entries() -> Vec<OffloadEntry<'static>> {
+fn entries() -> Vec<HostOffloadEntry<'static>> {
     vec![
         entry("call_indirect", 0x100, 0, 0),
         entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),

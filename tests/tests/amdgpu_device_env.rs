@@ -9,7 +9,7 @@ use amdgpu_support::*;
 use e2e_tests::process::run_ok;
 use e2e_tests::tools::llvm22;
 use host_plugin::backend::hip::HipBackend;
-use host_plugin::{OffloadEntry, Plugin, PluginKind};
+use host_plugin::{HostOffloadEntry, Plugin, PluginKind};
 use std::process::Command;
 
 /// A gfx90a code object whose only symbol is the device environment (protected, as
@@ -49,7 +49,7 @@ fn the_amdgpu_device_environment_is_written_per_device() {
     );
     let backend = HipBackend::from_library(fake.path_str()).expect("load the stand-in");
     let plugin = Plugin::with_backend(PluginKind::Amdgpu, Box::new(backend));
-    let none: [OffloadEntry; 0] = [];
+    let none: [HostOffloadEntry; 0] = [];
     for device in [0usize, 1] {
         fake.clear_log();
         plugin

@@ -12,11 +12,11 @@ use e2e_tests::plugin::entry;
 use host_plugin::backend::hip::grid::DeviceLimits;
 use host_plugin::backend::hip::HipBackend;
 use host_plugin::backend::LaunchRequest;
-use host_plugin::entries::FLAG_INDIRECT;
 use host_plugin::fptr_index::{FptrIndex, IndexView, SLOTS};
-use host_plugin::{Backend, OffloadEntry, Plugin, PluginError, PluginKind};
+use host_plugin::host_entry::FLAG_INDIRECT;
+use host_plugin::{Backend, HostOffloadEntry, Plugin, PluginError, PluginKind};
 
-fn entries() -> Vec<OffloadEntry<'static>> {
+fn entries() -> Vec<HostOffloadEntry<'static>> {
     vec![
         entry("call_indirect", 0x100, 0, 0),
         entry("counter", 0x200, 4, 0),
@@ -399,7 +399,7 @@ const HIP_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: i32 = 29;
 const HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 63;
 
 /// The OpenMP-style kernels of the fixture and the plain one, as kernel entries.
-fn kernel_entries() -> Vec<OffloadEntry<'static>> {
+fn kernel_entries() -> Vec<HostOffloadEntry<'static>> {
     let mut all = entries();
     all.push(entry("generic_region", 0x110, 0, 0));
     all.push(entry("spmd_region", 0x120, 0, 0));

@@ -10,8 +10,8 @@ use cuda_support::{fixture_cubin, skip, RtlVariant, ARCHES, VARIANTS};
 use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
 use host_plugin::backend::LaunchRequest;
-use host_plugin::entries::FLAG_INDIRECT;
-use host_plugin::{DeviceAddr, FptrMapEntry, OffloadEntry, Plugin, PluginKind};
+use host_plugin::host_entry::FLAG_INDIRECT;
+use host_plugin::{DeviceAddr, FptrMapEntry, HostOffloadEntry, Plugin, PluginKind};
 
 // Host "addresses" are only keys for the device. Odd multiples of 8; the synthetic rows
 // of big tables are multiples of 16 centred on them, so the real rows sit in the middle.
@@ -31,7 +31,7 @@ fn reference(host_fn: u64, x: i32) -> i32 {
     }
 }
 
-fn entries() -> Vec<OffloadEntry<'static>> {
+fn entries() -> Vec<HostOffloadEntry<'static>> {
     vec![
         entry("call_through_host_pointers", 0x100, 0, 0),
         entry("translate_all", 0x108, 0, 0),

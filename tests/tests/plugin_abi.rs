@@ -7,7 +7,7 @@ use e2e_tests::plugin::{device_image, DataAlloc, DataDelete, DataMove, Launch, L
 use host_plugin::abi::{
     KernelArgs, TgtBinDesc, TgtDeviceImage, TgtOffloadEntry, OFFLOAD_FAIL, OFFLOAD_SUCCESS,
 };
-use host_plugin::entries::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
+use host_plugin::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use host_plugin::FptrMapEntry;
 use plugin_support::{host_image, plugin_dir};
 use std::ffi::{c_void, CString};

@@ -4,9 +4,9 @@
 mod plugin_support;
 
 use e2e_tests::plugin::{entry, words};
-use host_plugin::entries::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use host_plugin::fptr_index::FptrIndex;
-use host_plugin::{DeviceEntry, IndexInfo, OffloadEntry, Plugin, PluginError, PluginKind};
+use host_plugin::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
+use host_plugin::{DeviceEntry, HostOffloadEntry, IndexInfo, Plugin, PluginError, PluginKind};
 use plugin_support::{host_image, many_functions_image};
 
 // Host "addresses" are only keys for the device: any distinct values do.
@@ -16,7 +16,7 @@ const HOST_VTABLE: u64 = 0x9000;
 const HOST_VT_SLOT1: u64 = 0xA000;
 const HOST_VT_SLOT2: u64 = 0xA008;
 
-fn full_entries() -> Vec<OffloadEntry<'static>> {
+fn full_entries() -> Vec<HostOffloadEntry<'static>> {
     let mut vt = entry(
         "vtable_ptr",
         HOST_VTABLE,
@@ -435,7 +435,12 @@ fn image_with_a_runtime_from_before_the_index_still_works() {
 }
 
 /// Load must fail with an error naming `needles`, and leave nothing loaded.
-fn assert_load_fails(plugin: &Plugin, image: &[u8], entries: &[OffloadEntry], needles: &[&str]) {
+fn assert_load_fails(
+    plugin: &Plugin,
+    image: &[u8],
+    entries: &[HostOffloadEntry],
+    needles: &[&str],
+) {
     let err = plugin
         .device(0)
         .and_then(|on| on.load_binary(42, image, entries))
@@ -647,7 +652,7 @@ type LoadResult = (Vec<u64>, Vec<(u64, u64)>);
 /// of one image land at different addresses).
 fn load_with_threads(
     image: &[u8],
-    entries: &[OffloadEntry],
+    entries: &[HostOffloadEntry],
     threads: usize,
 ) -> Result<LoadResult, PluginError> {
     let mut plugin = Plugin::new(PluginKind::X86_64);

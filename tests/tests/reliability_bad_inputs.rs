@@ -10,8 +10,8 @@ use e2e_tests::paths::fixture;
 use e2e_tests::paths::target_dir;
 use e2e_tests::plugin::{entry, kernel_args, DataAlloc, DataDelete, DataMove, Launch, LoadBinary};
 use host_plugin::abi::{TgtDeviceImage, TgtOffloadEntry, OFFLOAD_FAIL};
-use host_plugin::entries::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
-use host_plugin::{FptrMapEntry, OffloadEntry, Plugin, PluginKind};
+use host_plugin::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
+use host_plugin::{FptrMapEntry, HostOffloadEntry, Plugin, PluginKind};
 use plugin_support::{compile_offload_sources, device_image_of, host_image, plugin_dir, scratch};
 use std::ffi::c_void;
 use std::process::Command;
@@ -52,7 +52,7 @@ fn api_row(
 fn rust_api_rows(image: &[u8]) -> Vec<Row> {
     let plugin = Plugin::new(PluginKind::X86_64);
     let mut rows = Vec::new();
-    let load = |bytes: &[u8], entries: &[OffloadEntry]| {
+    let load = |bytes: &[u8], entries: &[HostOffloadEntry]| {
         plugin
             .device(0)
             .and_then(|on| on.load_binary(42, bytes, entries))

@@ -3,7 +3,7 @@
 //! behind is the driver's alone.
 
 use crate::backend::{AllocKind, Backend, BackendError, DeviceAddr, LoadedModule, StagedImage};
-use crate::entries::{OffloadEntry, FLAG_INDIRECT};
+use crate::host_entry::{HostOffloadEntry, FLAG_INDIRECT};
 use crate::{Plugin, PluginError, PluginKind};
 use device_rtl::symbols::{INDEX_C, TABLE_C, TABLE_SIZE_C};
 use std::borrow::Cow;
@@ -224,9 +224,9 @@ impl Backend for FailingBackend {
 }
 
 /// 64 indirect functions `f0..f63`: a table and an index.
-fn entries() -> Vec<OffloadEntry<'static>> {
+fn entries() -> Vec<HostOffloadEntry<'static>> {
     (0..64)
-        .map(|n| OffloadEntry {
+        .map(|n| HostOffloadEntry {
             host_addr: 0x5555_0000 + 16 * n,
             name: Cow::Owned(CString::new(format!("f{n}")).unwrap()),
             size: 0,

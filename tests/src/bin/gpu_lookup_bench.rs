@@ -19,9 +19,9 @@
 use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
 use host_plugin::backend::LaunchRequest;
-use host_plugin::entries::FLAG_INDIRECT;
 use host_plugin::fptr_index::{BuildError, FptrIndex};
-use host_plugin::{DeviceAddr, FptrMapEntry, OffloadEntry, Plugin, PluginKind};
+use host_plugin::host_entry::FLAG_INDIRECT;
+use host_plugin::{DeviceAddr, FptrMapEntry, HostOffloadEntry, Plugin, PluginKind};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -420,7 +420,7 @@ impl Bench<'_> {
     }
 
     fn load(&self, key: usize, lookup: Lookup, bytes: &[u8]) -> Result<Loaded, String> {
-        let mut entries: Vec<OffloadEntry> = vec![entry("lookup_bench", 0x1000, 0, 0)];
+        let mut entries: Vec<HostOffloadEntry> = vec![entry("lookup_bench", 0x1000, 0, 0)];
         // The four functions as `declare target indirect` entries; their host keys are
         // the first rows of every table.
         entries.extend((0..FUNCTIONS).map(|f| {

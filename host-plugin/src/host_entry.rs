@@ -3,7 +3,8 @@
 use std::borrow::Cow;
 use std::ffi::CStr;
 
-pub use offload_formats::entries::{classify as classify_flags, flags, EntryKind};
+use offload_formats::entries::classify;
+pub use offload_formats::entries::{flags, EntryKind};
 
 // The entry flags are offload-formats' (`flags`); these are the same bits typed as the
 // `i32` of LLVM 16's `__tgt_offload_entry`.
@@ -20,7 +21,7 @@ pub const FLAG_INDIRECT_VTABLE: i32 = flags::INDIRECT_VTABLE as i32;
 /// outlive the load (libomptarget's, in the host binary): a million-entry image would
 /// otherwise copy a million names per load.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OffloadEntry<'a> {
+pub struct HostOffloadEntry<'a> {
     /// The host address (function, global or vtable).
     pub host_addr: u64,
     pub name: Cow<'a, CStr>,
@@ -30,17 +31,12 @@ pub struct OffloadEntry<'a> {
     pub host_vtable: Option<Vec<u8>>,
 }
 
-/// Classify an entry by its `i32` flags and size ([`offload_formats::entries::classify`]).
-pub fn classify(flags: i32, size: u64) -> Option<EntryKind> {
-    classify_flags(flags as u32, size)
-}
-
 /// The entry goes into the indirect function table (function or vtable).
 pub fn is_indirect(flags: i32) -> bool {
     flags::is_indirect(flags as u32)
 }
 
-/// A host offload entry as the plugin core reads it: [`OffloadEntry`] through the Rust
+/// A host offload entry as the plugin core reads it: [`HostOffloadEntry`] through the Rust
 /// API; libomptarget's own entry array, read in place, through the C ABI (a load of a
 /// million entries then copies none of them).
 pub trait HostEntry {
@@ -52,8 +48,10 @@ pub trait HostEntry {
     /// For indirect vtable entries: the host vtable's bytes (`size` of them).
     fn host_vtable(&self) -> Option<&[u8]>;
 
+    /// What the entry asks for, by its flags and size ([`classify`]); `None` for
+    /// combinations no compiler emits.
     fn kind(&self) -> Option<EntryKind> {
-        classify(self.flags(), self.size())
+        classify(self.flags() as u32, self.size())
     }
 
     fn name_lossy(&self) -> String {
@@ -61,7 +59,7 @@ pub trait HostEntry {
     }
 }
 
-impl HostEntry for OffloadEntry<'_> {
+impl HostEntry for HostOffloadEntry<'_> {
     fn host_addr(&self) -> u64 {
         self.host_addr
     }
@@ -79,23 +77,12 @@ impl HostEntry for OffloadEntry<'_> {
     }
 }
 
-impl OffloadEntry<'_> {
-    pub fn name_lossy(&self) -> String {
-        HostEntry::name_lossy(self)
-    }
-
-    /// Classify by flags and size; `None` for combinations no compiler emits.
-    pub fn kind(&self) -> Option<EntryKind> {
-        classify(self.flags, self.size)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn entry(size: u64, flags: i32) -> OffloadEntry<'static> {
-        OffloadEntry {
+    fn entry(size: u64, flags: i32) -> HostOffloadEntry<'static> {
+        HostOffloadEntry {
             host_addr: 0x1000,
             name: Cow::Borrowed(c"f"),
             size,
