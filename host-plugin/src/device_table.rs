@@ -8,7 +8,8 @@ use crate::backend::{AllocKind, DeviceAddr};
 use crate::device_memory::{DeviceBuffer, DeviceMemory};
 use crate::error::{backend_err, PluginError};
 use crate::fptr::{self, FptrMapEntry};
-use crate::fptr_index::{self, DeviceIndex, FptrIndex, PlacedIndex, BUCKET_BYTES, INDEX_GLOBAL};
+use crate::fptr_index::{self, DeviceIndex, FptrIndex, PlacedIndex, BUCKET_BYTES};
+use device_rtl::symbols::INDEX_C;
 
 /// The device runtime's globals of one image that the table is installed through.
 #[derive(Clone, Copy, Debug)]
@@ -120,7 +121,7 @@ impl DeviceTable {
     /// written (the buckets are then freed with their buffer).
     fn install_index(&mut self, memory: &DeviceMemory) -> Result<String, PluginError> {
         let Some(global) = self.globals.index else {
-            return Ok(format!("no index: no {}", INDEX_GLOBAL.to_string_lossy()));
+            return Ok(format!("no index: no {}", INDEX_C.to_string_lossy()));
         };
         let placed = if !fptr_index::enabled() {
             Err("turned off by OMPTARGET_RS_FPTR_INDEX=0".to_string())

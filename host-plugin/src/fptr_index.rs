@@ -10,13 +10,10 @@
 use crate::device_memory::DeviceBuffer;
 use crate::fptr::FptrMapEntry;
 use device_rtl::index::{self, BuildPolicy};
-use std::ffi::CStr;
 use std::sync::OnceLock;
 
 pub use device_rtl::index::{Bucket, BuildError, FptrIndex, IndexView, BUCKET_BYTES, SLOTS};
 
-/// The device runtime's index header global (device-rtl's `__omptarget_rs_fptr_index`).
-pub const INDEX_GLOBAL: &CStr = device_rtl::symbols::INDEX_C;
 /// Its size: images whose global has another size get no index.
 pub const HEADER_BYTES: u64 = std::mem::size_of::<FptrIndex>() as u64;
 

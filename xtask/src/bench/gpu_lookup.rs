@@ -63,8 +63,6 @@ const ARCHES: [u32; 2] = [90, 80];
 /// plugin, writes LLVM 16's 16-byte environment into any global of the old name at load
 /// and refuses one of another size, so the PTX renames it (the lookup code is unchanged).
 pub const LLVM19_ENVIRONMENT: &str = "__gpu_bench_llvm19_device_environment";
-/// device-rtl's index header global (32 bytes).
-const INDEX_GLOBAL: &str = device_rtl::symbols::INDEX;
 const LLVM19_ENVIRONMENT_ORIGINAL: &str = "__omp_rtl_device_environment";
 
 /// target/gpu-bench/: the cubins (and their PTX) the driver reads.
@@ -238,7 +236,7 @@ fn check_ptx(name: &str, lookup: Lookup, text: String) -> Result<String> {
             for global in [
                 device_rtl::symbols::TABLE,
                 device_rtl::symbols::TABLE_SIZE,
-                INDEX_GLOBAL,
+                device_rtl::symbols::INDEX,
             ] {
                 ensure!(
                     text.contains(&format!("[{global}]")),
@@ -279,7 +277,7 @@ fn required_symbols(lookup: Lookup) -> Vec<(String, Option<u64>)> {
             for global in [device_rtl::symbols::TABLE, device_rtl::symbols::TABLE_SIZE] {
                 symbols.push((global.to_string(), Some(8)));
             }
-            symbols.push((INDEX_GLOBAL.to_string(), Some(32)));
+            symbols.push((device_rtl::symbols::INDEX.to_string(), Some(32)));
         }
         Lookup::Llvm19 => symbols.push((LLVM19_ENVIRONMENT.to_string(), Some(48))),
     }
