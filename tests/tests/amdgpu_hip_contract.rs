@@ -96,9 +96,10 @@ fn load_binary_installs_the_table_through_hip() {
     let log = fake.log();
     eprintln!("HIP calls of load_binary:\n{}", log.join("\n"));
 
-    // The calls, in order: load, resolve each entry, then allocate and copy the table
-    // and point the device runtime's globals at it, then the same for the table's index
-    // (its buckets, then its header into the index global).
+    // The calls, in order: load, resolve each entry and the device runtime's globals
+    // (every lookup before any allocation), then allocate and copy the table and point
+    // the globals at it, then the same for the table's index (its buckets, then its
+    // header into the index global).
     let lines = in_order(
         &log,
         &[
@@ -117,11 +118,11 @@ fn load_binary_installs_the_table_through_hip() {
             "hipMemcpy(device=0, dst=",
             "hipModuleGetGlobal(module1, __omp_offloading_fptr_map_p)",
             "hipModuleGetGlobal(module1, __omp_offloading_fptr_map_size)",
+            "hipModuleGetGlobal(module1, __omptarget_rs_fptr_index)",
             "hipMalloc(device=0, size=32)",
             "hipMemcpy(device=0, dst=",
             "hipMemcpy(device=0, dst=",
             "hipMemcpy(device=0, dst=",
-            "hipModuleGetGlobal(module1, __omptarget_rs_fptr_index)",
             // Two buckets (two entries at 80 % load) plus room to align them to 32 bytes.
             "hipMalloc(device=0, size=95)",
             "hipMemcpy(device=0, dst=",
@@ -145,13 +146,13 @@ fn load_binary_installs_the_table_through_hip() {
     // Reading the pointer global: 8 bytes device-to-host from it.
     assert!(lines[6].ends_with("size=8, kind=2)"), "{}", lines[6]);
     assert_eq!(hex_after(lines[6], "src="), ptr_to_negate);
-    let table = hex_after(lines[9], ") = ");
+    let table = hex_after(lines[10], ") = ");
     // The table (32 bytes) host-to-device into the allocation, then its address into
     // __omp_offloading_fptr_map_p and its length into __omp_offloading_fptr_map_size.
     for (line, dst, size) in [
-        (lines[10], table, 32),
-        (lines[11], map_p, 8),
-        (lines[12], map_size, 8),
+        (lines[11], table, 32),
+        (lines[12], map_p, 8),
+        (lines[13], map_size, 8),
     ] {
         assert_eq!(hex_after(line, "dst="), dst, "{line}");
         assert!(line.ends_with(&format!("size={size}, kind=1)")), "{line}");
@@ -177,7 +178,7 @@ fn load_binary_installs_the_table_through_hip() {
     // The index: 64 bytes of buckets at the first 32-byte boundary of the allocation,
     // then its 32-byte header into __omptarget_rs_fptr_index.
     let index_global = fake.global_address("__omptarget_rs_fptr_index").unwrap();
-    assert_eq!(hex_after(lines[13], ") = "), index_global);
+    assert_eq!(hex_after(lines[9], ") = "), index_global);
     let index_alloc = hex_after(lines[14], ") = ");
     let buckets = index_alloc.next_multiple_of(32);
     for (line, dst, size) in [(lines[15], buckets, 64), (lines[16], index_global, 32)] {
