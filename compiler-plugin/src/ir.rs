@@ -14,7 +14,16 @@ use llvm_plugin::inkwell::llvm_sys::{
 };
 use llvm_plugin::inkwell::module::Module;
 use llvm_plugin::inkwell::values::{AsValueRef, FunctionValue};
+use offload_formats::entries::{FieldKind, SECTION_LEGACY};
 use std::ffi::{CStr, CString};
+
+/// The value of one field of an offload entry.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum EntryFieldValue<V> {
+    /// A global's address.
+    Pointer(V),
+    Int(u64),
+}
 
 /// An LLVM value of the module being transformed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -331,36 +340,42 @@ impl Ir {
         }
     }
 
-    /// clang 16's `__tgt_offload_entry {ptr addr, ptr name, i64 size, i32 flags, i32
-    /// reserved}` as a weak constant in section `omp_offloading_entries`, as clang emits
-    /// its own entries.
+    /// clang 16's `__tgt_offload_entry` (offload-formats' `TgtOffloadEntry`: `fields`,
+    /// in order) as a weak constant in its section, as clang emits its own entries.
     pub fn add_offload_entry(
         &self,
         global_name: &str,
-        addr: Value,
-        name: Value,
-        size: u64,
-        flags: u32,
+        fields: &[(FieldKind, EntryFieldValue<Value>)],
     ) -> Value {
         let global_name = cstring(global_name);
         // SAFETY: valid context/module; every operand is a constant of this module.
         unsafe {
             let ptr = self.ptr_type(0);
-            let i64t = LLVMInt64TypeInContext(self.ctx);
-            let i32t = LLVMInt32TypeInContext(self.ctx);
-            let mut fields = [
-                LLVMConstPointerCast(addr.0, ptr),
-                LLVMConstPointerCast(name.0, ptr),
-                LLVMConstInt(i64t, size, 0),
-                LLVMConstInt(i32t, u64::from(flags), 0),
-                LLVMConstInt(i32t, 0, 0),
-            ];
-            let init = LLVMConstStructInContext(self.ctx, fields.as_mut_ptr(), 5, 0);
+            let mut values: Vec<LLVMValueRef> = fields
+                .iter()
+                .map(|&(kind, value)| {
+                    let ty = match kind {
+                        FieldKind::Pointer => ptr,
+                        FieldKind::I64 => LLVMInt64TypeInContext(self.ctx),
+                        FieldKind::I32 => LLVMInt32TypeInContext(self.ctx),
+                    };
+                    match value {
+                        EntryFieldValue::Pointer(v) => LLVMConstPointerCast(v.0, ty),
+                        EntryFieldValue::Int(n) if kind == FieldKind::Pointer => LLVMConstIntToPtr(
+                            LLVMConstInt(LLVMInt64TypeInContext(self.ctx), n, 0),
+                            ty,
+                        ),
+                        EntryFieldValue::Int(n) => LLVMConstInt(ty, n, 0),
+                    }
+                })
+                .collect();
+            let init =
+                LLVMConstStructInContext(self.ctx, values.as_mut_ptr(), values.len() as u32, 0);
             let g = LLVMAddGlobal(self.module, LLVMTypeOf(init), global_name.as_ptr());
             LLVMSetInitializer(g, init);
             LLVMSetGlobalConstant(g, 1);
             LLVMSetLinkage(g, LLVMLinkage::LLVMWeakAnyLinkage);
-            let section = cstring("omp_offloading_entries");
+            let section = cstring(SECTION_LEGACY);
             LLVMSetSection(g, section.as_ptr());
             LLVMSetAlignment(g, 1);
             Value(g)

@@ -2,7 +2,7 @@
 //! `__kmpc_target_translate_fptr` before any slot of its vtable is read. An object built
 //! on the host holds a host vptr (an address inside a host vtable group); the host
 //! plugin maps every word of each registered group to the same word of the device's
-//! group (entries.rs), so the translated vptr points into the device vtable. A vptr the
+//! group ([`crate::registration`]), so the translated vptr points into the device vtable. A vptr the
 //! table does not know (an object built on the device) comes back unchanged.
 //!
 //! Which loads are vptr loads, at the pipeline start (clang's code as it emitted it):

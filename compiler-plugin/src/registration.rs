@@ -11,29 +11,42 @@
 //! 0x20}`, and in each device module a holder of the device vtable's address. The
 //! plugin pairs host word i with device word i, so a host vptr (which points inside the
 //! group) translates to the same place in the device group.
-use crate::ir::{Ir, Value};
-use crate::naming;
+use crate::ir::{EntryFieldValue, Ir, Value};
+use offload_formats::entries::{flags, holder, FieldKind, TGT_OFFLOAD_ENTRY_FIELDS};
+use std::os::unix::fs::MetadataExt;
 
-/// OMP_DECLARE_TARGET_FPTR in the design (OMP_DECLARE_TARGET_INDIRECT in clang 18+).
-pub const INDIRECT_FLAG: u32 = 0x08;
-/// OMP_DECLARE_TARGET_INDIRECT_VTABLE (LLVM 22).
-pub const VTABLE_FLAG: u32 = 0x20;
-/// A holder is one pointer.
-pub const HOLDER_SIZE: u64 = 8;
 /// Itanium C++ ABI vtable symbols (construction vtables, `_ZTC`, are only used while a
 /// constructor runs, where the device's own code stores them).
 const VTABLE_SYMBOL_PREFIX: &str = "_ZTV";
 
 /// The holder name for each global, in order.
 pub fn holder_names(ir: &Ir, globals: &[Value]) -> Vec<String> {
-    let unit = naming::unit_id(&ir.source_file_name());
+    let unit = unit_id(&ir.source_file_name());
     globals
         .iter()
         .map(|&g| {
             let local = ir.has_local_linkage(g);
-            naming::holder_name(&ir.name(g), local.then_some(unit.as_str()))
+            holder::name(&ir.name(g), local.then_some(unit.as_str()))
         })
         .collect()
+}
+
+/// The translation unit's identity, for holders of symbols with internal linkage
+/// ([`holder::name`]): the device and inode numbers of its source file in hex (what
+/// clang uses for its own offload names), or a hash of the file name when the file
+/// cannot be read (input from a pipe). The host and device compiles of one unit read
+/// the same file, so both get the same identity.
+fn unit_id(source_file: &str) -> String {
+    match std::fs::metadata(source_file) {
+        Ok(meta) => format!("{:x}_{:x}", meta.dev(), meta.ino()),
+        Err(_) => format!("h{:016x}", fnv1a(source_file.as_bytes())),
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// The vtable groups among `symbols` that this module defines for the link.
@@ -57,13 +70,13 @@ pub fn all_defined_vtables(ir: &Ir) -> Vec<Value> {
 /// Host module: one entry per vtable group, sized as the whole group. Weak, so the
 /// entries several units make for one linkonce_odr vtable become one.
 pub fn emit_host_vtable_entries(ir: &Ir, vtables: &[Value]) {
-    emit_entries(ir, vtables, VTABLE_FLAG, |v| ir.global_size(v));
+    emit_entries(ir, vtables, flags::INDIRECT_VTABLE, |v| ir.global_size(v));
 }
 
 /// Host module: one offload entry per function. Weak, like clang's own entries, so an
 /// inline function that several translation units define and register gets one entry.
 pub fn emit_host_entries(ir: &Ir, functions: &[Value]) {
-    emit_entries(ir, functions, INDIRECT_FLAG, |_| HOLDER_SIZE);
+    emit_entries(ir, functions, flags::INDIRECT, |_| holder::SIZE);
 }
 
 /// One weak host entry `{&global, "<holder>", size(global), flags}` per global, unless
@@ -76,9 +89,36 @@ fn emit_entries(ir: &Ir, globals: &[Value], flags: u32, size: impl Fn(Value) -> 
             continue;
         }
         let name = ir.add_c_string(&format!(".omp_offloading.entry_name.{holder}"), &holder);
-        emitted.push(ir.add_offload_entry(&entry, g, name, size(g), flags));
+        let fields = entry_fields(g, name, size(g), flags);
+        emitted.push(ir.add_offload_entry(&entry, &fields));
     }
     ir.append_to_used("llvm.compiler.used", &emitted);
+}
+
+/// The value of each field of the entry `{&global, "<holder>", size, flags}`, in the
+/// order and with the types of offload-formats' `TgtOffloadEntry`.
+fn entry_fields<V>(
+    global: V,
+    name: V,
+    size: u64,
+    flags: u32,
+) -> Vec<(FieldKind, EntryFieldValue<V>)> {
+    let mut global = Some(global);
+    let mut name = Some(name);
+    TGT_OFFLOAD_ENTRY_FIELDS
+        .iter()
+        .map(|field| {
+            let value = match field.name {
+                "addr" => global.take().map(EntryFieldValue::Pointer),
+                "name" => name.take().map(EntryFieldValue::Pointer),
+                "size" => Some(EntryFieldValue::Int(size)),
+                "flags" => Some(EntryFieldValue::Int(flags.into())),
+                _ => None,
+            };
+            // `reserved` (and any field a later layout adds) is zero.
+            (field.kind, value.unwrap_or(EntryFieldValue::Int(0)))
+        })
+        .collect()
 }
 
 /// Device module: one holder per function or vtable group, kept through every
@@ -93,4 +133,33 @@ pub fn emit_device_holders(ir: &Ir, functions: &[Value]) {
         emitted.push(ir.add_pointer_global(&holder, *f, address_space));
     }
     ir.append_to_used("llvm.used", &emitted);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_is_address_name_size_flags_and_zero() {
+        assert_eq!(
+            entry_fields("&f", "holder", 8, flags::INDIRECT),
+            [
+                (FieldKind::Pointer, EntryFieldValue::Pointer("&f")),
+                (FieldKind::Pointer, EntryFieldValue::Pointer("holder")),
+                (FieldKind::I64, EntryFieldValue::Int(8)),
+                (FieldKind::I32, EntryFieldValue::Int(0x08)),
+                (FieldKind::I32, EntryFieldValue::Int(0)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_file_is_identified_by_device_and_inode_and_a_missing_one_by_its_name() {
+        let here = file!();
+        let id = unit_id(&format!("{}/../{here}", env!("CARGO_MANIFEST_DIR")));
+        assert!(id.contains('_') && !id.starts_with('h'), "{id}");
+        let missing = unit_id("/no/such/file.c");
+        assert!(missing.starts_with('h'));
+        assert_ne!(missing, unit_id("/no/such/other.c"));
+    }
 }
