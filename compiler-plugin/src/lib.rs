@@ -52,7 +52,11 @@ impl LlvmModulePass for EmitIndirectEntries {
         let requests = annotations::take_requests(&ir);
         let mut changed = !requests.is_empty();
         if ir.has_module_flag(DEVICE_FLAG) {
-            let mut holders = requests.indirect_functions;
+            let mut holders: Vec<_> = requests
+                .indirect_functions
+                .iter()
+                .map(|f| f.as_global_value())
+                .collect();
             holders.extend(registration::all_defined_vtables(&ir));
             registration::emit_device_holders(&ir, &holders);
             if ir.has_module_flag(OPENMP_FLAG) {
@@ -83,12 +87,11 @@ impl LlvmFunctionPass for FoldConstantLookups {
         function: &mut FunctionValue,
         _: &FunctionAnalysisManager,
     ) -> PreservedAnalyses {
-        let ir = ir::Ir::of_function(function);
+        let ir = ir::Ir::of_function(*function);
         if !ir.has_module_flag(DEVICE_FLAG) {
             return PreservedAnalyses::All;
         }
-        let f = ir::Value::of_function(function);
-        match vptr::fold_constant_lookups(&ir, f) {
+        match vptr::fold_constant_lookups(&ir, *function) {
             0 => PreservedAnalyses::All,
             _ => PreservedAnalyses::None,
         }

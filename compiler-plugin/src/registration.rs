@@ -11,7 +11,8 @@
 //! 0x20}`, and in each device module a holder of the device vtable's address. The
 //! plugin pairs host word i with device word i, so a host vptr (which points inside the
 //! group) translates to the same place in the device group.
-use crate::ir::{EntryFieldValue, Ir, Value};
+use crate::ir::{EntryFieldValue, Ir};
+use llvm_plugin::inkwell::values::{FunctionValue, GlobalValue};
 use offload_formats::entries::{flags, holder, FieldKind, TGT_OFFLOAD_ENTRY_FIELDS};
 use std::os::unix::fs::MetadataExt;
 
@@ -20,7 +21,7 @@ use std::os::unix::fs::MetadataExt;
 const VTABLE_SYMBOL_PREFIX: &str = "_ZTV";
 
 /// The holder name for each global, in order.
-pub fn holder_names(ir: &Ir, globals: &[Value]) -> Vec<String> {
+pub fn holder_names<'ctx>(ir: &Ir<'_, 'ctx>, globals: &[GlobalValue<'ctx>]) -> Vec<String> {
     let unit = unit_id(&ir.source_file_name());
     globals
         .iter()
@@ -50,7 +51,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// The vtable groups among `symbols` that this module defines for the link.
-pub fn defined_vtables(ir: &Ir, symbols: &[String]) -> Vec<Value> {
+pub fn defined_vtables<'ctx>(ir: &Ir<'_, 'ctx>, symbols: &[String]) -> Vec<GlobalValue<'ctx>> {
     symbols
         .iter()
         .filter_map(|s| ir.global(s))
@@ -60,7 +61,7 @@ pub fn defined_vtables(ir: &Ir, symbols: &[String]) -> Vec<Value> {
 
 /// Every vtable group this (device) module defines: each gets a holder, whether or not
 /// the host registers it (an unregistered holder costs one pointer).
-pub fn all_defined_vtables(ir: &Ir) -> Vec<Value> {
+pub fn all_defined_vtables<'ctx>(ir: &Ir<'_, 'ctx>) -> Vec<GlobalValue<'ctx>> {
     ir.globals()
         .into_iter()
         .filter(|&g| ir.name(g).starts_with(VTABLE_SYMBOL_PREFIX) && ir.defines_for_link(g))
@@ -69,19 +70,25 @@ pub fn all_defined_vtables(ir: &Ir) -> Vec<Value> {
 
 /// Host module: one entry per vtable group, sized as the whole group. Weak, so the
 /// entries several units make for one linkonce_odr vtable become one.
-pub fn emit_host_vtable_entries(ir: &Ir, vtables: &[Value]) {
+pub fn emit_host_vtable_entries<'ctx>(ir: &Ir<'_, 'ctx>, vtables: &[GlobalValue<'ctx>]) {
     emit_entries(ir, vtables, flags::INDIRECT_VTABLE, |v| ir.global_size(v));
 }
 
 /// Host module: one offload entry per function. Weak, like clang's own entries, so an
 /// inline function that several translation units define and register gets one entry.
-pub fn emit_host_entries(ir: &Ir, functions: &[Value]) {
-    emit_entries(ir, functions, flags::INDIRECT, |_| holder::SIZE);
+pub fn emit_host_entries<'ctx>(ir: &Ir<'_, 'ctx>, functions: &[FunctionValue<'ctx>]) {
+    let functions: Vec<GlobalValue> = functions.iter().map(|f| f.as_global_value()).collect();
+    emit_entries(ir, &functions, flags::INDIRECT, |_| holder::SIZE);
 }
 
 /// One weak host entry `{&global, "<holder>", size(global), flags}` per global, unless
 /// the module has it already (the pipeline may run twice on one module).
-fn emit_entries(ir: &Ir, globals: &[Value], flags: u32, size: impl Fn(Value) -> u64) {
+fn emit_entries<'ctx>(
+    ir: &Ir<'_, 'ctx>,
+    globals: &[GlobalValue<'ctx>],
+    flags: u32,
+    size: impl Fn(GlobalValue<'ctx>) -> u64,
+) {
     let mut emitted = Vec::new();
     for (&g, holder) in globals.iter().zip(holder_names(ir, globals)) {
         let entry = format!(".omp_offloading.entry.{holder}");
@@ -123,10 +130,10 @@ fn entry_fields<V>(
 
 /// Device module: one holder per function or vtable group, kept through every
 /// optimization and the device link (`llvm.used`).
-pub fn emit_device_holders(ir: &Ir, functions: &[Value]) {
+pub fn emit_device_holders<'ctx>(ir: &Ir<'_, 'ctx>, globals: &[GlobalValue<'ctx>]) {
     let address_space = ir.globals_address_space();
     let mut emitted = Vec::new();
-    for (f, holder) in functions.iter().zip(holder_names(ir, functions)) {
+    for (f, holder) in globals.iter().zip(holder_names(ir, globals)) {
         if ir.global(&holder).is_some() {
             continue;
         }
