@@ -6,6 +6,7 @@
 //!   [`VTABLE_ANNOTATION_PREFIX`]`<vtable symbol>` per device class (a dynamic class
 //!   whose virtual functions device code may call), whose vtable group gets an entry.
 use crate::ir::{Ir, Value};
+use llvm_plugin::inkwell::values::FunctionValue;
 
 /// The annotation text; the glue's `IndirectAnnotation` is the same string.
 pub const INDIRECT_ANNOTATION: &str = "omp_declare_target_indirect";
@@ -18,14 +19,14 @@ const ANNOTATIONS: &str = "llvm.global.annotations";
 
 /// What the AST half asked for in this module.
 #[derive(Default, Debug)]
-pub struct Requests {
+pub struct Requests<'ctx> {
     /// The indirect functions this module defines, in annotation order, each once.
-    pub indirect_functions: Vec<Value>,
+    pub indirect_functions: Vec<FunctionValue<'ctx>>,
     /// The symbols of device classes' vtable groups, in annotation order, each once.
     pub vtables: Vec<String>,
 }
 
-impl Requests {
+impl Requests<'_> {
     pub fn is_empty(&self) -> bool {
         self.indirect_functions.is_empty() && self.vtables.is_empty()
     }
@@ -34,7 +35,7 @@ impl Requests {
 /// Take our annotations out of the module: they are removed (and the carrier variable
 /// deleted), so a second run of the pipeline on the same module (clang's host backend
 /// job re-reads the host bitcode) adds nothing twice.
-pub fn take_requests(ir: &Ir) -> Requests {
+pub fn take_requests<'ctx>(ir: &Ir<'_, 'ctx>) -> Requests<'ctx> {
     let mut requests = Requests::default();
     let Some(global) = ir.global(ANNOTATIONS) else {
         return requests;
@@ -44,16 +45,19 @@ pub fn take_requests(ir: &Ir) -> Requests {
     };
     let mut kept = Vec::new();
     let mut changed = false;
-    for i in 0..ir.num_operands(array) {
-        let entry = ir.operand(array, i);
+    let entries: Vec<Value> = (0..ir.num_operands(array))
+        .filter_map(|i| ir.operand(array, i))
+        .collect();
+    for entry in entries {
         let text = (ir.num_operands(entry) >= 2)
-            .then(|| ir.c_string_of_global(ir.operand(entry, 1)))
+            .then(|| ir.c_string_of_global(ir.operand(entry, 1)?))
             .flatten();
-        let target = ir.strip_casts(ir.operand(entry, 0));
+        let target = ir.operand(entry, 0).map(|t| ir.strip_casts(t));
         match text.as_deref() {
             Some(INDIRECT_ANNOTATION) => {
-                if let Some(f) = ir.as_function(target) {
-                    if !ir.is_declaration(f) && !requests.indirect_functions.contains(&f) {
+                if let Some(f) = target.and_then(Value::function) {
+                    let declaration = ir.is_declaration(f.as_global_value());
+                    if !declaration && !requests.indirect_functions.contains(&f) {
                         requests.indirect_functions.push(f);
                     }
                 }
@@ -72,8 +76,7 @@ pub fn take_requests(ir: &Ir) -> Requests {
         changed = true;
     }
     if changed {
-        let element_type = ir.array_element_type(array);
-        ir.replace_array_global(global, element_type, &kept);
+        ir.replace_array_global(global, &kept);
     }
     if let Some(carrier) = ir.global(VTABLE_CARRIER) {
         ir.remove_from_used("llvm.used", carrier);

@@ -1,588 +1,511 @@
-//! The few LLVM C API operations the passes need, behind safe functions.
+//! The few LLVM operations the passes need, on inkwell: typed handles (`GlobalValue`,
+//! `FunctionValue`, `InstructionValue`) tied by `'ctx` to the module's context, and
+//! [`Value`] for any value of the module (an operand, a user).
 //!
-//! Every handle here comes from the module the pass manager gave the pass (or was just
-//! created in it), and the pass holds `&mut Module` for the whole run, so each handle is
-//! valid and unaliased by other threads for as long as these functions use it.
-use llvm_plugin::inkwell::llvm_sys::core::*;
-use llvm_plugin::inkwell::llvm_sys::debuginfo::{
-    LLVMInstructionGetDebugLoc, LLVMInstructionSetDebugLoc,
+//! Raw `llvm_sys` is left only in the [`raw`] module, for what inkwell has no call for
+//! (or has one that panics or reads out of bounds on values these passes meet); each
+//! function there says which. Every handle comes from the module the pass manager gave
+//! the pass (or was just created in it), and the pass holds the module for the whole
+//! run, so each handle is valid and unaliased by other threads for as long as these
+//! functions use it.
+use llvm_plugin::inkwell::attributes::{Attribute, AttributeLoc};
+use llvm_plugin::inkwell::builder::Builder;
+use llvm_plugin::inkwell::context::ContextRef;
+use llvm_plugin::inkwell::module::{Linkage, Module};
+use llvm_plugin::inkwell::targets::TargetData;
+use llvm_plugin::inkwell::types::{BasicType, FunctionType, PointerType};
+use llvm_plugin::inkwell::values::{
+    AnyValue, BasicMetadataValueEnum as BasicMetadataValue, BasicValueEnum, CallSiteValue,
+    FunctionValue, GlobalValue, InstructionOpcode, InstructionValue, UnnamedAddress,
 };
-use llvm_plugin::inkwell::llvm_sys::prelude::*;
-use llvm_plugin::inkwell::llvm_sys::target::{LLVMABISizeOfType, LLVMGetModuleDataLayout};
-use llvm_plugin::inkwell::llvm_sys::{
-    LLVMAttributeFunctionIndex, LLVMLinkage, LLVMOpcode, LLVMTypeKind, LLVMVisibility,
-};
-use llvm_plugin::inkwell::module::Module;
-use llvm_plugin::inkwell::values::{AsValueRef, FunctionValue};
-use std::ffi::{CStr, CString};
+use llvm_plugin::inkwell::{AddressSpace, GlobalVisibility};
+use offload_formats::entries::{FieldKind, SECTION_LEGACY};
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
 
-/// An LLVM value of the module being transformed.
+/// The value of one field of an offload entry.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct Value(LLVMValueRef);
+pub enum EntryFieldValue<V> {
+    /// A global's address.
+    Pointer(V),
+    Int(u64),
+}
 
-impl Value {
-    /// The function a function pass runs on.
-    pub fn of_function(function: &FunctionValue<'_>) -> Value {
-        Value(function.as_value_ref())
+/// Any value of the module being transformed, compared by identity. inkwell's own value
+/// enums are typed by the value's type and panic on some (token, metadata); operands and
+/// users can be of any type, so they travel as this and are viewed as inkwell values
+/// where one is needed ([`Value::instruction`], [`Value::basic`], ...).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Value<'ctx> {
+    raw: raw::ValueRef,
+    context: PhantomData<ContextRef<'ctx>>,
+}
+
+impl<'ctx> Value<'ctx> {
+    /// Any inkwell value of the module (of the same context).
+    pub fn of(value: impl AnyValue<'ctx>) -> Value<'ctx> {
+        Value {
+            raw: value.as_value_ref(),
+            context: PhantomData,
+        }
+    }
+
+    pub fn instruction(self) -> Option<InstructionValue<'ctx>> {
+        raw::as_instruction(self)
+    }
+
+    /// The value as one of inkwell's first-class values, if its type is one.
+    pub fn basic(self) -> Option<BasicValueEnum<'ctx>> {
+        raw::as_basic(self)
+    }
+
+    pub fn global(self) -> Option<GlobalValue<'ctx>> {
+        raw::as_global(self, raw::GlobalKind::Any)
+    }
+
+    pub fn function(self) -> Option<FunctionValue<'ctx>> {
+        raw::as_function(self)
     }
 }
 
-/// An LLVM type of the module's context (only this module hands them out).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct Type(LLVMTypeRef);
+/// The module a pass runs on: the pass's own, or (for a function pass) the function's.
+enum ModuleHandle<'m, 'ctx> {
+    Pass(&'m Module<'ctx>),
+    /// Never dropped: the pass manager owns the module.
+    Parent(ManuallyDrop<Module<'ctx>>),
+}
+
+impl<'ctx> Deref for ModuleHandle<'_, 'ctx> {
+    type Target = Module<'ctx>;
+    fn deref(&self) -> &Module<'ctx> {
+        match self {
+            ModuleHandle::Pass(module) => module,
+            ModuleHandle::Parent(module) => module,
+        }
+    }
+}
 
 /// The module a pass runs on.
-pub struct Ir {
-    module: LLVMModuleRef,
-    ctx: LLVMContextRef,
+pub struct Ir<'m, 'ctx> {
+    module: ModuleHandle<'m, 'ctx>,
+    context: ContextRef<'ctx>,
 }
 
-fn cstring(s: &str) -> CString {
-    CString::new(s).expect("LLVM names built by the pass contain no NUL")
-}
-
-impl Ir {
-    pub fn new(module: &mut Module<'_>) -> Ir {
-        let module = module.as_mut_ptr();
-        // SAFETY: `module` is the live module the pass manager handed us.
-        let ctx = unsafe { LLVMGetModuleContext(module) };
-        Ir { module, ctx }
+impl<'m, 'ctx> Ir<'m, 'ctx> {
+    pub fn new(module: &'m Module<'ctx>) -> Ir<'m, 'ctx> {
+        Ir {
+            context: module.get_context(),
+            module: ModuleHandle::Pass(module),
+        }
     }
 
     /// The module that holds `function` (a function pass's view of its module).
-    pub fn of_function(function: &FunctionValue<'_>) -> Ir {
-        // SAFETY: the pass manager hands the pass a live function of a live module.
-        let module = unsafe { LLVMGetGlobalParent(function.as_value_ref()) };
-        // SAFETY: `module` is that live module.
-        let ctx = unsafe { LLVMGetModuleContext(module) };
-        Ir { module, ctx }
+    pub fn of_function(function: FunctionValue<'ctx>) -> Ir<'ctx, 'ctx> {
+        let module = raw::parent_module(function);
+        Ir {
+            context: module.get_context(),
+            module: ModuleHandle::Parent(module),
+        }
     }
 
     /// The module's `source_filename`.
     pub fn source_file_name(&self) -> String {
-        let mut len = 0usize;
-        // SAFETY: valid module; LLVM returns a pointer to `len` bytes it owns.
-        let ptr = unsafe { LLVMGetSourceFileName(self.module, &mut len) };
-        if ptr.is_null() {
-            return String::new();
-        }
-        // SAFETY: `ptr` points to `len` initialised bytes owned by the module.
-        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
-        String::from_utf8_lossy(bytes).into_owned()
+        self.module
+            .get_source_file_name()
+            .to_string_lossy()
+            .into_owned()
     }
 
     /// True when the module has module flag `key` (clang marks device modules with
     /// `openmp-device`).
     pub fn has_module_flag(&self, key: &str) -> bool {
-        // SAFETY: valid module; the key pointer and length describe `key`.
-        !unsafe { LLVMGetModuleFlag(self.module, key.as_ptr().cast(), key.len()) }.is_null()
+        self.module.get_flag(key).is_some()
     }
 
     /// The module's target triple.
     pub fn triple(&self) -> String {
-        // SAFETY: valid module; the triple is a NUL-terminated string it owns.
-        unsafe { CStr::from_ptr(LLVMGetTarget(self.module)) }
+        self.module
+            .get_triple()
+            .as_str()
             .to_string_lossy()
             .into_owned()
     }
 
     /// The address space data-layout component `G<n>` puts globals in (0 if absent).
-    pub fn globals_address_space(&self) -> u32 {
-        // SAFETY: valid module; the layout string is NUL-terminated and module-owned.
-        let layout = unsafe { CStr::from_ptr(LLVMGetDataLayoutStr(self.module)) };
+    pub fn globals_address_space(&self) -> AddressSpace {
+        let layout = self.module.get_data_layout();
         layout
+            .as_str()
             .to_string_lossy()
             .split('-')
-            .find_map(|part| part.strip_prefix('G')?.parse().ok())
-            .unwrap_or(0)
+            .find_map(|part| {
+                AddressSpace::try_from(part.strip_prefix('G')?.parse::<u32>().ok()?).ok()
+            })
+            .unwrap_or_default()
     }
 
-    pub fn global(&self, name: &str) -> Option<Value> {
-        let name = cstring(name);
-        // SAFETY: valid module, NUL-terminated name.
-        let g = unsafe { LLVMGetNamedGlobal(self.module, name.as_ptr()) };
-        (!g.is_null()).then_some(Value(g))
+    pub fn global(&self, name: &str) -> Option<GlobalValue<'ctx>> {
+        self.module.get_global(name)
     }
 
-    pub fn function(&self, name: &str) -> Option<Value> {
-        let name = cstring(name);
-        // SAFETY: valid module, NUL-terminated name.
-        let f = unsafe { LLVMGetNamedFunction(self.module, name.as_ptr()) };
-        (!f.is_null()).then_some(Value(f))
+    pub fn function(&self, name: &str) -> Option<FunctionValue<'ctx>> {
+        self.module.get_function(name)
     }
 
-    pub fn functions(&self) -> Vec<Value> {
-        let mut out = Vec::new();
-        // SAFETY: valid module; iteration only reads the function list, which the
-        // caller does not change while this runs.
-        let mut f = unsafe { LLVMGetFirstFunction(self.module) };
-        while !f.is_null() {
-            out.push(Value(f));
-            // SAFETY: `f` is a function of this module.
-            f = unsafe { LLVMGetNextFunction(f) };
-        }
-        out
+    pub fn functions(&self) -> Vec<FunctionValue<'ctx>> {
+        self.module.get_functions().collect()
     }
 
-    pub fn globals(&self) -> Vec<Value> {
-        let mut out = Vec::new();
-        // SAFETY: valid module; iteration only reads the global list, which the caller
-        // changes only after the walk.
-        let mut g = unsafe { LLVMGetFirstGlobal(self.module) };
-        while !g.is_null() {
-            out.push(Value(g));
-            // SAFETY: `g` is a global of this module.
-            g = unsafe { LLVMGetNextGlobal(g) };
-        }
-        out
+    pub fn globals(&self) -> Vec<GlobalValue<'ctx>> {
+        self.module.get_globals().collect()
     }
 
     /// True for a global this module defines for the link (not a declaration, nor an
     /// `available_externally` copy of one defined elsewhere).
-    pub fn defines_for_link(&self, global: Value) -> bool {
-        // SAFETY: `global` is a global value of this module.
-        let linkage = unsafe { LLVMGetLinkage(global.0) };
-        !self.is_declaration(global) && linkage != LLVMLinkage::LLVMAvailableExternallyLinkage
+    pub fn defines_for_link(&self, global: GlobalValue<'ctx>) -> bool {
+        !global.is_declaration() && global.get_linkage() != Linkage::AvailableExternally
     }
 
     /// The bytes a global variable's value occupies (its type's ABI size).
-    pub fn global_size(&self, global: Value) -> u64 {
-        // SAFETY: `global` is a global variable of this module; the data layout is the
-        // module's own and outlives the call.
-        unsafe {
-            let layout = LLVMGetModuleDataLayout(self.module);
-            LLVMABISizeOfType(layout, LLVMGlobalGetValueType(global.0))
+    pub fn global_size(&self, global: GlobalValue<'ctx>) -> u64 {
+        let layout = self.module.get_data_layout();
+        let target_data = TargetData::create(&layout.as_str().to_string_lossy());
+        target_data.get_abi_size(&global.get_value_type())
+    }
+
+    /// Operand `i` of a constant aggregate, constant expression or instruction.
+    pub fn operand(&self, v: Value<'ctx>, i: u32) -> Option<Value<'ctx>> {
+        match v.instruction() {
+            Some(inst) => inst.get_operand(i)?.left().map(Value::of),
+            None => raw::constant_operand(v, i),
         }
     }
 
-    /// Operand `i` of a constant aggregate or instruction.
-    pub fn operand(&self, v: Value, i: u32) -> Value {
-        // SAFETY: callers pass an index below `num_operands(v)`.
-        Value(unsafe { LLVMGetOperand(v.0, i) })
+    pub fn num_operands(&self, v: Value<'ctx>) -> u32 {
+        match v.instruction() {
+            Some(inst) => inst.get_num_operands(),
+            None => raw::constant_num_operands(v),
+        }
     }
 
-    pub fn num_operands(&self, v: Value) -> u32 {
-        // SAFETY: `v` is a live user value.
-        unsafe { LLVMGetNumOperands(v.0) as u32 }
-    }
-
-    pub fn initializer(&self, global: Value) -> Option<Value> {
-        // SAFETY: `global` is a global variable of this module.
-        let init = unsafe { LLVMGetInitializer(global.0) };
-        (!init.is_null()).then_some(Value(init))
+    pub fn initializer(&self, global: GlobalValue<'ctx>) -> Option<Value<'ctx>> {
+        global.get_initializer().map(Value::of)
     }
 
     /// `v` with pointer casts (constant expressions included) looked through.
-    pub fn strip_casts(&self, mut v: Value) -> Value {
+    pub fn strip_casts(&self, mut v: Value<'ctx>) -> Value<'ctx> {
         loop {
-            // SAFETY: `v` is a live value; the checks only inspect it.
-            let expr = unsafe { LLVMIsAConstantExpr(v.0) };
-            if expr.is_null() {
-                return v;
-            }
-            // SAFETY: `expr` is a constant expression.
-            let op = unsafe { LLVMGetConstOpcode(expr) };
-            match op {
-                LLVMOpcode::LLVMBitCast | LLVMOpcode::LLVMAddrSpaceCast => {
-                    v = self.operand(v, 0);
+            match raw::constant_expression_opcode(v) {
+                Some(InstructionOpcode::BitCast | InstructionOpcode::AddrSpaceCast) => {
+                    match self.operand(v, 0) {
+                        Some(operand) => v = operand,
+                        None => return v,
+                    }
                 }
                 _ => return v,
             }
         }
     }
 
-    /// The function `v` is, if it is one.
-    pub fn as_function(&self, v: Value) -> Option<Value> {
-        // SAFETY: `v` is a live value; the check only inspects it.
-        let f = unsafe { LLVMIsAFunction(v.0) };
-        (!f.is_null()).then_some(Value(f))
-    }
-
     /// The string a `[N x i8]` constant global holds (an annotation's text).
-    pub fn c_string_of_global(&self, v: Value) -> Option<String> {
-        let v = self.strip_casts(v);
-        // SAFETY: `v` is a live value; the check only inspects it.
-        let g = unsafe { LLVMIsAGlobalVariable(v.0) };
-        if g.is_null() {
-            return None;
-        }
-        let init = self.initializer(Value(g))?;
-        // SAFETY: `init` is a live constant; the check only inspects it.
-        let data = unsafe { LLVMIsAConstantDataSequential(init.0) };
-        // SAFETY: as above.
-        if data.is_null() || unsafe { LLVMIsConstantString(data) } == 0 {
-            return None;
-        }
-        let mut len = 0usize;
-        // SAFETY: `data` is a constant string; LLVM returns `len` bytes it owns.
-        let ptr = unsafe { LLVMGetAsString(data, &mut len) };
-        // SAFETY: `ptr` points to `len` initialised bytes owned by the constant.
-        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
+    pub fn c_string_of_global(&self, v: Value<'ctx>) -> Option<String> {
+        let global = raw::as_global(self.strip_casts(v), raw::GlobalKind::Variable)?;
+        let init = self.initializer(global)?;
+        let bytes = raw::constant_string_bytes(init)?;
         let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
         Some(String::from_utf8_lossy(text).into_owned())
     }
 
-    pub fn name(&self, v: Value) -> String {
-        let mut len = 0usize;
-        // SAFETY: `v` is a live value; LLVM returns `len` bytes of its name.
-        let ptr = unsafe { LLVMGetValueName2(v.0, &mut len) };
-        if ptr.is_null() {
-            return String::new();
-        }
-        // SAFETY: `ptr` points to `len` initialised bytes owned by the value.
-        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
-        String::from_utf8_lossy(bytes).into_owned()
+    pub fn name(&self, global: GlobalValue<'ctx>) -> String {
+        global.get_name().to_string_lossy().into_owned()
     }
 
-    pub fn is_declaration(&self, global: Value) -> bool {
-        // SAFETY: `global` is a global value of this module.
-        unsafe { LLVMIsDeclaration(global.0) != 0 }
+    pub fn is_declaration(&self, global: GlobalValue<'ctx>) -> bool {
+        global.is_declaration()
     }
 
-    pub fn has_local_linkage(&self, global: Value) -> bool {
-        // SAFETY: `global` is a global value of this module.
-        let linkage = unsafe { LLVMGetLinkage(global.0) };
-        matches!(
-            linkage,
-            LLVMLinkage::LLVMInternalLinkage | LLVMLinkage::LLVMPrivateLinkage
-        )
+    pub fn has_local_linkage(&self, global: GlobalValue<'ctx>) -> bool {
+        matches!(global.get_linkage(), Linkage::Internal | Linkage::Private)
     }
 
     /// Delete a global variable that nothing uses any more.
-    pub fn delete_global(&self, global: Value) {
+    pub fn delete_global(&self, global: GlobalValue<'ctx>) {
         // SAFETY: `global` is a global variable of this module; callers delete it only
         // once and drop every handle to it.
-        unsafe { LLVMDeleteGlobal(global.0) }
+        unsafe { global.delete() }
     }
 
     /// Delete a global variable whose remaining users are dead constants (the entries
     /// of an annotation array just replaced): they are pointed at null first, so no
     /// constant is left referring to the deleted global.
-    pub fn delete_global_with_dead_users(&self, global: Value) {
-        // SAFETY: `global` is a global variable of this module; RAUW with a null pointer
-        // of its own type rewrites every constant that still refers to it.
-        unsafe {
-            LLVMReplaceAllUsesWith(global.0, LLVMConstNull(LLVMTypeOf(global.0)));
-            LLVMDeleteGlobal(global.0);
-        }
+    pub fn delete_global_with_dead_users(&self, global: GlobalValue<'ctx>) {
+        let pointer = global.as_pointer_value();
+        pointer.replace_all_uses_with(pointer.get_type().const_null());
+        self.delete_global(global);
     }
 
-    /// Replace `global`'s initializer with an array of `elements` of `element_type`
-    /// (an appending array such as `llvm.global.annotations`), or delete `global` when
-    /// `elements` is empty.
-    pub fn replace_array_global(&self, global: Value, element_type: Type, elements: &[Value]) {
+    /// Replace `global`'s initializer (an array such as `llvm.global.annotations`) with
+    /// the array of `elements`, taken from it, or delete `global` when `elements` is
+    /// empty.
+    pub fn replace_array_global(&self, global: GlobalValue<'ctx>, elements: &[Value<'ctx>]) {
         if elements.is_empty() {
             self.delete_global(global);
             return;
         }
+        let element_type = self
+            .initializer(global)
+            .and_then(|init| match init.basic()? {
+                BasicValueEnum::ArrayValue(array) => Some(array.get_type().get_element_type()),
+                _ => None,
+            });
+        let Some(element_type) = element_type else {
+            return;
+        };
         let name = self.name(global);
-        let mut vals: Vec<LLVMValueRef> = elements.iter().map(|v| v.0).collect();
-        // SAFETY: `vals` are constants of `element_type` taken from the old array;
-        // LLVMSetValueName2 renames the old global so the new one takes its name; the
-        // old one has no users besides being a named root, so deleting it is sound.
-        unsafe {
-            let init = LLVMConstArray(element_type.0, vals.as_mut_ptr(), vals.len() as u32);
-            let old_name = cstring(&format!("{name}.old"));
-            LLVMSetValueName2(global.0, old_name.as_ptr(), old_name.as_bytes().len());
-            let new_name = cstring(&name);
-            let g = LLVMAddGlobal(self.module, LLVMTypeOf(init), new_name.as_ptr());
-            LLVMSetInitializer(g, init);
-            LLVMSetLinkage(g, LLVMGetLinkage(global.0));
-            let section = LLVMGetSection(global.0);
-            if !section.is_null() {
-                LLVMSetSection(g, section);
-            }
-            LLVMDeleteGlobal(global.0);
+        let init = raw::constant_array(element_type, elements);
+        // The old global gives its name up so the new one takes it; it has no users
+        // besides being a named root, so deleting it is sound.
+        global.set_name(&format!("{name}.old"));
+        let replacement = self.module.add_global(init.get_type(), None, &name);
+        replacement.set_initializer(&init);
+        replacement.set_linkage(global.get_linkage());
+        if let Some(section) = global.get_section() {
+            replacement.set_section(Some(&section.to_string_lossy()));
         }
+        self.delete_global(global);
     }
 
-    /// The element type of an array constant.
-    pub fn array_element_type(&self, array: Value) -> Type {
-        // SAFETY: `array` is a constant of array type.
-        Type(unsafe { LLVMGetElementType(LLVMTypeOf(array.0)) })
-    }
-
-    fn ptr_type(&self, address_space: u32) -> LLVMTypeRef {
-        // SAFETY: valid context.
-        unsafe { LLVMPointerTypeInContext(self.ctx, address_space) }
+    fn ptr_type(&self) -> PointerType<'ctx> {
+        self.context.ptr_type(AddressSpace::default())
     }
 
     /// A private, unnamed_addr constant C string.
-    pub fn add_c_string(&self, name: &str, text: &str) -> Value {
-        let name = cstring(name);
-        // SAFETY: valid context/module; the string constant is copied by LLVM.
-        unsafe {
-            let init = LLVMConstStringInContext(
-                self.ctx,
-                text.as_ptr().cast(),
-                text.len() as u32,
-                0, // NUL-terminated
-            );
-            let g = LLVMAddGlobal(self.module, LLVMTypeOf(init), name.as_ptr());
-            LLVMSetInitializer(g, init);
-            LLVMSetGlobalConstant(g, 1);
-            LLVMSetLinkage(g, LLVMLinkage::LLVMPrivateLinkage);
-            LLVMSetUnnamedAddress(
-                g,
-                llvm_plugin::inkwell::llvm_sys::LLVMUnnamedAddr::LLVMGlobalUnnamedAddr,
-            );
-            LLVMSetAlignment(g, 1);
-            Value(g)
-        }
+    pub fn add_c_string(&self, name: &str, text: &str) -> GlobalValue<'ctx> {
+        // NUL-terminated, as C strings are.
+        let init = self.context.const_string(text.as_bytes(), true);
+        let g = self.module.add_global(init.get_type(), None, name);
+        g.set_initializer(&init);
+        g.set_constant(true);
+        g.set_linkage(Linkage::Private);
+        g.set_unnamed_address(UnnamedAddress::Global);
+        g.set_alignment(1);
+        g
     }
 
-    /// clang 16's `__tgt_offload_entry {ptr addr, ptr name, i64 size, i32 flags, i32
-    /// reserved}` as a weak constant in section `omp_offloading_entries`, as clang emits
-    /// its own entries.
+    /// clang 16's `__tgt_offload_entry` (offload-formats' `TgtOffloadEntry`: `fields`,
+    /// in order) as a weak constant in its section, as clang emits its own entries.
     pub fn add_offload_entry(
         &self,
         global_name: &str,
-        addr: Value,
-        name: Value,
-        size: u64,
-        flags: u32,
-    ) -> Value {
-        let global_name = cstring(global_name);
-        // SAFETY: valid context/module; every operand is a constant of this module.
-        unsafe {
-            let ptr = self.ptr_type(0);
-            let i64t = LLVMInt64TypeInContext(self.ctx);
-            let i32t = LLVMInt32TypeInContext(self.ctx);
-            let mut fields = [
-                LLVMConstPointerCast(addr.0, ptr),
-                LLVMConstPointerCast(name.0, ptr),
-                LLVMConstInt(i64t, size, 0),
-                LLVMConstInt(i32t, u64::from(flags), 0),
-                LLVMConstInt(i32t, 0, 0),
-            ];
-            let init = LLVMConstStructInContext(self.ctx, fields.as_mut_ptr(), 5, 0);
-            let g = LLVMAddGlobal(self.module, LLVMTypeOf(init), global_name.as_ptr());
-            LLVMSetInitializer(g, init);
-            LLVMSetGlobalConstant(g, 1);
-            LLVMSetLinkage(g, LLVMLinkage::LLVMWeakAnyLinkage);
-            let section = cstring("omp_offloading_entries");
-            LLVMSetSection(g, section.as_ptr());
-            LLVMSetAlignment(g, 1);
-            Value(g)
-        }
+        fields: &[(FieldKind, EntryFieldValue<GlobalValue<'ctx>>)],
+    ) -> GlobalValue<'ctx> {
+        let ptr = self.ptr_type();
+        let values: Vec<BasicValueEnum<'ctx>> = fields
+            .iter()
+            .map(|&(kind, value)| match (kind, value) {
+                (_, EntryFieldValue::Pointer(g)) => g.as_pointer_value().const_cast(ptr).into(),
+                (FieldKind::Pointer, EntryFieldValue::Int(n)) => self
+                    .context
+                    .i64_type()
+                    .const_int(n, false)
+                    .const_to_pointer(ptr)
+                    .into(),
+                (FieldKind::I64, EntryFieldValue::Int(n)) => {
+                    self.context.i64_type().const_int(n, false).into()
+                }
+                (FieldKind::I32, EntryFieldValue::Int(n)) => {
+                    self.context.i32_type().const_int(n, false).into()
+                }
+            })
+            .collect();
+        let init = self.context.const_struct(&values, false);
+        let g = self.module.add_global(init.get_type(), None, global_name);
+        g.set_initializer(&init);
+        g.set_constant(true);
+        g.set_linkage(Linkage::WeakAny);
+        g.set_section(Some(SECTION_LEGACY));
+        g.set_alignment(1);
+        g
     }
 
     /// A weak, protected constant pointer global (in `address_space`) holding `target`
     /// (a function or a global variable of this module).
-    pub fn add_pointer_global(&self, name: &str, target: Value, address_space: u32) -> Value {
-        let name = cstring(name);
-        // SAFETY: valid context/module; `target` is a global value of this module.
-        unsafe {
-            let ptr = self.ptr_type(0);
-            let g = LLVMAddGlobalInAddressSpace(self.module, ptr, name.as_ptr(), address_space);
-            LLVMSetInitializer(g, LLVMConstPointerCast(target.0, ptr));
-            LLVMSetGlobalConstant(g, 1);
-            LLVMSetLinkage(g, LLVMLinkage::LLVMWeakAnyLinkage);
-            LLVMSetVisibility(g, LLVMVisibility::LLVMProtectedVisibility);
-            LLVMSetAlignment(g, 8);
-            Value(g)
-        }
+    pub fn add_pointer_global(
+        &self,
+        name: &str,
+        target: GlobalValue<'ctx>,
+        address_space: AddressSpace,
+    ) -> GlobalValue<'ctx> {
+        let ptr = self.ptr_type();
+        let g = self.module.add_global(ptr, Some(address_space), name);
+        g.set_initializer(&target.as_pointer_value().const_cast(ptr));
+        g.set_constant(true);
+        g.set_linkage(Linkage::WeakAny);
+        g.set_visibility(GlobalVisibility::Protected);
+        g.set_alignment(8);
+        g
     }
 
     /// Append `values` to the appending array `llvm.used` or `llvm.compiler.used`.
-    pub fn append_to_used(&self, list: &str, values: &[Value]) {
+    pub fn append_to_used(&self, list: &str, values: &[GlobalValue<'ctx>]) {
         if values.is_empty() {
             return;
         }
-        let ptr = self.ptr_type(0);
-        let mut all: Vec<LLVMValueRef> = Vec::new();
+        let ptr = self.ptr_type();
+        let mut all: Vec<Value<'ctx>> = Vec::new();
         if let Some(old) = self.global(list) {
             if let Some(init) = self.initializer(old) {
-                for i in 0..self.num_operands(init) {
-                    all.push(self.operand(init, i).0);
-                }
+                all.extend((0..self.num_operands(init)).filter_map(|i| self.operand(init, i)));
             }
             self.delete_global(old);
         }
-        // SAFETY: every element is a constant of this module cast to `ptr`.
-        unsafe {
-            all.extend(values.iter().map(|v| LLVMConstPointerCast(v.0, ptr)));
-            let init = LLVMConstArray(ptr, all.as_mut_ptr(), all.len() as u32);
-            let name = cstring(list);
-            let g = LLVMAddGlobal(self.module, LLVMTypeOf(init), name.as_ptr());
-            LLVMSetInitializer(g, init);
-            LLVMSetLinkage(g, LLVMLinkage::LLVMAppendingLinkage);
-            let section = cstring("llvm.metadata");
-            LLVMSetSection(g, section.as_ptr());
-        }
+        all.extend(
+            values
+                .iter()
+                .map(|v| Value::of(v.as_pointer_value().const_cast(ptr))),
+        );
+        let init = raw::constant_array(ptr.as_basic_type_enum(), &all);
+        let g = self.module.add_global(init.get_type(), None, list);
+        g.set_initializer(&init);
+        g.set_linkage(Linkage::Appending);
+        g.set_section(Some("llvm.metadata"));
     }
 
     /// Take `value` out of the appending array `llvm.used` or `llvm.compiler.used`.
-    pub fn remove_from_used(&self, list: &str, value: Value) {
+    pub fn remove_from_used(&self, list: &str, value: GlobalValue<'ctx>) {
         let Some(global) = self.global(list) else {
             return;
         };
         let Some(init) = self.initializer(global) else {
             return;
         };
-        let kept: Vec<Value> = (0..self.num_operands(init))
-            .map(|i| self.operand(init, i))
-            .filter(|&v| self.strip_casts(v) != value)
+        let count = self.num_operands(init);
+        let kept: Vec<Value<'ctx>> = (0..count)
+            .filter_map(|i| self.operand(init, i))
+            .filter(|&v| self.strip_casts(v) != Value::of(value))
             .collect();
-        if kept.len() as u32 != self.num_operands(init) {
-            let element_type = self.array_element_type(init);
-            self.replace_array_global(global, element_type, &kept);
+        if kept.len() as u32 != count {
+            self.replace_array_global(global, &kept);
         }
     }
 
     /// `ptr name(ptr)`: the module's function of that name, declared if missing.
-    pub fn get_or_declare_ptr_to_ptr(&self, name: &str) -> (Value, Type) {
-        let ptr = self.ptr_type(0);
-        let mut params = [ptr];
-        // SAFETY: valid context; `params` outlives the call.
-        let ty = unsafe { LLVMFunctionType(ptr, params.as_mut_ptr(), 1, 0) };
-        if let Some(f) = self.function(name) {
-            return (f, Type(ty));
-        }
-        let cname = cstring(name);
-        // SAFETY: valid module and type; the name is NUL-terminated.
-        let f = unsafe { LLVMAddFunction(self.module, cname.as_ptr(), ty) };
-        (Value(f), Type(ty))
+    pub fn get_or_declare_ptr_to_ptr(
+        &self,
+        name: &str,
+    ) -> (FunctionValue<'ctx>, FunctionType<'ctx>) {
+        let ptr = self.ptr_type();
+        let ty = ptr.fn_type(&[ptr.into()], false);
+        let f = self
+            .function(name)
+            .unwrap_or_else(|| self.module.add_function(name, ty, None));
+        (f, ty)
     }
 
     /// Every instruction of `function` with one of `opcodes`, in order.
-    fn instructions(&self, function: Value, opcodes: &[LLVMOpcode]) -> Vec<Value> {
-        let mut out = Vec::new();
-        // SAFETY: `function` is a function of this module; the walk reads its blocks
-        // and instructions, which the caller changes only after the walk.
-        unsafe {
-            let mut bb = LLVMGetFirstBasicBlock(function.0);
-            while !bb.is_null() {
-                let mut inst = LLVMGetFirstInstruction(bb);
-                while !inst.is_null() {
-                    if opcodes.contains(&LLVMGetInstructionOpcode(inst)) {
-                        out.push(Value(inst));
-                    }
-                    inst = LLVMGetNextInstruction(inst);
-                }
-                bb = LLVMGetNextBasicBlock(bb);
-            }
-        }
-        out
+    fn instructions(
+        &self,
+        function: FunctionValue<'ctx>,
+        opcodes: &[InstructionOpcode],
+    ) -> Vec<InstructionValue<'ctx>> {
+        function
+            .get_basic_block_iter()
+            .flat_map(|block| block.get_instructions())
+            .filter(|inst| opcodes.contains(&inst.get_opcode()))
+            .collect()
     }
 
     /// Every call and invoke instruction of `function`.
-    pub fn call_sites(&self, function: Value) -> Vec<Value> {
-        self.instructions(function, &[LLVMOpcode::LLVMCall, LLVMOpcode::LLVMInvoke])
+    pub fn call_sites(&self, function: FunctionValue<'ctx>) -> Vec<InstructionValue<'ctx>> {
+        self.instructions(
+            function,
+            &[InstructionOpcode::Call, InstructionOpcode::Invoke],
+        )
     }
 
     /// Every load instruction of `function`.
-    pub fn loads(&self, function: Value) -> Vec<Value> {
-        self.instructions(function, &[LLVMOpcode::LLVMLoad])
+    pub fn loads(&self, function: FunctionValue<'ctx>) -> Vec<InstructionValue<'ctx>> {
+        self.instructions(function, &[InstructionOpcode::Load])
     }
 
     /// The instruction `v` is a load, if it is one.
-    pub fn as_load(&self, v: Value) -> Option<Value> {
-        // SAFETY: `v` is a live value; the check only inspects it.
-        let load = unsafe { LLVMIsALoadInst(v.0) };
-        (!load.is_null()).then_some(Value(load))
+    pub fn as_load(&self, v: Value<'ctx>) -> Option<InstructionValue<'ctx>> {
+        v.instruction()
+            .filter(|inst| inst.get_opcode() == InstructionOpcode::Load)
     }
 
     /// The address a load reads.
-    pub fn load_address(&self, load: Value) -> Value {
-        self.operand(load, 0)
+    pub fn load_address(&self, load: InstructionValue<'ctx>) -> Option<Value<'ctx>> {
+        self.operand(Value::of(load), 0)
     }
 
-    pub fn is_alloca(&self, v: Value) -> bool {
-        // SAFETY: `v` is a live value; the check only inspects it.
-        unsafe { !LLVMIsAAllocaInst(v.0).is_null() }
+    pub fn is_alloca(&self, v: Value<'ctx>) -> bool {
+        v.instruction()
+            .is_some_and(|inst| inst.get_opcode() == InstructionOpcode::Alloca)
     }
 
     /// True when `v`'s type is a pointer or an integer (what a vtable slot holds).
-    pub fn is_pointer_or_integer(&self, v: Value) -> bool {
-        // SAFETY: `v` is a live value; its type is owned by the context.
-        let kind = unsafe { LLVMGetTypeKind(LLVMTypeOf(v.0)) };
+    pub fn is_pointer_or_integer(&self, v: Value<'ctx>) -> bool {
         matches!(
-            kind,
-            LLVMTypeKind::LLVMPointerTypeKind | LLVMTypeKind::LLVMIntegerTypeKind
+            v.basic(),
+            Some(BasicValueEnum::PointerValue(_) | BasicValueEnum::IntValue(_))
         )
     }
 
     /// The base pointer of a `getelementptr` instruction whose indices are all
     /// constants (a fixed offset), if `v` is one.
-    pub fn constant_offset_base(&self, v: Value) -> Option<Value> {
-        // SAFETY: `v` is a live value; the check only inspects it.
-        let gep = unsafe { LLVMIsAGetElementPtrInst(v.0) };
-        if gep.is_null() {
-            return None;
-        }
-        let n = self.num_operands(v);
-        (1..n)
-            .all(|i| self.is_constant(self.operand(v, i)))
+    pub fn constant_offset_base(&self, v: Value<'ctx>) -> Option<Value<'ctx>> {
+        let gep = v
+            .instruction()
+            .filter(|inst| inst.get_opcode() == InstructionOpcode::GetElementPtr)?;
+        (1..gep.get_num_operands())
+            .all(|i| {
+                self.operand(v, i)
+                    .is_some_and(|index| self.is_constant(index))
+            })
             .then(|| self.operand(v, 0))
+            .flatten()
     }
 
     /// The instructions and constants that use `v`.
-    pub fn users(&self, v: Value) -> Vec<Value> {
-        let mut out = Vec::new();
-        // SAFETY: `v` is a live value; the walk reads its use list, which the caller
-        // changes only after the walk.
-        unsafe {
-            let mut u = LLVMGetFirstUse(v.0);
-            while !u.is_null() {
-                out.push(Value(LLVMGetUser(u)));
-                u = LLVMGetNextUse(u);
-            }
-        }
-        out
-    }
-
-    fn metadata_kind(&self, name: &str) -> u32 {
-        // SAFETY: valid context; the name pointer and length describe `name`.
-        unsafe { LLVMGetMDKindIDInContext(self.ctx, name.as_ptr().cast(), name.len() as u32) }
-    }
-
-    /// The operands of a metadata node (as values), empty for anything else.
-    fn md_operands(&self, node: LLVMValueRef) -> Vec<LLVMValueRef> {
-        // SAFETY: `node` is a live value; it is read only when it is an MDNode.
-        unsafe {
-            if node.is_null() || LLVMIsAMDNode(node).is_null() {
-                return Vec::new();
-            }
-            let mut ops = vec![std::ptr::null_mut(); LLVMGetMDNodeNumOperands(node) as usize];
-            LLVMGetMDNodeOperands(node, ops.as_mut_ptr());
-            ops
-        }
+    pub fn users(&self, v: Value<'ctx>) -> Vec<Value<'ctx>> {
+        raw::users(v)
     }
 
     /// The name of the type the instruction's TBAA access tag `!{base, access, offset}`
     /// accesses (clang tags vptr loads with "vtable pointer"); None without a tag.
-    pub fn tbaa_access_type(&self, inst: Value) -> Option<String> {
-        // SAFETY: `inst` is an instruction of this module.
-        let tag = unsafe { LLVMGetMetadata(inst.0, self.metadata_kind("tbaa")) };
-        let access = *self.md_operands(tag).get(1)?;
-        let name = *self.md_operands(access).first()?;
-        let mut len = 0u32;
-        // SAFETY: `name` is a metadata operand; LLVMGetMDString returns null unless it is
-        // an MDString, else `len` bytes the context owns.
-        let ptr = unsafe { LLVMGetMDString(name, &mut len) };
-        if ptr.is_null() {
-            return None;
+    pub fn tbaa_access_type(&self, inst: InstructionValue<'ctx>) -> Option<String> {
+        let tag = inst.get_metadata(self.context.get_kind_id("tbaa"))?;
+        let node_operand = |node: BasicMetadataValue<'ctx>, i: usize| match node {
+            BasicMetadataValue::MetadataValue(node) if node.is_node() => {
+                node.get_node_values().get(i).copied()
+            }
+            _ => None,
+        };
+        let access = node_operand(BasicMetadataValue::MetadataValue(tag), 1)?;
+        match node_operand(access, 0)? {
+            BasicMetadataValue::MetadataValue(name) => raw::metadata_string(name),
+            _ => None,
         }
-        // SAFETY: as above.
-        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) };
-        Some(String::from_utf8_lossy(bytes).into_owned())
     }
 
     /// Insert `%t = call ptr lookup(ptr value)` right after the instruction `value` and
     /// make every other use of `value` use `%t`. Returns `%t`.
-    pub fn translate_after(&self, value: Value, lookup: Value, lookup_type: Type) -> Value {
-        // SAFETY: `value` is a non-terminator instruction (callers pass loads), so an
-        // instruction follows it.
-        let next = Value(unsafe { LLVMGetNextInstruction(value.0) });
-        let translated = self.lookup_call_before(next, value, value, lookup, lookup_type);
-        // SAFETY: `translated` is the call just built; after the RAUW its own argument
-        // is set back to `value`.
-        unsafe {
-            LLVMReplaceAllUsesWith(value.0, translated.0);
-            LLVMSetOperand(translated.0, 0, value.0);
-        }
-        translated
+    pub fn translate_after(
+        &self,
+        value: InstructionValue<'ctx>,
+        lookup: FunctionValue<'ctx>,
+        lookup_type: FunctionType<'ctx>,
+    ) -> Option<InstructionValue<'ctx>> {
+        // Callers pass loads, never terminators, so an instruction follows.
+        let next = value.get_next_instruction()?;
+        let argument = Value::of(value);
+        let translated = self.lookup_call_before(next, argument, value, lookup, lookup_type)?;
+        value.replace_all_uses_with(&translated);
+        // The RAUW made the call its own argument: give it `value` back.
+        translated.set_operand(0, argument.basic()?);
+        Some(translated)
     }
 
     /// `%t = call ptr lookup(ptr argument)` inserted before `before`, with the debug
@@ -590,139 +513,367 @@ impl Ir {
     /// info).
     fn lookup_call_before(
         &self,
-        before: Value,
-        argument: Value,
-        located_as: Value,
-        lookup: Value,
-        lookup_type: Type,
-    ) -> Value {
-        // SAFETY: `before` and `located_as` are instructions of this module, `argument`
-        // a pointer in address space 0 (checked by the callers) and `lookup` of
-        // `lookup_type`; the builder is disposed before returning.
-        unsafe {
-            let builder = LLVMCreateBuilderInContext(self.ctx);
-            LLVMPositionBuilderBefore(builder, before.0);
-            let mut args = [argument.0];
-            let name = cstring("translated");
-            let translated = LLVMBuildCall2(
-                builder,
-                lookup_type.0,
-                lookup.0,
-                args.as_mut_ptr(),
-                1,
-                name.as_ptr(),
-            );
-            let loc = LLVMInstructionGetDebugLoc(located_as.0);
-            if !loc.is_null() {
-                LLVMInstructionSetDebugLoc(translated, loc);
-            }
-            LLVMDisposeBuilder(builder);
-            Value(translated)
-        }
+        before: InstructionValue<'ctx>,
+        argument: Value<'ctx>,
+        located_as: InstructionValue<'ctx>,
+        lookup: FunctionValue<'ctx>,
+        lookup_type: FunctionType<'ctx>,
+    ) -> Option<InstructionValue<'ctx>> {
+        let builder: Builder<'ctx> = self.context.create_builder();
+        builder.position_before(&before);
+        let lookup = lookup.as_global_value().as_pointer_value();
+        let call: CallSiteValue<'ctx> = builder
+            .build_indirect_call(
+                lookup_type,
+                lookup,
+                &[argument.basic()?.into()],
+                "translated",
+            )
+            .ok()?;
+        let translated = Value::of(call).instruction()?;
+        raw::copy_debug_location(located_as, translated);
+        Some(translated)
     }
 
     /// The first argument of a call.
-    pub fn first_argument(&self, call: Value) -> Value {
-        self.operand(call, 0)
+    pub fn first_argument(&self, call: InstructionValue<'ctx>) -> Option<Value<'ctx>> {
+        self.operand(Value::of(call), 0)
     }
 
-    /// Replace every use of `inst` with `with` and delete `inst`.
-    pub fn replace_and_erase(&self, inst: Value, with: Value) {
-        // SAFETY: `inst` is an instruction of this module and `with` a value of its
-        // type; nothing refers to `inst` after the RAUW, so erasing it is sound.
-        unsafe {
-            LLVMReplaceAllUsesWith(inst.0, with.0);
-            LLVMInstructionEraseFromParent(inst.0);
-        }
+    /// Replace every use of the pointer-valued `call` with the pointer `with` and delete
+    /// `call`; false (nothing done) when either is not a pointer.
+    pub fn replace_and_erase(&self, call: InstructionValue<'ctx>, with: Value<'ctx>) -> bool {
+        let (Some(BasicValueEnum::PointerValue(result)), Some(BasicValueEnum::PointerValue(with))) =
+            (Value::of(call).basic(), with.basic())
+        else {
+            return false;
+        };
+        result.replace_all_uses_with(with);
+        call.erase_from_basic_block();
+        true
     }
 
     /// `v` with GEPs and pointer casts (constant or instruction) looked
     /// through: the object an address points into.
-    pub fn underlying_object(&self, mut v: Value) -> Value {
+    pub fn underlying_object(&self, mut v: Value<'ctx>) -> Value<'ctx> {
         loop {
             v = self.strip_casts(v);
-            // SAFETY: `v` is a live value; the checks only inspect it.
-            let steps_through = unsafe {
-                !LLVMIsAGetElementPtrInst(v.0).is_null()
-                    || !LLVMIsABitCastInst(v.0).is_null()
-                    || !LLVMIsAAddrSpaceCastInst(v.0).is_null()
-                    || (!LLVMIsAConstantExpr(v.0).is_null()
-                        && LLVMGetConstOpcode(v.0) == LLVMOpcode::LLVMGetElementPtr)
+            let steps_through = match v.instruction() {
+                Some(inst) => matches!(
+                    inst.get_opcode(),
+                    InstructionOpcode::GetElementPtr
+                        | InstructionOpcode::BitCast
+                        | InstructionOpcode::AddrSpaceCast
+                ),
+                None => {
+                    raw::constant_expression_opcode(v) == Some(InstructionOpcode::GetElementPtr)
+                }
             };
-            let next = steps_through.then(|| self.operand(v, 0));
-            match next {
-                Some(n) => v = n,
+            match steps_through.then(|| self.operand(v, 0)).flatten() {
+                Some(next) => v = next,
                 None => return v,
             }
         }
     }
 
     /// True for a global value (function, variable, alias) or a null pointer.
-    pub fn is_global_or_null(&self, v: Value) -> bool {
-        // SAFETY: `v` is a live value; the checks only inspect it.
-        unsafe { !LLVMIsAGlobalValue(v.0).is_null() || !LLVMIsAConstantPointerNull(v.0).is_null() }
+    pub fn is_global_or_null(&self, v: Value<'ctx>) -> bool {
+        v.global().is_some() || raw::is_a(v, raw::Class::ConstantPointerNull)
     }
 
     /// Mark a declared function as only reading memory, returning and not unwinding
     /// (`memory(read) nounwind willreturn`): the optimizer may then hoist and merge
     /// calls to it.
-    pub fn mark_read_only(&self, function: Value) {
+    pub fn mark_read_only(&self, function: FunctionValue<'ctx>) {
         // MemoryEffects: two bits per location (argument, inaccessible, other), 1 = read.
         const MEMORY_READ: u64 = 0b01_01_01;
         for (name, value) in [("memory", MEMORY_READ), ("nounwind", 0), ("willreturn", 0)] {
-            // SAFETY: valid context and function; the kind is looked up by name.
-            unsafe {
-                let kind = LLVMGetEnumAttributeKindForName(name.as_ptr().cast(), name.len());
-                let attr = LLVMCreateEnumAttribute(self.ctx, kind, value);
-                LLVMAddAttributeAtIndex(function.0, LLVMAttributeFunctionIndex, attr);
-            }
+            let kind = Attribute::get_named_enum_kind_id(name);
+            let attribute = self.context.create_enum_attribute(kind, value);
+            function.add_attribute(AttributeLoc::Function, attribute);
         }
     }
 
-    /// The value a call or invoke calls.
-    pub fn callee(&self, call: Value) -> Value {
-        // SAFETY: `call` is a call or invoke instruction.
-        Value(unsafe { LLVMGetCalledValue(call.0) })
+    /// The value a call or invoke calls: its last operand.
+    pub fn callee(&self, call: InstructionValue<'ctx>) -> Option<Value<'ctx>> {
+        let last = call.get_num_operands().checked_sub(1)?;
+        self.operand(Value::of(call), last)
     }
 
     /// True for a callee known before run time: a function, an alias, any constant.
-    pub fn is_constant(&self, v: Value) -> bool {
-        // SAFETY: `v` is a live value; the check only inspects it.
-        unsafe { !LLVMIsAConstant(v.0).is_null() }
+    pub fn is_constant(&self, v: Value<'ctx>) -> bool {
+        raw::is_a(v, raw::Class::Constant)
     }
 
-    pub fn is_inline_asm(&self, v: Value) -> bool {
-        // SAFETY: `v` is a live value; the check only inspects it.
-        unsafe { !LLVMIsAInlineAsm(v.0).is_null() }
+    pub fn is_inline_asm(&self, v: Value<'ctx>) -> bool {
+        raw::is_a(v, raw::Class::InlineAsm)
     }
 
     /// True when `v` is the result of a call to `function`.
-    pub fn is_call_to(&self, v: Value, function: Value) -> bool {
-        // SAFETY: `v` is a live value; the checks only inspect it.
-        unsafe {
-            let call = LLVMIsACallInst(v.0);
-            !call.is_null() && LLVMGetCalledValue(call) == function.0
-        }
+    pub fn is_call_to(&self, v: Value<'ctx>, function: FunctionValue<'ctx>) -> bool {
+        v.instruction()
+            .filter(|inst| inst.get_opcode() == InstructionOpcode::Call)
+            .and_then(|call| self.callee(call))
+            == Some(Value::of(function))
     }
 
     /// The address space of a pointer-typed value (None if it is not a pointer).
-    pub fn pointer_address_space(&self, v: Value) -> Option<u32> {
-        // SAFETY: `v` is a live value; its type is owned by the context.
-        unsafe {
-            let ty = LLVMTypeOf(v.0);
-            (LLVMGetTypeKind(ty) == LLVMTypeKind::LLVMPointerTypeKind)
-                .then(|| LLVMGetPointerAddressSpace(ty))
+    pub fn pointer_address_space(&self, v: Value<'ctx>) -> Option<AddressSpace> {
+        match v.basic()? {
+            BasicValueEnum::PointerValue(p) => Some(p.get_type().get_address_space()),
+            _ => None,
         }
     }
 
     /// Insert `%t = call ptr lookup(ptr callee)` before `call` and make `call` call `%t`.
-    pub fn translate_callee(&self, call: Value, lookup: Value, lookup_type: Type) {
-        let callee = self.callee(call);
-        let translated = self.lookup_call_before(call, callee, call, lookup, lookup_type);
-        // SAFETY: `call` is a call or invoke; the callee is the last operand of both.
+    pub fn translate_callee(
+        &self,
+        call: InstructionValue<'ctx>,
+        lookup: FunctionValue<'ctx>,
+        lookup_type: FunctionType<'ctx>,
+    ) {
+        let Some(callee) = self.callee(call) else {
+            return;
+        };
+        let Some(translated) = self.lookup_call_before(call, callee, call, lookup, lookup_type)
+        else {
+            return;
+        };
+        // The callee is the last operand of calls and invokes alike.
+        let last = call.get_num_operands() - 1;
+        if let Some(translated) = Value::of(translated).basic() {
+            call.set_operand(last, translated);
+        }
+    }
+}
+
+/// What inkwell has no call for, on the raw C API. Each function says why inkwell's
+/// own cannot serve.
+mod raw {
+    use super::Value;
+    use llvm_plugin::inkwell::llvm_sys::core::*;
+    use llvm_plugin::inkwell::llvm_sys::debuginfo::{
+        LLVMInstructionGetDebugLoc, LLVMInstructionSetDebugLoc,
+    };
+    use llvm_plugin::inkwell::llvm_sys::prelude::LLVMValueRef;
+    use llvm_plugin::inkwell::llvm_sys::{LLVMOpcode, LLVMTypeKind};
+    use llvm_plugin::inkwell::module::Module;
+    use llvm_plugin::inkwell::types::AsTypeRef;
+    use llvm_plugin::inkwell::types::BasicTypeEnum;
+    use llvm_plugin::inkwell::values::{
+        ArrayValue, AsValueRef, BasicValueEnum, FunctionValue, GlobalValue, InstructionOpcode,
+        InstructionValue, MetadataValue,
+    };
+    use std::marker::PhantomData;
+    use std::mem::ManuallyDrop;
+
+    pub type ValueRef = LLVMValueRef;
+
+    /// The classes `is_a` tells apart.
+    pub enum Class {
+        Constant,
+        ConstantPointerNull,
+        InlineAsm,
+    }
+
+    /// inkwell's `is_const`/`is_null` exist only on its typed values (and `is_null`
+    /// tests for any null constant, not a `ConstantPointerNull`); an operand or callee
+    /// may be of any type.
+    pub fn is_a(v: Value<'_>, class: Class) -> bool {
+        // SAFETY: `v` is a live value of the module; the isa<> checks only inspect it.
+        let found = unsafe {
+            match class {
+                Class::Constant => LLVMIsAConstant(v.raw),
+                Class::ConstantPointerNull => LLVMIsAConstantPointerNull(v.raw),
+                Class::InlineAsm => LLVMIsAInlineAsm(v.raw),
+            }
+        };
+        !found.is_null()
+    }
+
+    /// inkwell views instructions only as its typed values or through
+    /// `as_instruction_value` on them, whose construction panics on token-typed values.
+    pub fn as_instruction<'ctx>(v: Value<'ctx>) -> Option<InstructionValue<'ctx>> {
+        // SAFETY: `v` is a live value; it is wrapped only when LLVM says it is an
+        // instruction, which is what InstructionValue requires.
         unsafe {
-            let last = LLVMGetNumOperands(call.0) as u32 - 1;
-            LLVMSetOperand(call.0, last, translated.0);
+            let inst = LLVMIsAInstruction(v.raw);
+            (!inst.is_null()).then(|| InstructionValue::new(inst))
+        }
+    }
+
+    /// inkwell's `BasicValueEnum::new` panics on values of types it does not model
+    /// (void, token, label, metadata, bfloat, scalable vectors): the type is checked
+    /// first, against the kinds it does model.
+    pub fn as_basic<'ctx>(v: Value<'ctx>) -> Option<BasicValueEnum<'ctx>> {
+        // SAFETY: `v` is a live value; its type is owned by the context; it is wrapped
+        // only when its type is one BasicValueEnum models.
+        unsafe {
+            let basic = matches!(
+                LLVMGetTypeKind(LLVMTypeOf(v.raw)),
+                LLVMTypeKind::LLVMHalfTypeKind
+                    | LLVMTypeKind::LLVMFloatTypeKind
+                    | LLVMTypeKind::LLVMDoubleTypeKind
+                    | LLVMTypeKind::LLVMX86_FP80TypeKind
+                    | LLVMTypeKind::LLVMFP128TypeKind
+                    | LLVMTypeKind::LLVMPPC_FP128TypeKind
+                    | LLVMTypeKind::LLVMIntegerTypeKind
+                    | LLVMTypeKind::LLVMStructTypeKind
+                    | LLVMTypeKind::LLVMPointerTypeKind
+                    | LLVMTypeKind::LLVMArrayTypeKind
+                    | LLVMTypeKind::LLVMVectorTypeKind
+            );
+            basic.then(|| BasicValueEnum::new(v.raw))
+        }
+    }
+
+    pub enum GlobalKind {
+        Any,
+        Variable,
+    }
+
+    /// inkwell hands out globals only from the module's lists and lookups by name; an
+    /// operand that is a global needs the isa<> check.
+    pub fn as_global<'ctx>(v: Value<'ctx>, kind: GlobalKind) -> Option<GlobalValue<'ctx>> {
+        // SAFETY: `v` is a live value; it is wrapped only when LLVM says it is a global
+        // value (variable), which is what GlobalValue requires.
+        unsafe {
+            let global = match kind {
+                GlobalKind::Any => LLVMIsAGlobalValue(v.raw),
+                GlobalKind::Variable => LLVMIsAGlobalVariable(v.raw),
+            };
+            (!global.is_null()).then(|| GlobalValue::new(global))
+        }
+    }
+
+    /// As [`as_global`], for functions (inkwell's `FunctionValue::new` asserts).
+    pub fn as_function<'ctx>(v: Value<'ctx>) -> Option<FunctionValue<'ctx>> {
+        // SAFETY: `v` is a live value; it is wrapped only when LLVM says it is a
+        // function.
+        unsafe { FunctionValue::new(LLVMIsAFunction(v.raw)) }
+    }
+
+    /// inkwell has no way from a function to its module.
+    pub fn parent_module<'ctx>(function: FunctionValue<'ctx>) -> ManuallyDrop<Module<'ctx>> {
+        // SAFETY: the pass manager hands a function pass a live function of a live
+        // module it owns; ManuallyDrop keeps inkwell from disposing of that module.
+        unsafe { ManuallyDrop::new(Module::new(LLVMGetGlobalParent(function.as_value_ref()))) }
+    }
+
+    /// inkwell reads operands of instructions only, not of constant aggregates or
+    /// constant expressions.
+    pub fn constant_operand<'ctx>(v: Value<'ctx>, i: u32) -> Option<Value<'ctx>> {
+        (i < constant_num_operands(v)).then(|| Value {
+            // SAFETY: `v` is a live user with more than `i` operands.
+            raw: unsafe { LLVMGetOperand(v.raw, i) },
+            context: PhantomData,
+        })
+    }
+
+    /// As [`constant_operand`]; 0 for values that are not users.
+    pub fn constant_num_operands(v: Value<'_>) -> u32 {
+        // SAFETY: `v` is a live value; it is read only when it is a user.
+        unsafe {
+            if LLVMIsAUser(v.raw).is_null() {
+                return 0;
+            }
+            LLVMGetNumOperands(v.raw) as u32
+        }
+    }
+
+    /// inkwell has no view of constant expressions. The opcode of `v` when it is a
+    /// constant expression the passes look through (a bitcast, an addrspacecast, a GEP);
+    /// None for any other value.
+    pub fn constant_expression_opcode(v: Value<'_>) -> Option<InstructionOpcode> {
+        // SAFETY: `v` is a live value; its opcode is read only when it is a constant
+        // expression.
+        let opcode = unsafe {
+            let expr = LLVMIsAConstantExpr(v.raw);
+            if expr.is_null() {
+                return None;
+            }
+            LLVMGetConstOpcode(expr)
+        };
+        match opcode {
+            LLVMOpcode::LLVMBitCast => Some(InstructionOpcode::BitCast),
+            LLVMOpcode::LLVMAddrSpaceCast => Some(InstructionOpcode::AddrSpaceCast),
+            LLVMOpcode::LLVMGetElementPtr => Some(InstructionOpcode::GetElementPtr),
+            _ => None,
+        }
+    }
+
+    /// inkwell's `is_const_string` calls `LLVMIsConstantString` on any array (undefined
+    /// for a `zeroinitializer`), and `get_string_constant` reads up to a NUL, past the
+    /// end of a string without one.
+    pub fn constant_string_bytes(v: Value<'_>) -> Option<Vec<u8>> {
+        // SAFETY: `v` is a live constant; it is read as a string only when it is a
+        // ConstantDataSequential that is a string, and LLVM returns `len` bytes that
+        // constant owns, copied out before returning.
+        unsafe {
+            let data = LLVMIsAConstantDataSequential(v.raw);
+            if data.is_null() || LLVMIsConstantString(data) == 0 {
+                return None;
+            }
+            let mut len = 0usize;
+            let ptr = LLVMGetAsString(data, &mut len);
+            Some(std::slice::from_raw_parts(ptr.cast::<u8>(), len).to_vec())
+        }
+    }
+
+    /// inkwell's `get_string_value` stops at a NUL; an MDString has a length.
+    pub fn metadata_string(node: MetadataValue<'_>) -> Option<String> {
+        let mut len = 0u32;
+        // SAFETY: `node` is a live metadata value; LLVMGetMDString returns null unless
+        // it is an MDString, else `len` bytes the context owns.
+        let ptr = unsafe { LLVMGetMDString(node.as_value_ref(), &mut len) };
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: as above; the bytes are copied before returning.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) };
+        Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+
+    /// inkwell's `BasicValueUse::get_user` builds an `AnyValueEnum`, which panics on
+    /// token-typed users.
+    pub fn users<'ctx>(v: Value<'ctx>) -> Vec<Value<'ctx>> {
+        let mut out = Vec::new();
+        // SAFETY: `v` is a live value; the walk reads its use list, which the caller
+        // changes only after the walk.
+        unsafe {
+            let mut u = LLVMGetFirstUse(v.raw);
+            while !u.is_null() {
+                out.push(Value {
+                    raw: LLVMGetUser(u),
+                    context: PhantomData,
+                });
+                u = LLVMGetNextUse(u);
+            }
+        }
+        out
+    }
+
+    /// inkwell's arrays of constants are typed (`PointerType::const_array` takes
+    /// `PointerValue`s, ...); the elements here are taken from an array of this type.
+    pub fn constant_array<'ctx>(
+        element_type: BasicTypeEnum<'ctx>,
+        elements: &[Value<'ctx>],
+    ) -> ArrayValue<'ctx> {
+        let elements: Vec<LLVMValueRef> = elements.iter().map(|v| v.raw).collect();
+        // SAFETY: every element is a constant of `element_type` (the old array's
+        // elements, or pointers cast to the pointer type).
+        unsafe { ArrayValue::new_raw_const_array(element_type.as_type_ref(), &elements) }
+    }
+
+    /// inkwell reads no instruction's debug location.
+    pub fn copy_debug_location(from: InstructionValue<'_>, to: InstructionValue<'_>) {
+        // SAFETY: both are live instructions of this module; the location is metadata
+        // of its context.
+        unsafe {
+            let loc = LLVMInstructionGetDebugLoc(from.as_value_ref());
+            if !loc.is_null() {
+                LLVMInstructionSetDebugLoc(to.as_value_ref(), loc);
+            }
         }
     }
 }

@@ -9,9 +9,9 @@
 //!   (`dynamic_cast` through the C++ runtime; `typeid` on GPUs);
 //! - `-fpass-plugin=`: the IR half (this crate) turns those annotations into
 //!   - host modules: one offload entry per indirect function and per device class's
-//!     vtable group ([`entries`]), in the convention our libomptarget plugin reads on
+//!     vtable group ([`registration`]), in the convention our libomptarget plugin reads on
 //!     every backend (LLVM 22's for vtables);
-//!   - device modules: the global each entry names ([`entries`]), a lookup of every vptr
+//!   - device modules: the global each entry names ([`registration`]), a lookup of every vptr
 //!     device code loads ([`vptr`]), and a call to `__kmpc_target_translate_fptr` before
 //!     every other indirect call ([`translate`]).
 //!
@@ -24,10 +24,9 @@
 //! pipeline-start and optimizer-last extension points (tests/tests/compiler_plugin.rs
 //! checks both rewrites at -O0 and -O2).
 pub mod annotations;
-pub mod entries;
 pub mod host_llvm;
 pub mod ir;
-pub mod naming;
+pub mod registration;
 pub mod translate;
 pub mod vptr;
 
@@ -53,18 +52,22 @@ impl LlvmModulePass for EmitIndirectEntries {
         let requests = annotations::take_requests(&ir);
         let mut changed = !requests.is_empty();
         if ir.has_module_flag(DEVICE_FLAG) {
-            let mut holders = requests.indirect_functions;
-            holders.extend(entries::all_defined_vtables(&ir));
-            entries::emit_device_holders(&ir, &holders);
+            let mut holders: Vec<_> = requests
+                .indirect_functions
+                .iter()
+                .map(|f| f.as_global_value())
+                .collect();
+            holders.extend(registration::all_defined_vtables(&ir));
+            registration::emit_device_holders(&ir, &holders);
             if ir.has_module_flag(OPENMP_FLAG) {
                 let translated = vptr::translate_vptr_loads(&ir);
                 debug_line(&ir, &format!("{translated} vptr load(s) translated"));
                 changed |= translated > 0 || !holders.is_empty();
             }
         } else {
-            entries::emit_host_entries(&ir, &requests.indirect_functions);
-            let vtables = entries::defined_vtables(&ir, &requests.vtables);
-            entries::emit_host_vtable_entries(&ir, &vtables);
+            registration::emit_host_entries(&ir, &requests.indirect_functions);
+            let vtables = registration::defined_vtables(&ir, &requests.vtables);
+            registration::emit_host_vtable_entries(&ir, &vtables);
         }
         if changed {
             PreservedAnalyses::None
@@ -84,12 +87,11 @@ impl LlvmFunctionPass for FoldConstantLookups {
         function: &mut FunctionValue,
         _: &FunctionAnalysisManager,
     ) -> PreservedAnalyses {
-        let ir = ir::Ir::of_function(function);
+        let ir = ir::Ir::of_function(*function);
         if !ir.has_module_flag(DEVICE_FLAG) {
             return PreservedAnalyses::All;
         }
-        let f = ir::Value::of_function(function);
-        match vptr::fold_constant_lookups(&ir, f) {
+        match vptr::fold_constant_lookups(&ir, *function) {
             0 => PreservedAnalyses::All,
             _ => PreservedAnalyses::None,
         }

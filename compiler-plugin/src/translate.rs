@@ -2,6 +2,8 @@
 //! maps the host address of an indirect function to its device address and returns any
 //! other pointer unchanged (the seed design's "Run-time dispatch in device code").
 use crate::ir::{Ir, Value};
+use llvm_plugin::inkwell::values::FunctionValue;
+use llvm_plugin::inkwell::AddressSpace;
 
 /// The device runtime's lookup.
 pub const LOOKUP: &str = device_rtl::symbols::LOOKUP;
@@ -15,11 +17,13 @@ pub fn translate_indirect_calls(ir: &Ir) -> usize {
     let mut sites = Vec::new();
     let lookup_existing = ir.function(LOOKUP);
     for f in ir.functions() {
-        if ir.is_declaration(f) || Some(f) == lookup_existing {
+        if ir.is_declaration(f.as_global_value()) || Some(f) == lookup_existing {
             continue;
         }
         for call in ir.call_sites(f) {
-            let callee = ir.callee(call);
+            let Some(callee) = ir.callee(call) else {
+                continue;
+            };
             if ir.is_constant(callee) || ir.is_inline_asm(callee) {
                 continue;
             }
@@ -29,7 +33,7 @@ pub fn translate_indirect_calls(ir: &Ir) -> usize {
                 continue;
             }
             // Function pointers live in address space 0 on every target we build for.
-            if ir.pointer_address_space(callee) != Some(0) {
+            if ir.pointer_address_space(callee) != Some(AddressSpace::default()) {
                 continue;
             }
             sites.push(call);
@@ -46,7 +50,12 @@ pub fn translate_indirect_calls(ir: &Ir) -> usize {
 }
 
 /// True when `callee` is a slot loaded from a vtable whose vptr went through the lookup.
-fn read_from_translated_vtable(ir: &Ir, callee: Value, lookup: Value) -> bool {
+fn read_from_translated_vtable<'ctx>(
+    ir: &Ir<'_, 'ctx>,
+    callee: Value<'ctx>,
+    lookup: FunctionValue<'ctx>,
+) -> bool {
     ir.as_load(callee)
-        .is_some_and(|slot| ir.is_call_to(ir.underlying_object(ir.load_address(slot)), lookup))
+        .and_then(|slot| ir.load_address(slot))
+        .is_some_and(|address| ir.is_call_to(ir.underlying_object(address), lookup))
 }

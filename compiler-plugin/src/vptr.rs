@@ -2,7 +2,7 @@
 //! `__kmpc_target_translate_fptr` before any slot of its vtable is read. An object built
 //! on the host holds a host vptr (an address inside a host vtable group); the host
 //! plugin maps every word of each registered group to the same word of the device's
-//! group (entries.rs), so the translated vptr points into the device vtable. A vptr the
+//! group ([`crate::registration`]), so the translated vptr points into the device vtable. A vptr the
 //! table does not know (an object built on the device) comes back unchanged.
 //!
 //! Which loads are vptr loads, at the pipeline start (clang's code as it emitted it):
@@ -21,6 +21,8 @@
 //! devirtualizes stays direct.
 use crate::ir::{Ir, Value};
 use crate::translate::LOOKUP;
+use llvm_plugin::inkwell::values::{FunctionValue, InstructionValue};
+use llvm_plugin::inkwell::AddressSpace;
 
 /// clang's TBAA type name for vptr accesses.
 const VTABLE_POINTER_TBAA: &str = "vtable pointer";
@@ -30,10 +32,10 @@ pub fn translate_vptr_loads(ir: &Ir) -> usize {
     let mut sites = Vec::new();
     let lookup_existing = ir.function(LOOKUP);
     for f in ir.functions() {
-        if ir.is_declaration(f) || Some(f) == lookup_existing {
+        if ir.is_declaration(f.as_global_value()) || Some(f) == lookup_existing {
             continue;
         }
-        let loads: Vec<(Value, Option<String>)> = ir
+        let loads: Vec<(InstructionValue, Option<String>)> = ir
             .loads(f)
             .into_iter()
             .map(|l| (l, ir.tbaa_access_type(l)))
@@ -46,8 +48,8 @@ pub fn translate_vptr_loads(ir: &Ir) -> usize {
                 read_through(ir, l)
             };
             (vptr
-                && ir.pointer_address_space(l) == Some(0)
-                && !already_translated(ir, l, lookup_existing))
+                && ir.pointer_address_space(Value::of(l)) == Some(AddressSpace::default())
+                && !already_translated(ir, Value::of(l), lookup_existing))
             .then_some(l)
         }));
     }
@@ -65,7 +67,11 @@ pub fn translate_vptr_loads(ir: &Ir) -> usize {
 }
 
 /// True when the load's only users already pass it to the lookup (a second run).
-fn already_translated(ir: &Ir, load: Value, lookup: Option<Value>) -> bool {
+fn already_translated<'ctx>(
+    ir: &Ir<'_, 'ctx>,
+    load: Value<'ctx>,
+    lookup: Option<FunctionValue<'ctx>>,
+) -> bool {
     let Some(lookup) = lookup else {
         return false;
     };
@@ -75,16 +81,21 @@ fn already_translated(ir: &Ir, load: Value, lookup: Option<Value>) -> bool {
 
 /// The untagged (-O0) rule: a pointer loaded from memory other than a local variable,
 /// then read through as a pointer or integer, directly or at a constant offset.
-fn read_through(ir: &Ir, load: Value) -> bool {
-    if ir.is_alloca(ir.load_address(load)) {
+fn read_through<'ctx>(ir: &Ir<'_, 'ctx>, load: InstructionValue<'ctx>) -> bool {
+    if ir
+        .load_address(load)
+        .is_some_and(|address| ir.is_alloca(address))
+    {
         return false;
     }
-    let reads = |address: Value| {
+    let reads = |address: Value<'ctx>| {
         ir.users(address).into_iter().any(|u| {
-            ir.as_load(u)
-                .is_some_and(|l| ir.load_address(l) == address && ir.is_pointer_or_integer(l))
+            ir.as_load(u).is_some_and(|l| {
+                ir.load_address(l) == Some(address) && ir.is_pointer_or_integer(Value::of(l))
+            })
         })
     };
+    let load = Value::of(load);
     reads(load)
         || ir
             .users(load)
@@ -95,18 +106,22 @@ fn read_through(ir: &Ir, load: Value) -> bool {
 /// Replace each lookup of a constant the device module itself defines (a global's
 /// address, possibly offset, or null) with that constant: a device address is never a
 /// host address in the table. Returns how many.
-pub fn fold_constant_lookups(ir: &Ir, function: Value) -> usize {
+pub fn fold_constant_lookups<'ctx>(ir: &Ir<'_, 'ctx>, function: FunctionValue<'ctx>) -> usize {
     let Some(lookup) = ir.function(LOOKUP) else {
         return 0;
     };
     let mut folded = 0;
     for call in ir.call_sites(function) {
-        if !ir.is_call_to(call, lookup) {
+        if !ir.is_call_to(Value::of(call), lookup) {
             continue;
         }
-        let argument = ir.first_argument(call);
-        if ir.is_constant(argument) && ir.is_global_or_null(ir.underlying_object(argument)) {
-            ir.replace_and_erase(call, argument);
+        let Some(argument) = ir.first_argument(call) else {
+            continue;
+        };
+        if ir.is_constant(argument)
+            && ir.is_global_or_null(ir.underlying_object(argument))
+            && ir.replace_and_erase(call, argument)
+        {
             folded += 1;
         }
     }

@@ -1,10 +1,10 @@
 //! Host offload entry tables, read from an x86-64 (or other 64-bit little-endian) ELF
 //! executable, shared object or relocatable object, with relocations applied.
 //!
-//! * LLVM 20+: section `llvm_offload_entries`, 56-byte entries
+//! * LLVM 20+: section `llvm_offload_entries`, 56-byte entries ([`LlvmOffloadEntry`])
 //!   `{u64 reserved; u16 version = 1; u16 kind; u32 flags; void *addr; char *name;
 //!   u64 size; u64 data; void *aux}`.
-//! * LLVM <= 19: section `omp_offloading_entries`, 32-byte entries
+//! * LLVM <= 19: section `omp_offloading_entries`, 32-byte entries ([`TgtOffloadEntry`])
 //!   `{void *addr; char *name; u64 size; i32 flags; i32 reserved}`.
 //!
 //! In a relocatable object or a position-independent executable `addr` and `name` hold
@@ -20,34 +20,207 @@ use object::{
     SectionIndex,
 };
 use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::mem::{offset_of, size_of};
+
+/// The offset of a field of an entry struct, as a file offset.
+macro_rules! field {
+    ($entry:ty, $field:ident) => {
+        offset_of!($entry, $field) as u64
+    };
+}
 
 /// Section of LLVM 20+ entries.
 pub const SECTION_LLVM: &str = "llvm_offload_entries";
-/// Section of LLVM <= 19 entries.
+/// Section of LLVM <= 19 entries (libomptarget 16 collects these; our compiler plugin
+/// and `omp_indirect.h` emit them).
 pub const SECTION_LEGACY: &str = "omp_offloading_entries";
+
+/// `__tgt_offload_entry` of LLVM <= 19, as the C side lays it out: libomptarget 16's
+/// plugin ABI, what clang 16 emits into [`SECTION_LEGACY`]. The one definition of this
+/// layout: the host plugin's ABI, the compiler plugin's IR ([`TGT_OFFLOAD_ENTRY_FIELDS`])
+/// and this crate's table reader all take it from here; a test checks `omp_indirect.h`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TgtOffloadEntry {
+    pub addr: *mut c_void,
+    pub name: *mut c_char,
+    pub size: usize,
+    pub flags: i32,
+    pub reserved: i32,
+}
+
+/// The LLVM 20+ offload entry (`llvm::offloading::EntryTy`), as stored in
+/// [`SECTION_LLVM`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct LlvmOffloadEntry {
+    pub reserved: u64,
+    /// Always 1.
+    pub version: u16,
+    /// The offload kind (1 = OpenMP).
+    pub kind: u16,
+    pub flags: u32,
+    pub addr: *mut c_void,
+    pub name: *mut c_char,
+    pub size: u64,
+    pub data: u64,
+    pub aux: *mut c_void,
+}
+
+// The sizes LLVM's static_asserts fix (on the 64-bit targets the readers accept).
+const _: () = assert!(size_of::<TgtOffloadEntry>() == 32);
+const _: () = assert!(size_of::<LlvmOffloadEntry>() == 56);
+
+/// How a field of an entry is typed in C and in LLVM IR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldKind {
+    /// A pointer in address space 0 (`ptr`).
+    Pointer,
+    I64,
+    I32,
+}
+
+impl FieldKind {
+    pub const fn size(self) -> usize {
+        match self {
+            FieldKind::Pointer | FieldKind::I64 => 8,
+            FieldKind::I32 => 4,
+        }
+    }
+}
+
+/// One field of [`TgtOffloadEntry`], for code that builds the entry in another language
+/// (LLVM IR, C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    pub name: &'static str,
+    pub kind: FieldKind,
+    pub offset: usize,
+}
+
+/// [`TgtOffloadEntry`]'s fields in order, offsets taken from the struct.
+pub const TGT_OFFLOAD_ENTRY_FIELDS: [Field; 5] = [
+    Field {
+        name: "addr",
+        kind: FieldKind::Pointer,
+        offset: offset_of!(TgtOffloadEntry, addr),
+    },
+    Field {
+        name: "name",
+        kind: FieldKind::Pointer,
+        offset: offset_of!(TgtOffloadEntry, name),
+    },
+    Field {
+        name: "size",
+        kind: FieldKind::I64,
+        offset: offset_of!(TgtOffloadEntry, size),
+    },
+    Field {
+        name: "flags",
+        kind: FieldKind::I32,
+        offset: offset_of!(TgtOffloadEntry, flags),
+    },
+    Field {
+        name: "reserved",
+        kind: FieldKind::I32,
+        offset: offset_of!(TgtOffloadEntry, reserved),
+    },
+];
+
+/// The field list covers the struct with no gaps: a packed struct of these kinds (what
+/// an IR emitter builds) has the same offsets and size as the Rust one.
+const _: () = {
+    let mut next = 0;
+    let mut i = 0;
+    while i < TGT_OFFLOAD_ENTRY_FIELDS.len() {
+        assert!(TGT_OFFLOAD_ENTRY_FIELDS[i].offset == next);
+        next += TGT_OFFLOAD_ENTRY_FIELDS[i].kind.size();
+        i += 1;
+    }
+    assert!(next == size_of::<TgtOffloadEntry>());
+};
+
+/// The device global an indirect entry names (the convention the host plugin reads on
+/// every backend, README "Indirect entries the plugin understands"): the host entry
+/// `{&fn, "<holder>", size 8, flags 0x08}` names it, each device image defines it,
+/// holding the device function's (or vtable group's) address.
+pub mod holder {
+    /// Every holder global's name starts with this.
+    pub const PREFIX: &str = "__omp_offloading_indirect_";
+
+    /// A holder is one (device) pointer: the `size` of a function's entry.
+    pub const SIZE: u64 = 8;
+
+    /// The holder's name for `symbol`; `unit` is the translation unit's identity for
+    /// symbols with internal linkage, None for external ones. It must be the same in
+    /// the host and device compile of one unit and unique in the program: external
+    /// symbols are unique by themselves, internal (`static`) ones with the unit, as
+    /// clang's own offload names do. Characters PTX does not allow in identifiers
+    /// become `_` (the GPU loaders look the global up by this name).
+    pub fn name(symbol: &str, unit: Option<&str>) -> String {
+        let mut name = String::from(PREFIX);
+        if let Some(unit) = unit {
+            name.push_str(unit);
+            name.push('_');
+        }
+        name.extend(symbol.chars().map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '$' {
+                c
+            } else {
+                '_'
+            }
+        }));
+        name
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn external_symbols_are_named_by_themselves() {
+            assert_eq!(name("_Z3addi", None), "__omp_offloading_indirect__Z3addi");
+        }
+
+        #[test]
+        fn internal_symbols_carry_the_unit_and_lose_characters_ptx_rejects() {
+            assert_eq!(
+                name("f.1", Some("803_1a2b")),
+                "__omp_offloading_indirect_803_1a2b_f_1"
+            );
+        }
+    }
+}
 
 /// Which entry layout a table uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum EntryLayout {
-    /// 32 bytes, LLVM <= 19.
+    /// 32 bytes, LLVM <= 19: [`TgtOffloadEntry`].
     Legacy32,
-    /// 56 bytes, LLVM 20+.
+    /// 56 bytes, LLVM 20+: [`LlvmOffloadEntry`].
     Llvm56,
 }
 
 impl EntryLayout {
     pub fn size(self) -> u64 {
         match self {
-            EntryLayout::Legacy32 => 32,
-            EntryLayout::Llvm56 => 56,
+            EntryLayout::Legacy32 => size_of::<TgtOffloadEntry>() as u64,
+            EntryLayout::Llvm56 => size_of::<LlvmOffloadEntry>() as u64,
         }
     }
 
     /// Offsets of the `addr` and `name` pointer fields of the entry at `at`.
     fn pointer_offsets(self, at: u64) -> (u64, u64) {
         match self {
-            EntryLayout::Llvm56 => (at + 16, at + 24),
-            EntryLayout::Legacy32 => (at, at + 8),
+            EntryLayout::Llvm56 => (
+                at + field!(LlvmOffloadEntry, addr),
+                at + field!(LlvmOffloadEntry, name),
+            ),
+            EntryLayout::Legacy32 => (
+                at + field!(TgtOffloadEntry, addr),
+                at + field!(TgtOffloadEntry, name),
+            ),
         }
     }
 }
@@ -86,27 +259,30 @@ pub fn parse_table(data: &[u8], layout: EntryLayout) -> Result<Vec<RawEntry>> {
         let entry = match layout {
             EntryLayout::Llvm56 => {
                 let e = RawEntry {
-                    reserved: r.u64(at, "reserved")?,
-                    version: r.u16(at + 8, "version")?,
-                    kind: r.u16(at + 10, "kind")?,
-                    flags: r.u32(at + 12, "flags")?,
-                    addr: r.u64(at + 16, "addr")?,
-                    name: r.u64(at + 24, "name")?,
-                    size: r.u64(at + 32, "size")?,
-                    data: r.u64(at + 40, "data")?,
-                    aux: r.u64(at + 48, "aux")?,
+                    reserved: r.u64(at + field!(LlvmOffloadEntry, reserved), "reserved")?,
+                    version: r.u16(at + field!(LlvmOffloadEntry, version), "version")?,
+                    kind: r.u16(at + field!(LlvmOffloadEntry, kind), "kind")?,
+                    flags: r.u32(at + field!(LlvmOffloadEntry, flags), "flags")?,
+                    addr: r.u64(at + field!(LlvmOffloadEntry, addr), "addr")?,
+                    name: r.u64(at + field!(LlvmOffloadEntry, name), "name")?,
+                    size: r.u64(at + field!(LlvmOffloadEntry, size), "size")?,
+                    data: r.u64(at + field!(LlvmOffloadEntry, data), "data")?,
+                    aux: r.u64(at + field!(LlvmOffloadEntry, aux), "aux")?,
                 };
                 if e.version != 1 {
-                    return Err(r.invalid("version", at + 8, e.version.into(), "expected 1"));
+                    let version_at = at + field!(LlvmOffloadEntry, version);
+                    return Err(r.invalid("version", version_at, e.version.into(), "expected 1"));
                 }
                 e
             }
             EntryLayout::Legacy32 => RawEntry {
-                addr: r.u64(at, "addr")?,
-                name: r.u64(at + 8, "name")?,
-                size: r.u64(at + 16, "size")?,
-                flags: r.u32(at + 24, "flags")?,
-                reserved: r.u32(at + 28, "reserved")?.into(),
+                addr: r.u64(at + field!(TgtOffloadEntry, addr), "addr")?,
+                name: r.u64(at + field!(TgtOffloadEntry, name), "name")?,
+                size: r.u64(at + field!(TgtOffloadEntry, size), "size")?,
+                flags: r.u32(at + field!(TgtOffloadEntry, flags), "flags")?,
+                reserved: r
+                    .u32(at + field!(TgtOffloadEntry, reserved), "reserved")?
+                    .into(),
                 ..RawEntry::default()
             },
         };
@@ -119,24 +295,40 @@ pub fn parse_table(data: &[u8], layout: EntryLayout) -> Result<Vec<RawEntry>> {
 /// layout the low 32 bits of `reserved` are written and `version`, `kind`, `data`,
 /// `aux` are dropped.
 pub fn write_table(entries: &[RawEntry], layout: EntryLayout) -> Vec<u8> {
-    let mut out = Vec::with_capacity(entries.len() * layout.size() as usize);
-    for e in entries {
+    let size = layout.size() as usize;
+    let mut out = vec![0u8; entries.len() * size];
+    for (e, entry) in entries.iter().zip(out.chunks_exact_mut(size)) {
+        let mut put = |offset: usize, bytes: &[u8]| {
+            entry[offset..offset + bytes.len()].copy_from_slice(bytes);
+        };
         match layout {
             EntryLayout::Llvm56 => {
-                out.extend_from_slice(&e.reserved.to_le_bytes());
-                out.extend_from_slice(&e.version.to_le_bytes());
-                out.extend_from_slice(&e.kind.to_le_bytes());
-                out.extend_from_slice(&e.flags.to_le_bytes());
-                for v in [e.addr, e.name, e.size, e.data, e.aux] {
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
+                put(
+                    offset_of!(LlvmOffloadEntry, reserved),
+                    &e.reserved.to_le_bytes(),
+                );
+                put(
+                    offset_of!(LlvmOffloadEntry, version),
+                    &e.version.to_le_bytes(),
+                );
+                put(offset_of!(LlvmOffloadEntry, kind), &e.kind.to_le_bytes());
+                put(offset_of!(LlvmOffloadEntry, flags), &e.flags.to_le_bytes());
+                put(offset_of!(LlvmOffloadEntry, addr), &e.addr.to_le_bytes());
+                put(offset_of!(LlvmOffloadEntry, name), &e.name.to_le_bytes());
+                put(offset_of!(LlvmOffloadEntry, size), &e.size.to_le_bytes());
+                put(offset_of!(LlvmOffloadEntry, data), &e.data.to_le_bytes());
+                put(offset_of!(LlvmOffloadEntry, aux), &e.aux.to_le_bytes());
             }
             EntryLayout::Legacy32 => {
-                for v in [e.addr, e.name, e.size] {
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
-                out.extend_from_slice(&e.flags.to_le_bytes());
-                out.extend_from_slice(&(e.reserved as u32).to_le_bytes());
+                put(offset_of!(TgtOffloadEntry, addr), &e.addr.to_le_bytes());
+                put(offset_of!(TgtOffloadEntry, name), &e.name.to_le_bytes());
+                put(offset_of!(TgtOffloadEntry, size), &e.size.to_le_bytes());
+                put(offset_of!(TgtOffloadEntry, flags), &e.flags.to_le_bytes());
+                let reserved = e.reserved as u32;
+                put(
+                    offset_of!(TgtOffloadEntry, reserved),
+                    &reserved.to_le_bytes(),
+                );
             }
         }
     }

@@ -18,19 +18,16 @@
 use crate::nvptx_program::{self, check_image, NvptxBuild};
 use crate::{install, plugin, util};
 use anyhow::{bail, ensure, Context, Result};
+use offload_formats::entries::holder;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use xshell::{cmd, Shell};
 
-/// The standard example's holders (indirect functions and vtable groups, by their
-/// symbols), which its nvptx image must define: the host entries name them.
-const STANDARD_HOLDERS: &[&str] = &[
-    "__omp_offloading_indirect__Z7add_onei",
-    "__omp_offloading_indirect__Z5twicei",
-    "__omp_offloading_indirect__ZTV9Rectangle",
-    "__omp_offloading_indirect__ZTV6Square",
-];
+/// The standard example's indirect functions and vtable groups, whose holders its nvptx
+/// image must define: the host entries name them.
+const STANDARD_INDIRECT_SYMBOLS: &[&str] =
+    &["_Z7add_onei", "_Z5twicei", "_ZTV9Rectangle", "_ZTV6Square"];
 /// What the standard example prints when every call reached the device version.
 const STANDARD_EXPECT: &str = "standard example: 4 ok, 0 wrong";
 
@@ -161,7 +158,12 @@ fn build_standard(
                 "{clang} --config={config} --offload-arch={sm} --cuda-path={cuda} -Wno-unknown-cuda-version -O2 {source} -o {exe}"
             )
             .run()?;
-            check_image(&exe, sm, STANDARD_HOLDERS)?;
+            let holders: Vec<String> = STANDARD_INDIRECT_SYMBOLS
+                .iter()
+                .map(|symbol| holder::name(symbol, None))
+                .collect();
+            let holders: Vec<&str> = holders.iter().map(String::as_str).collect();
+            check_image(&exe, sm, &holders)?;
             Ok((exe, "cuda"))
         }
     }

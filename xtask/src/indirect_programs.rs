@@ -15,6 +15,7 @@
 use crate::{install, nvptx_program, util};
 use anyhow::{ensure, Context, Result};
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
+use offload_formats::entries::holder;
 use offload_formats::image::{find_images, ImageKind};
 use std::collections::HashSet;
 use std::fs;
@@ -57,7 +58,7 @@ pub const OPENMP_VV_EXPECT_FALLBACK: &str = "Test passed on the host.";
 
 /// The indirect functions of indirect_standard.c with external linkage, whose holder
 /// globals every device image must define (f_static's name carries the file identity).
-const STANDARD_HOLDERS: &[&str] = &[
+const STANDARD_INDIRECT_FUNCTIONS: &[&str] = &[
     "f_block",
     "f_begin",
     "f_to_after",
@@ -136,7 +137,7 @@ pub fn build_gpu_programs(prefix: &Path, out_dir: &Path, sm: &str) -> Result<Vec
     )?;
     let cubin = check_cubin(&openmp_vv, sm)?;
     for f in ["fun1", "fun2", "fun3"] {
-        let holder = format!("__omp_offloading_indirect_{f}");
+        let holder = holder::name(f, None);
         ensure!(
             cubin.defined.contains(&holder),
             "{}: the cubin lacks {holder}",
@@ -183,18 +184,19 @@ pub fn build_gpu_programs(prefix: &Path, out_dir: &Path, sm: &str) -> Result<Vec
 
 /// The vtable groups of tests/fixtures/virtual's classes that host-built objects use,
 /// whose holders the device image must define (their host entries name them).
-const VIRTUAL_HOLDERS: &[&str] = &[
-    "__omp_offloading_indirect__ZTV6Square",
-    "__omp_offloading_indirect__ZTV4Five",
-    "__omp_offloading_indirect__ZTV7Diamond",
-    "__omp_offloading_indirect__ZTV10DoubledBoxIiE",
-    "__omp_offloading_indirect__ZTV5Keyed",
+const VIRTUAL_VTABLES: &[&str] = &[
+    "_ZTV6Square",
+    "_ZTV4Five",
+    "_ZTV7Diamond",
+    "_ZTV10DoubledBoxIiE",
+    "_ZTV5Keyed",
 ];
 
 fn check_vtable_holders(defined: &HashSet<String>, exe: &Path) -> Result<()> {
-    let missing: Vec<&&str> = VIRTUAL_HOLDERS
+    let missing: Vec<String> = VIRTUAL_VTABLES
         .iter()
-        .filter(|h| !defined.contains(**h))
+        .map(|vtable| holder::name(vtable, None))
+        .filter(|h| !defined.contains(h))
         .collect();
     ensure!(
         missing.is_empty(),
@@ -312,8 +314,8 @@ fn require_rtl(facts: &ImageFacts, exe: &Path) -> Result<()> {
 
 /// The holder global of each indirect function of indirect_standard.c.
 fn check_holders(defined: &HashSet<String>, exe: &Path) -> Result<()> {
-    for f in STANDARD_HOLDERS {
-        let holder = format!("__omp_offloading_indirect_{f}");
+    for f in STANDARD_INDIRECT_FUNCTIONS {
+        let holder = holder::name(f, None);
         ensure!(
             defined.contains(&holder),
             "{}: the device image lacks {holder}",
@@ -323,7 +325,7 @@ fn check_holders(defined: &HashSet<String>, exe: &Path) -> Result<()> {
     ensure!(
         defined
             .iter()
-            .any(|d| d.starts_with("__omp_offloading_indirect_") && d.ends_with("_f_static")),
+            .any(|d| d.starts_with(holder::PREFIX) && d.ends_with("_f_static")),
         "{}: the device image lacks the holder of static f_static",
         exe.display()
     );

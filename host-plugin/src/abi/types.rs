@@ -6,16 +6,9 @@ use std::ffi::{c_char, c_void};
 pub const OFFLOAD_SUCCESS: i32 = 0;
 pub const OFFLOAD_FAIL: i32 = !0;
 
-/// `__tgt_offload_entry` (LLVM <= 19): 32 bytes.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct TgtOffloadEntry {
-    pub addr: *mut c_void,
-    pub name: *mut c_char,
-    pub size: usize,
-    pub flags: i32,
-    pub reserved: i32,
-}
+/// `__tgt_offload_entry` (LLVM <= 19): 32 bytes, defined with its flags and section in
+/// offload-formats.
+pub use offload_formats::entries::TgtOffloadEntry;
 
 /// `__tgt_device_image`.
 #[repr(C)]
@@ -80,6 +73,5 @@ pub struct KernelArgs {
     pub dyn_cgroup_mem: u32,
 }
 
-// The sizes LLVM 16's static_asserts fix.
-const _: () = assert!(std::mem::size_of::<TgtOffloadEntry>() == 32);
+// The size LLVM 16's static_assert fixes (the entry's is asserted where it is defined).
 const _: () = assert!(std::mem::size_of::<KernelArgs>() == 8 * 4 + 3 * 8 + 4 * 8 + 2 * 8);
