@@ -148,7 +148,9 @@ fn phases_once(bytes: &[u8], entries: &[OffloadEntry]) -> Result<[Duration; 6], 
         let map_p = module.global(FPTR_MAP_P).map_err(err)?;
         let map_size = module.global(FPTR_MAP_SIZE).map_err(err)?;
         let bytes = fptr::as_bytes(&table);
-        let a = backend.alloc(0, bytes.len()).map_err(err)?;
+        let a = backend
+            .alloc(0, bytes.len(), host_plugin::backend::AllocKind::Device)
+            .map_err(err)?;
         // SAFETY: `a` is a fresh allocation of `bytes.len()` bytes; `map_p` and
         // `map_size` are the image's 8-byte table globals.
         unsafe {

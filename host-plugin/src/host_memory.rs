@@ -75,7 +75,7 @@ impl<'b> HostMemoryBuckets<'b> {
             .checked_mul(BUCKET_BYTES)
             .and_then(|b| b.checked_add(BUCKET_BYTES - 1))
             .ok_or(BackendError::OutOfMemory(usize::MAX))?;
-        let allocation = backend.alloc(device, bytes)?;
+        let allocation = backend.alloc(device, bytes, crate::backend::AllocKind::Device)?;
         let start = fptr_index::aligned_buckets(allocation) as *mut Bucket;
         // SAFETY: the backend's memory is this process's (memory_is_host), and
         // `start .. start + count` buckets lie inside the fresh allocation of

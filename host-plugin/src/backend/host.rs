@@ -3,7 +3,11 @@
 //! kernels are called through libffi with one pointer argument per mapped variable.
 
 use super::dlopen::{self, ImageFile};
-use super::{ffi_call, Backend, BackendError, DeviceAddr, LoadedModule, StagedImage};
+use super::launch_shape::Shape;
+use super::{
+    ffi_call, AllocKind, Backend, BackendError, DeviceAddr, HandleKind, LoadedModule, QueueHandle,
+    StagedImage,
+};
 use libloading::os::unix::Library;
 use std::ffi::{c_void, CStr};
 use std::sync::Mutex;
@@ -87,7 +91,13 @@ impl Backend for HostBackend {
         }))
     }
 
-    fn alloc(&self, _device: usize, size: usize) -> Result<DeviceAddr, BackendError> {
+    /// Every kind is ordinary process memory: the host device and the host are one.
+    fn alloc(
+        &self,
+        _device: usize,
+        size: usize,
+        _kind: AllocKind,
+    ) -> Result<DeviceAddr, BackendError> {
         // SAFETY: malloc has no preconditions; a zero-size request asks for one byte so a
         // successful allocation is never null.
         let ptr = unsafe { libc::malloc(size.max(1)) };
@@ -135,12 +145,18 @@ impl Backend for HostBackend {
         Ok(())
     }
 
+    /// A call on this thread: no geometry, and no queues (the host hands none out).
     unsafe fn launch(
         &self,
-        _device: usize,
+        device: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
+        _shape: Option<Shape>,
+        queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
+        if let Some(queue) = queue {
+            return Err(super::unknown(HandleKind::Queue, device, queue));
+        }
         // SAFETY: forwarded caller contract.
         unsafe { ffi_call::call_kernel(kernel, args) }
     }
@@ -148,6 +164,28 @@ impl Backend for HostBackend {
     fn synchronize(&self, _device: usize) -> Result<(), BackendError> {
         // Every operation on the host device completes before it returns.
         Ok(())
+    }
+
+    fn device_info(&self, device: usize) -> Vec<String> {
+        let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+        // SAFETY: sysconf has no preconditions.
+        let (pages, page) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        let memory =
+            u64::try_from(pages.max(0)).unwrap_or(0) * u64::try_from(page.max(0)).unwrap_or(0);
+        vec![
+            format!(
+                "device {device} of {HOST_DEVICE_COUNT}: the host CPU (images run through \
+                 dlopen + libffi, in this process)"
+            ),
+            format!("CPUs available to this process: {cpus}"),
+            format!("memory: {} MiB (shared with the host)", memory >> 20),
+            "queues: none (every operation completes before it returns)".into(),
+        ]
     }
 
     fn prefetch(&self, _device: usize, addr: DeviceAddr) {
@@ -211,7 +249,9 @@ mod tests {
         let backend = HostBackend;
         // SAFETY: each function takes exactly the pointers passed, all live.
         unsafe {
-            backend.launch(0, addr(no_args as *const ()), &[]).unwrap();
+            backend
+                .launch(0, addr(no_args as *const ()), &[], None, None)
+                .unwrap();
             assert!(CALLED.load(Ordering::SeqCst));
 
             // Every access to the output cells goes through the pointers the kernels get.
@@ -226,7 +266,7 @@ mod tests {
             for _ in 0..2 {
                 *out_ptr = 0;
                 let kernel = addr(store_difference as *const ());
-                backend.launch(0, kernel, &args).unwrap();
+                backend.launch(0, kernel, &args, None, None).unwrap();
                 assert_eq!(*out_ptr, 42);
             }
 
@@ -236,7 +276,7 @@ mod tests {
             many.extend(1..=19u64);
             assert!(many.len() > ffi_call::INLINE_ARGS);
             backend
-                .launch(0, addr(weighted_sum as *const ()), &many)
+                .launch(0, addr(weighted_sum as *const ()), &many, None, None)
                 .unwrap();
             assert_eq!(*sum_ptr, (1..=19u64).map(|i| i * i).sum::<u64>());
         }
