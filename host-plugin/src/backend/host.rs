@@ -12,6 +12,12 @@ use libloading::os::unix::Library;
 use std::ffi::{c_void, CStr};
 use std::sync::Mutex;
 
+mod loadable;
+
+/// Whether glibc's loader can map and relocate an x86-64 image safely (the rule the
+/// host backends need of every image they dlopen); the error says what is inconsistent.
+pub(crate) use loadable::check as check_loadable;
+
 /// LLVM's host plugin offers four devices; tests in LLVM's suite use more than one.
 pub const HOST_DEVICE_COUNT: usize = 4;
 
