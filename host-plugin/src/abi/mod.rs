@@ -3,6 +3,7 @@
 //! Each shim converts its C arguments, calls the safe core inside [`guard`] (which turns
 //! errors and panics into a printed message plus OFFLOAD_FAIL), and converts back.
 
+mod published;
 pub mod types;
 
 use crate::backend::{AllocKind, EventHandle, LaunchRequest, QueueHandle};
@@ -12,6 +13,7 @@ use crate::entries::{EntryKind, HostEntry};
 use crate::error::PluginError;
 use crate::fptr::FptrMapEntry;
 use crate::plugin::{Plugin, PluginKind};
+use published::PublishedTable;
 use std::ffi::{c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
@@ -54,32 +56,6 @@ fn on_device<T>(
 ) -> Result<T, PluginError> {
     plugin().device(device).and_then(call)
 }
-
-/// The table handed to libomptarget for one loaded image: it must stay put until the
-/// image is unloaded, so it is boxed and kept with the image in the plugin
-/// ([`crate::device::Device::keep_with_image`]). Entry names point at libomptarget's own host entries,
-/// as LLVM's plugins return them.
-struct PublishedTable {
-    _raw: Box<[TgtOffloadEntry]>,
-    table: Box<TgtTargetTable>,
-}
-
-impl PublishedTable {
-    fn new(mut raw: Box<[TgtOffloadEntry]>) -> Self {
-        let range = raw.as_mut_ptr_range();
-        let table = Box::new(TgtTargetTable {
-            entries_begin: range.start,
-            entries_end: range.end,
-        });
-        // Moving `raw` below moves the box, not the entries the table points at.
-        PublishedTable { _raw: raw, table }
-    }
-}
-
-// SAFETY: the raw pointers point into this struct's own boxed data (the table into
-// `_raw`) or at libomptarget's host entry names, which live in the host binary; nothing
-// here writes through them, and libomptarget only reads them.
-unsafe impl Send for PublishedTable {}
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>()
@@ -380,20 +356,13 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(
         // SAFETY: image_bytes checked `image` is non-null; the entries are libomptarget's,
         // alive while the image is registered, longer than this call.
         let entries = unsafe { host_entries(device, &*image) }?;
-        // The returned table: the host entries (their names are what LLVM's plugins
-        // return too), each with its device address.
         let mut published =
             plugin()
                 .device(device)?
                 .load_entries(key, bytes, entries, |addrs| {
-                    PublishedTable::new(crate::huge_pages::boxed_from_iter(
-                        entries.iter().zip(addrs).map(|(h, &addr)| TgtOffloadEntry {
-                            addr: addr as *mut c_void,
-                            ..h.0
-                        }),
-                    ))
+                    PublishedTable::new(entries, addrs)
                 })?;
-        let table_ptr: *mut TgtTargetTable = &mut *published.table;
+        let table_ptr = published.table_ptr();
         plugin()
             .device(device)?
             .keep_with_image(key, Box::new(published))?;
