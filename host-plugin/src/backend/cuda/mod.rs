@@ -750,7 +750,6 @@ impl Backend for CudaBackend {
     /// Undo one `lock_host`; the last one unregisters (only what this backend
     /// registered). A pointer never locked here is refused before the driver sees it.
     fn unlock_host(&self, device: usize, ptr: *mut u8) -> Result<(), BackendError> {
-        self.enter(device)?;
         let key = ptr as DeviceAddr;
         if lock(&self.host_allocations).contains(&key) {
             return Ok(());
@@ -768,6 +767,7 @@ impl Backend for CudaBackend {
         if !registered_here {
             return Ok(());
         }
+        self.enter(device)?;
         // SAFETY: `ptr` was registered by lock_host and its last lock is undone here.
         unsafe { sys::cuMemHostUnregister(ptr.cast()) }
             .result()
@@ -901,5 +901,15 @@ mod tests {
         );
         unknown(backend.event_wait(0, 0xdead_0000, None), HandleKind::Event);
         unknown(backend.event_destroy(0, 0xdead_0000), HandleKind::Event);
+        // SAFETY: refused before the launch: the queue is unknown, so nothing runs.
+        let launch = unsafe { backend.launch(0, 0x1000, &[], None, Some(0xdead_0000)) };
+        unknown(launch, HandleKind::Queue);
+        // SAFETY: refused before the copy: the queue is unknown.
+        let copy = unsafe { backend.copy_async(0, 0x1000, 0, 0x2000, 1, 0xdead_0000) };
+        unknown(copy, HandleKind::Queue);
+        unknown(
+            backend.unlock_host(0, 0xdead_0000 as *mut u8),
+            HandleKind::Locked,
+        );
     }
 }
