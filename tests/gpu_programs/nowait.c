@@ -71,12 +71,12 @@ int main(void) {
   double start = omp_get_wtime();
   for (int k = 0; k < REGIONS; ++k) {
     int *o = out[k];
-    unary_fn fn = fns[k % NFN];
-    int base = 1000 * k;
-#pragma omp target teams distribute parallel for nowait map(from : o[0 : N])          \
-    firstprivate(fn, base)
+    int which = k % NFN, base = 1000 * k;
+    // The host addresses travel as data (mapped), as a program's function pointers do.
+#pragma omp target teams distribute parallel for nowait map(to : fns[0 : NFN])          \
+    map(from : o[0 : N]) firstprivate(which, base)
     for (int i = 0; i < N; ++i)
-      o[i] = OMP_INDIRECT_CALL(unary_fn, fn)(i + base);
+      o[i] = OMP_INDIRECT_CALL(unary_fn, fns[which])(i + base);
   }
 #pragma omp taskwait
   double seconds = omp_get_wtime() - start;
@@ -101,12 +101,11 @@ int main(void) {
         int *o = per_thread[t][k];
         for (int i = 0; i < N; ++i)
           o[i] = -1;
-        unary_fn fn = fns[(t + k) % NFN];
-        int base = 100000 * (t + 1) + k;
-#pragma omp target teams distribute parallel for nowait map(from : o[0 : N])          \
-    firstprivate(fn, base)
+        int which = (t + k) % NFN, base = 100000 * (t + 1) + k;
+#pragma omp target teams distribute parallel for nowait map(to : fns[0 : NFN])          \
+    map(from : o[0 : N]) firstprivate(which, base)
         for (int i = 0; i < N; ++i)
-          o[i] = OMP_INDIRECT_CALL(unary_fn, fn)(i + base);
+          o[i] = OMP_INDIRECT_CALL(unary_fn, fns[which])(i + base);
       }
 #pragma omp taskwait
       for (int k = 0; k < PER_THREAD; ++k)
