@@ -250,6 +250,26 @@ mod tests {
         f as usize as DeviceAddr
     }
 
+    /// print_device_info's lines are facts of this machine, not a fixed sentence.
+    #[test]
+    fn device_info_names_the_device_and_counts_the_cpus() {
+        let lines = HostBackend.device_info(2);
+        assert!(
+            lines[0].starts_with("device 2 of 4: the host CPU"),
+            "{lines:?}"
+        );
+        let cpus: usize = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("CPUs available to this process: "))
+            .and_then(|n| n.parse().ok())
+            .expect("a CPU count");
+        assert_eq!(
+            cpus,
+            std::thread::available_parallelism().unwrap().get(),
+            "{lines:?}"
+        );
+    }
+
     #[test]
     fn launches_pass_every_argument_in_order() {
         let backend = HostBackend;
