@@ -274,7 +274,7 @@ impl Device {
     }
 
     /// Run a kernel of a loaded image with pointer arguments, once (an OpenMP kernel of
-    /// a GPU: with the default shape, see [`KernelRecord::plan`]).
+    /// a GPU: with the default shape, see [`KernelRecord::plan`]), to completion.
     ///
     /// # Safety
     /// The arguments are device addresses valid for what the kernel does with them.
@@ -283,21 +283,13 @@ impl Device {
         kernel: DeviceAddr,
         args: &[DeviceAddr],
     ) -> Result<(), PluginError> {
-        let device = self.id();
-        let record = self.loaded_kernel(kernel)?;
-        diag::debug(|| {
-            format!(
-                "device {device}: launching {kernel:#x} with {} args",
-                args.len()
-            )
-        });
-        // SAFETY: `kernel` is a kernel of an image loaded on this device (its record was
-        // found); the caller vouches for the arguments.
-        unsafe { self.run_kernel(kernel, args, record.plan(None)) }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.launch_planned(kernel, args, None, None) }
     }
 
     /// Run a kernel of a loaded image with the team and thread counts libomptarget asks
-    /// for (0: the default), shaped by LLVM 16's rules ([`KernelRecord::plan`]).
+    /// for (0: the default), shaped by LLVM 16's rules ([`KernelRecord::plan`]), to
+    /// completion.
     ///
     /// # Safety
     /// The arguments are device addresses valid for what the kernel does with them.
@@ -307,61 +299,70 @@ impl Device {
         args: &[DeviceAddr],
         request: LaunchRequest,
     ) -> Result<(), PluginError> {
-        let device = self.id();
-        let record = self.loaded_kernel(kernel)?;
-        diag::debug(|| {
-            format!(
-                "device {device}: launching {kernel:#x} with {} args, {request:?}",
-                args.len()
-            )
-        });
-        // SAFETY: as in `launch`.
-        unsafe { self.run_kernel(kernel, args, record.plan(Some(request))) }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.launch_planned(kernel, args, Some(request), None) }
     }
 
-    /// Hand a planned launch to the vendor.
+    /// [`Device::launch_teams`] on the async info's queue (created on first use): where
+    /// the device has queues the launch is only enqueued, and completes when the queue
+    /// is synchronized ([`Device::synchronize_queue`]); elsewhere it completes here.
     ///
     /// # Safety
-    /// `kernel` is a kernel of an image loaded on this device, and the arguments are
-    /// valid for it.
-    unsafe fn run_kernel(
+    /// The arguments are device addresses valid for what the kernel does with them until
+    /// the queue is synchronized.
+    pub unsafe fn launch_async(
         &self,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
-        plan: LaunchPlan,
+        request: LaunchRequest,
+        info: &mut AsyncInfo,
     ) -> Result<(), PluginError> {
-        let launched = match plan {
-            // SAFETY: forwarded caller contract.
-            LaunchPlan::Once => unsafe { self.backend.launch(self.index, kernel, args) },
-            LaunchPlan::Shaped(mode, shape) => {
-                diag::debug(|| {
-                    format!(
-                        "device {}: launching {kernel:#x} ({mode:?}) as {shape:?}",
-                        self.id()
-                    )
-                });
-                // SAFETY: forwarded caller contract.
-                unsafe { self.backend.launch_shaped(self.index, kernel, args, shape) }
-            }
+        let queue = self.queue(info)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { self.launch_planned(kernel, args, Some(request), queue) }
+    }
+
+    /// Check the kernel, plan its launch and hand it to the vendor.
+    ///
+    /// # Safety
+    /// The arguments are valid for the kernel (until `queue` is finished, if any);
+    /// `queue` came from this device's backend.
+    unsafe fn launch_planned(
+        &self,
+        kernel: DeviceAddr,
+        args: &[DeviceAddr],
+        request: Option<LaunchRequest>,
+        queue: Option<QueueHandle>,
+    ) -> Result<(), PluginError> {
+        let device = self.id();
+        let record = self.loaded_kernel(kernel)?;
+        let plan = record.plan(request);
+        diag::debug(|| {
+            format!(
+                "device {device}: launching {kernel:#x} with {} args, {request:?} as \
+                 {plan:?}{}",
+                args.len(),
+                queue.map_or(String::new(), |q| format!(" on queue {q:#x}"))
+            )
+        });
+        let shape = match plan {
+            LaunchPlan::Once => None,
+            LaunchPlan::Shaped(_, shape) => Some(shape),
         };
-        launched.map_err(backend_err_with(self.id(), || {
-            format!("kernel {kernel:#x}")
-        }))
+        // SAFETY: `kernel` is a kernel of an image loaded on this device (its record was
+        // found); the caller vouches for the arguments and the queue.
+        unsafe { self.backend.launch(self.index, kernel, args, shape, queue) }.map_err(
+            backend_err_with(self.id(), || format!("kernel {kernel:#x}")),
+        )
     }
 
     /// Allocate memory of one of LLVM 16's kinds (device, pinned host, managed).
-    pub fn alloc_kind(&self, size: usize, kind: AllocKind) -> Result<DeviceAddr, PluginError> {
+    pub fn alloc(&self, size: usize, kind: AllocKind) -> Result<DeviceAddr, PluginError> {
         self.backend
-            .alloc_kind(self.index, size, kind)
+            .alloc(self.index, size, kind)
             .map_err(backend_err_with(self.id(), || {
-                format!("allocating {kind:?} memory")
+                format!("allocating {size} bytes of {kind:?} memory")
             }))
-    }
-
-    pub fn alloc(&self, size: usize) -> Result<DeviceAddr, PluginError> {
-        self.backend
-            .alloc(self.index, size)
-            .map_err(backend_err(self.id(), "allocating"))
     }
 
     /// # Safety
@@ -371,37 +372,159 @@ impl Device {
         unsafe { self.backend.free(self.index, addr) }.map_err(backend_err(self.id(), "freeing"))
     }
 
+    /// Copy host bytes to the device, to completion.
+    ///
     /// # Safety
-    /// `dst .. dst + src.len()` is device memory of `device`.
-    pub unsafe fn submit(&self, dst: DeviceAddr, src: &[u8]) -> Result<(), PluginError> {
+    /// `dst .. dst + src.len()` is device memory of this device.
+    pub unsafe fn write(&self, dst: DeviceAddr, src: &[u8]) -> Result<(), PluginError> {
         // SAFETY: forwarded caller contract.
         unsafe { self.backend.write(self.index, dst, src) }
             .map_err(backend_err(self.id(), "copying to the device"))
     }
 
+    /// Copy device bytes to the host, to completion.
+    ///
     /// # Safety
-    /// `src .. src + dst.len()` is device memory of `device`.
-    pub unsafe fn retrieve(&self, dst: &mut [u8], src: DeviceAddr) -> Result<(), PluginError> {
+    /// `src .. src + dst.len()` is device memory of this device.
+    pub unsafe fn read(&self, src: DeviceAddr, dst: &mut [u8]) -> Result<(), PluginError> {
         // SAFETY: forwarded caller contract.
         unsafe { self.backend.read(self.index, src, dst) }
             .map_err(backend_err(self.id(), "copying from the device"))
     }
 
+    /// [`Device::write`] on the async info's queue (created on first use), or to
+    /// completion where the device has no queues.
+    ///
+    /// # Safety
+    /// `dst .. dst + len` is device memory of this device; `src .. src + len` is host
+    /// memory that stays readable, and unwritten, until the queue is synchronized.
+    pub unsafe fn write_async(
+        &self,
+        dst: DeviceAddr,
+        src: *const u8,
+        len: usize,
+        info: &mut AsyncInfo,
+    ) -> Result<(), PluginError> {
+        let Some(queue) = self.queue(info)? else {
+            // SAFETY: caller contract: `src` holds `len` readable bytes.
+            let src = unsafe { std::slice::from_raw_parts(src, len) };
+            // SAFETY: forwarded caller contract.
+            return unsafe { self.write(dst, src) };
+        };
+        // SAFETY: forwarded caller contract; `queue` is this device's.
+        unsafe { self.backend.write_async(self.index, dst, src, len, queue) }
+            .map_err(backend_err(self.id(), "queueing a copy to the device"))
+    }
+
+    /// [`Device::read`] on the async info's queue (created on first use), or to
+    /// completion where the device has no queues.
+    ///
+    /// # Safety
+    /// `src .. src + len` is device memory of this device; `dst .. dst + len` is host
+    /// memory that nothing else reads or writes until the queue is synchronized.
+    pub unsafe fn read_async(
+        &self,
+        src: DeviceAddr,
+        dst: *mut u8,
+        len: usize,
+        info: &mut AsyncInfo,
+    ) -> Result<(), PluginError> {
+        let Some(queue) = self.queue(info)? else {
+            // SAFETY: caller contract: `dst` holds `len` bytes nothing else uses now.
+            let dst = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+            // SAFETY: forwarded caller contract.
+            return unsafe { self.read(src, dst) };
+        };
+        // SAFETY: forwarded caller contract; `queue` is this device's.
+        unsafe { self.backend.read_async(self.index, src, dst, len, queue) }
+            .map_err(backend_err(self.id(), "queueing a copy from the device"))
+    }
+
+    /// Copy `len` bytes from this device to `to` (`__tgt_rtl_data_exchange[_async]`): on
+    /// the async info's queue of this, the source, device when there is one (LLVM 16
+    /// passes the source's), else to completion.
+    ///
+    /// # Safety
+    /// `src .. src + len` is memory of this device and `dst .. dst + len` of `to`, both
+    /// allocated until the copy completes (until the queue is synchronized).
+    pub unsafe fn copy_to(
+        &self,
+        src: DeviceAddr,
+        to: &Device,
+        dst: DeviceAddr,
+        len: usize,
+        info: Option<&mut AsyncInfo>,
+    ) -> Result<(), PluginError> {
+        let what = || format!("copying {len} bytes to device {}", to.id());
+        let queue = match info {
+            Some(info) => self.queue(info)?,
+            None => None,
+        };
+        // SAFETY: forwarded caller contract; `queue` is this device's.
+        unsafe {
+            match queue {
+                Some(q) => self
+                    .backend
+                    .copy_async(self.index, src, to.index, dst, len, q),
+                None => self.backend.copy(self.index, src, to.index, dst, len),
+            }
+        }
+        .map_err(backend_err_with(self.id(), what))
+    }
+
+    /// Wait until everything asked of the device is done.
     pub fn synchronize(&self) -> Result<(), PluginError> {
         self.backend
             .synchronize(self.index)
             .map_err(backend_err(self.id(), "synchronizing"))
     }
 
-    /// A queue for asynchronous copies, None where the device copies synchronously.
-    pub fn queue_create(&self) -> Result<Option<QueueHandle>, PluginError> {
-        self.backend
-            .queue_create(self.index)
-            .map_err(backend_err(self.id(), "creating a queue"))
+    /// The async info's queue, created on first use and kept in `info`; None where the
+    /// device has no queues (everything then completes before it returns).
+    fn queue(&self, info: &mut AsyncInfo) -> Result<Option<QueueHandle>, PluginError> {
+        if info.queue.is_none() {
+            info.queue = self
+                .backend
+                .queue_create(self.index)
+                .map_err(backend_err(self.id(), "creating a queue"))?;
+        }
+        Ok(info.queue)
     }
 
-    /// Wait for a queue's work and destroy it.
-    pub fn queue_finish(&self, queue: QueueHandle) -> Result<(), PluginError> {
+    /// `__tgt_rtl_synchronize`: wait for the async info's queue and let it go (the info
+    /// is empty afterwards, libomptarget's "complete"); without a queue, wait for the
+    /// device.
+    pub fn synchronize_queue(&self, info: &mut AsyncInfo) -> Result<(), PluginError> {
+        match info.queue.take() {
+            Some(queue) => self.finish_queue(queue),
+            None => self.synchronize(),
+        }
+    }
+
+    /// `__tgt_rtl_query_async`: if the async info's queue is done, let it go as
+    /// [`Device::synchronize_queue`] does; if not, leave it. Without a queue (or an async
+    /// info) everything is complete once the device is idle.
+    pub fn query_queue(&self, info: Option<&mut AsyncInfo>) -> Result<(), PluginError> {
+        let Some(info) = info else {
+            return self.synchronize();
+        };
+        let Some(queue) = info.queue else {
+            return self.synchronize();
+        };
+        let done = self
+            .backend
+            .queue_done(self.index, queue)
+            .map_err(backend_err_with(self.id(), || {
+                format!("querying queue {queue:#x}")
+            }))?;
+        if done {
+            info.queue = None;
+            self.finish_queue(queue)?;
+        }
+        Ok(())
+    }
+
+    fn finish_queue(&self, queue: QueueHandle) -> Result<(), PluginError> {
         self.backend
             .queue_finish(self.index, queue)
             .map_err(backend_err_with(self.id(), || {
@@ -409,78 +532,359 @@ impl Device {
             }))
     }
 
-    pub fn queue_done(&self, queue: QueueHandle) -> Result<bool, PluginError> {
-        self.backend
-            .queue_done(self.index, queue)
-            .map_err(backend_err_with(self.id(), || {
-                format!("querying queue {queue:#x}")
-            }))
-    }
-
-    /// # Safety
-    /// As [`Backend::write_async`].
-    pub unsafe fn submit_async(
-        &self,
-        dst: DeviceAddr,
-        src: *const u8,
-        len: usize,
-        queue: QueueHandle,
-    ) -> Result<(), PluginError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.backend.write_async(self.index, dst, src, len, queue) }
-            .map_err(backend_err(self.id(), "queueing a copy to the device"))
-    }
-
-    /// # Safety
-    /// As [`Backend::read_async`].
-    pub unsafe fn retrieve_async(
-        &self,
-        dst: *mut u8,
-        src: DeviceAddr,
-        len: usize,
-        queue: QueueHandle,
-    ) -> Result<(), PluginError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.backend.read_async(self.index, src, dst, len, queue) }
-            .map_err(backend_err(self.id(), "queueing a copy from the device"))
-    }
-
-    /// A new event, None where events are only tokens (everything is already complete).
-    pub fn event_create(&self) -> Result<Option<EventHandle>, PluginError> {
-        self.backend
+    /// A new event: the backend's, or [`token_event`] where every operation completes
+    /// before it returns and there is nothing to wait for.
+    pub fn event_create(&self) -> Result<EventHandle, PluginError> {
+        let event = self
+            .backend
             .event_create(self.index)
-            .map_err(backend_err(self.id(), "creating an event"))
+            .map_err(backend_err(self.id(), "creating an event"))?;
+        Ok(event.unwrap_or_else(token_event))
     }
 
+    /// Mark the point the async info's queue (created on first use) has reached; without
+    /// an async info, the device's default ordering.
     pub fn event_record(
         &self,
         event: EventHandle,
-        queue: Option<QueueHandle>,
+        info: Option<&mut AsyncInfo>,
     ) -> Result<(), PluginError> {
+        if event == token_event() {
+            return Ok(());
+        }
+        let queue = match info {
+            Some(info) => self.queue(info)?,
+            None => None,
+        };
         self.backend
             .event_record(self.index, event, queue)
             .map_err(backend_err(self.id(), "recording an event"))
     }
 
+    /// Make later work on the async info's queue (created on first use) wait for the
+    /// event.
     pub fn event_wait(
         &self,
         event: EventHandle,
-        queue: Option<QueueHandle>,
+        info: Option<&mut AsyncInfo>,
     ) -> Result<(), PluginError> {
+        if event == token_event() {
+            return Ok(());
+        }
+        let queue = match info {
+            Some(info) => self.queue(info)?,
+            None => None,
+        };
         self.backend
             .event_wait(self.index, event, queue)
             .map_err(backend_err(self.id(), "waiting for an event"))
     }
 
     pub fn event_sync(&self, event: EventHandle) -> Result<(), PluginError> {
+        if event == token_event() {
+            return Ok(());
+        }
         self.backend
             .event_sync(self.index, event)
             .map_err(backend_err(self.id(), "synchronizing an event"))
     }
 
     pub fn event_destroy(&self, event: EventHandle) -> Result<(), PluginError> {
+        if event == token_event() {
+            return Ok(());
+        }
         self.backend
             .event_destroy(self.index, event)
             .map_err(backend_err(self.id(), "destroying an event"))
+    }
+
+    /// `__tgt_rtl_data_lock`: page-lock host memory for fast copies; the address the
+    /// device reaches it at.
+    ///
+    /// # Safety
+    /// `ptr .. ptr + len` is host memory that stays allocated until it is unlocked.
+    pub unsafe fn lock_host(&self, ptr: *mut u8, len: usize) -> Result<*mut u8, PluginError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.backend.lock_host(self.index, ptr, len) }
+            .map_err(backend_err_with(self.id(), || {
+                format!("locking {len} host bytes at {ptr:?}")
+            }))
+    }
+
+    /// `__tgt_rtl_data_unlock`: undo [`Device::lock_host`].
+    pub fn unlock_host(&self, ptr: *mut u8) -> Result<(), PluginError> {
+        self.backend
+            .unlock_host(self.index, ptr)
+            .map_err(backend_err_with(self.id(), || {
+                format!("unlocking host memory at {ptr:?}")
+            }))
+    }
+
+    /// What `__tgt_rtl_print_device_info` prints: the backend's facts about the device.
+    pub fn info_lines(&self) -> Vec<String> {
+        self.backend.device_info(self.index)
+    }
+}
+
+/// libomptarget's `__tgt_async_info` as the device sees it: the queue its operations go
+/// on, empty until the first operation that needs one creates it, and emptied again when
+/// the queue is synchronized.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AsyncInfo {
+    pub queue: Option<QueueHandle>,
+}
+
+/// The one byte every token event points at.
+static EVENT_TOKEN: u8 = 0;
+
+/// The event handed out where the backend has no events (everything completes before it
+/// returns, so there is nothing to wait for): an address no backend event can have.
+pub fn token_event() -> EventHandle {
+    &EVENT_TOKEN as *const u8 as EventHandle
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::host;
+    use crate::backend::launch_shape::Shape;
+    use crate::BackendError;
+
+    /// A backend with queues, as CUDA has them, that records what it is asked (no
+    /// driver: nothing runs). `done` is what `queue_done` answers.
+    #[derive(Default)]
+    struct QueueBackend {
+        calls: Mutex<Vec<String>>,
+        done: std::sync::atomic::AtomicBool,
+    }
+
+    const QUEUE: QueueHandle = 0x5100;
+    const KERNEL: DeviceAddr = 0x4000;
+
+    impl QueueBackend {
+        fn record(&self, call: String) {
+            self.calls.lock().unwrap().push(call);
+        }
+        fn calls(&self) -> Vec<String> {
+            std::mem::take(&mut *self.calls.lock().unwrap())
+        }
+    }
+
+    impl Backend for QueueBackend {
+        fn elf_machine(&self) -> u16 {
+            0
+        }
+        fn device_count(&self) -> usize {
+            1
+        }
+        fn init_device(&self, _: usize) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn load_image(
+            &self,
+            _: usize,
+            _: &[u8],
+            _: Option<crate::backend::StagedImage>,
+        ) -> Result<Box<dyn LoadedModule>, BackendError> {
+            Err(BackendError::Load("no images here".into()))
+        }
+        fn alloc(&self, _: usize, _: usize, _: AllocKind) -> Result<DeviceAddr, BackendError> {
+            Err(BackendError::OutOfMemory(0))
+        }
+        unsafe fn free(&self, _: usize, _: DeviceAddr) -> Result<(), BackendError> {
+            Ok(())
+        }
+        unsafe fn write(&self, _: usize, _: DeviceAddr, _: &[u8]) -> Result<(), BackendError> {
+            self.record("write".into());
+            Ok(())
+        }
+        unsafe fn read(&self, _: usize, _: DeviceAddr, _: &mut [u8]) -> Result<(), BackendError> {
+            self.record("read".into());
+            Ok(())
+        }
+        unsafe fn copy(
+            &self,
+            _: usize,
+            _: DeviceAddr,
+            _: usize,
+            _: DeviceAddr,
+            _: usize,
+        ) -> Result<(), BackendError> {
+            self.record("copy".into());
+            Ok(())
+        }
+        unsafe fn launch(
+            &self,
+            _: usize,
+            kernel: DeviceAddr,
+            _: &[DeviceAddr],
+            shape: Option<Shape>,
+            queue: Option<QueueHandle>,
+        ) -> Result<(), BackendError> {
+            let queue = queue.map_or("to completion".into(), |q| format!("on {q:#x}"));
+            self.record(format!("launch {kernel:#x} {shape:?} {queue}"));
+            Ok(())
+        }
+        fn synchronize(&self, _: usize) -> Result<(), BackendError> {
+            self.record("synchronize".into());
+            Ok(())
+        }
+        fn device_info(&self, _: usize) -> Vec<String> {
+            vec!["a recording backend".into()]
+        }
+        fn queue_create(&self, _: usize) -> Result<Option<QueueHandle>, BackendError> {
+            self.record("queue_create".into());
+            Ok(Some(QUEUE))
+        }
+        fn queue_finish(&self, _: usize, queue: QueueHandle) -> Result<(), BackendError> {
+            self.record(format!("queue_finish {queue:#x}"));
+            Ok(())
+        }
+        fn queue_done(&self, _: usize, _: QueueHandle) -> Result<bool, BackendError> {
+            Ok(self.done.load(std::sync::atomic::Ordering::SeqCst))
+        }
+        unsafe fn write_async(
+            &self,
+            _: usize,
+            _: DeviceAddr,
+            _: *const u8,
+            _: usize,
+            queue: QueueHandle,
+        ) -> Result<(), BackendError> {
+            self.record(format!("write_async {queue:#x}"));
+            Ok(())
+        }
+        unsafe fn read_async(
+            &self,
+            _: usize,
+            _: DeviceAddr,
+            _: *mut u8,
+            _: usize,
+            queue: QueueHandle,
+        ) -> Result<(), BackendError> {
+            self.record(format!("read_async {queue:#x}"));
+            Ok(())
+        }
+        unsafe fn copy_async(
+            &self,
+            _: usize,
+            _: DeviceAddr,
+            _: usize,
+            _: DeviceAddr,
+            _: usize,
+            queue: QueueHandle,
+        ) -> Result<(), BackendError> {
+            self.record(format!("copy_async {queue:#x}"));
+            Ok(())
+        }
+    }
+
+    /// Device 0 of `backend`, with one kernel (no exec mode, no limits: run once).
+    fn device_with_kernel(backend: Arc<dyn Backend>) -> Device {
+        let device = Device::new(0, PluginKind::Cuda, backend, 1);
+        device.kernels.write().unwrap().insert(
+            KERNEL,
+            KernelRecord {
+                mode: None,
+                limits: None,
+            },
+        );
+        device
+    }
+
+    /// The queue is created by the first operation that needs one and kept in the async
+    /// info; the launch and the copies go on it, nothing waits, and synchronize lets it
+    /// go and empties the info.
+    #[test]
+    fn an_async_info_gets_its_queue_on_first_use_and_keeps_it_until_synchronized() {
+        let backend = Arc::new(QueueBackend::default());
+        let device = device_with_kernel(backend.clone());
+        let mut info = AsyncInfo::default();
+        let mut byte = 0u8;
+        // SAFETY: the recording backend reads and writes nothing.
+        unsafe {
+            device.write_async(0x10, &byte, 1, &mut info).unwrap();
+            device
+                .launch_async(KERNEL, &[], LaunchRequest::default(), &mut info)
+                .unwrap();
+            device.read_async(0x10, &mut byte, 1, &mut info).unwrap();
+            device
+                .copy_to(0x10, &device, 0x20, 1, Some(&mut info))
+                .unwrap();
+        }
+        assert_eq!(info.queue, Some(QUEUE));
+        device.synchronize_queue(&mut info).unwrap();
+        assert_eq!(info.queue, None, "synchronized: the info is empty again");
+        assert_eq!(
+            backend.calls(),
+            [
+                "queue_create",
+                "write_async 0x5100",
+                "launch 0x4000 None on 0x5100",
+                "read_async 0x5100",
+                "copy_async 0x5100",
+                "queue_finish 0x5100",
+            ]
+        );
+        // Without an async info: to completion, no queue.
+        // SAFETY: as above.
+        unsafe {
+            device.launch(KERNEL, &[]).unwrap();
+            device.copy_to(0x10, &device, 0x20, 1, None).unwrap();
+        }
+        device.synchronize_queue(&mut info).unwrap();
+        assert_eq!(
+            backend.calls(),
+            ["launch 0x4000 None to completion", "copy", "synchronize"]
+        );
+    }
+
+    /// query_async leaves an unfinished queue in place and lets a finished one go.
+    #[test]
+    fn a_query_lets_only_a_finished_queue_go() {
+        let backend = Arc::new(QueueBackend::default());
+        let device = device_with_kernel(backend.clone());
+        let mut info = AsyncInfo { queue: Some(QUEUE) };
+        device.query_queue(Some(&mut info)).unwrap();
+        assert_eq!(info.queue, Some(QUEUE), "not done: still queued");
+        assert_eq!(backend.calls(), Vec::<String>::new());
+        backend
+            .done
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        device.query_queue(Some(&mut info)).unwrap();
+        assert_eq!(info.queue, None);
+        assert_eq!(backend.calls(), ["queue_finish 0x5100"]);
+        device.query_queue(None).unwrap();
+        assert_eq!(backend.calls(), ["synchronize"]);
+    }
+
+    /// Where the backend has no queues (the host) the async calls complete at once and
+    /// leave the info empty, and events are tokens no backend call sees.
+    #[test]
+    fn without_queues_async_calls_complete_at_once_and_events_are_tokens() {
+        let device = Device::new(0, PluginKind::X86_64, Arc::new(host::HostBackend), 1);
+        let mut info = AsyncInfo::default();
+        let source = [7u8; 4];
+        let mut target = [0u8; 4];
+        let mut back = [0u8; 4];
+        // SAFETY: on the host device, device memory is process memory: the arrays.
+        unsafe {
+            let at = target.as_mut_ptr() as DeviceAddr;
+            device
+                .write_async(at, source.as_ptr(), 4, &mut info)
+                .unwrap();
+            device
+                .read_async(at, back.as_mut_ptr(), 4, &mut info)
+                .unwrap();
+        }
+        assert_eq!(back, source, "both copies completed before they returned");
+        assert_eq!(info.queue, None);
+        let event = device.event_create().unwrap();
+        assert_eq!(event, token_event());
+        device.event_record(event, Some(&mut info)).unwrap();
+        device.event_wait(event, Some(&mut info)).unwrap();
+        device.event_sync(event).unwrap();
+        device.event_destroy(event).unwrap();
+        assert_eq!(info.queue, None, "a token event creates no queue");
     }
 }

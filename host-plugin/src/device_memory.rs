@@ -32,7 +32,7 @@ impl DeviceMemory {
 
     /// `len` bytes of memory of `kind`, owned by the returned buffer.
     pub fn alloc(&self, len: usize, kind: AllocKind) -> Result<DeviceBuffer, BackendError> {
-        let addr = self.backend.alloc_kind(self.device, len, kind)?;
+        let addr = self.backend.alloc(self.device, len, kind)?;
         Ok(DeviceBuffer {
             memory: self.clone(),
             addr,

@@ -23,9 +23,9 @@ pub struct KernelRecord {
 /// What the vendor is asked to do for a launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LaunchPlan {
-    /// Run the kernel once ([`crate::Backend::launch`]).
+    /// Run the kernel once ([`crate::Backend::launch`] without a shape).
     Once,
-    /// Launch it with this shape ([`crate::Backend::launch_shaped`]).
+    /// Launch it with this shape ([`crate::Backend::launch`] with it).
     Shaped(ExecMode, Shape),
 }
 

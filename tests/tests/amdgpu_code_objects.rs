@@ -6,6 +6,7 @@ mod amdgpu_support;
 
 use amdgpu_support::*;
 use host_plugin::backend::hip::code_object::{code_objects, select, target_id_of, CodeObject};
+use host_plugin::backend::AllocKind;
 use object::{Object, ObjectSymbol};
 use offload_formats::target_id::TargetId;
 
@@ -215,7 +216,10 @@ fn clang16_openmp_kernels_are_launched_by_their_exec_mode() {
         .device(0)
         .and_then(|on| on.load_binary(1, &co, &entries))
         .unwrap();
-    let out = plugin.device(0).and_then(|on| on.alloc(4)).unwrap();
+    let out = plugin
+        .device(0)
+        .and_then(|on| on.alloc(4, AllocKind::Device))
+        .unwrap();
     for ((kernel, mode), handle) in kernels.iter().zip(&modes).zip(&handles) {
         let handle = handle.addr;
         fake.clear_log();

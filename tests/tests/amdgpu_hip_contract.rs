@@ -11,6 +11,7 @@ use amdgpu_support::*;
 use e2e_tests::plugin::entry;
 use host_plugin::backend::hip::grid::DeviceLimits;
 use host_plugin::backend::hip::HipBackend;
+use host_plugin::backend::AllocKind;
 use host_plugin::backend::LaunchRequest;
 use host_plugin::fptr_index::{FptrIndex, IndexView, SLOTS};
 use host_plugin::host_entry::FLAG_INDIRECT;
@@ -238,8 +239,14 @@ fn load_binary_installs_the_table_through_hip() {
     // A launch of this plain kernel (no `_exec_mode`): the kernel's hipFunction_t, one
     // work-item, the pointer arguments packed in one buffer, then a synchronize (the
     // backend contract is "run to completion").
-    let a = plugin.device(0).and_then(|on| on.alloc(8)).unwrap();
-    let b = plugin.device(0).and_then(|on| on.alloc(4)).unwrap();
+    let a = plugin
+        .device(0)
+        .and_then(|on| on.alloc(8, AllocKind::Device))
+        .unwrap();
+    let b = plugin
+        .device(0)
+        .and_then(|on| on.alloc(4, AllocKind::Device))
+        .unwrap();
     fake.clear_log();
     // SAFETY: the stand-in runs nothing; the arguments are live allocations.
     unsafe {
@@ -268,12 +275,12 @@ fn load_binary_installs_the_table_through_hip() {
     unsafe {
         plugin
             .device(0)
-            .and_then(|on| on.submit(a, &0x1234u64.to_ne_bytes()))
+            .and_then(|on| on.write(a, &0x1234u64.to_ne_bytes()))
     }
     .unwrap();
     let mut back = [0u8; 8];
     // SAFETY: as above.
-    unsafe { plugin.device(0).and_then(|on| on.retrieve(&mut back, a)) }.unwrap();
+    unsafe { plugin.device(0).and_then(|on| on.read(a, &mut back)) }.unwrap();
     assert_eq!(u64::from_ne_bytes(back), 0x1234);
     assert_eq!(words_at(a, 1), [0x1234]);
     let kinds: Vec<String> = fake.log();
@@ -515,7 +522,10 @@ fn launch_teams_uses_llvm_16s_geometry_per_execution_mode() {
     );
 
     let (plain, generic, spmd) = (dev0[0].addr, dev0[4].addr, dev0[5].addr);
-    let out = plugin.device(0).and_then(|on| on.alloc(4)).unwrap();
+    let out = plugin
+        .device(0)
+        .and_then(|on| on.alloc(4, AllocKind::Device))
+        .unwrap();
     let run = |device: i32, kernel: u64, num_teams: u32, thread_limit: u32, tripcount: u64| {
         teams_geometry(
             &fake,
@@ -559,7 +569,10 @@ fn launch_teams_uses_llvm_16s_geometry_per_execution_mode() {
         .device(1)
         .and_then(|on| on.load_binary(2, &gfx1100, &kernel_entries()))
         .unwrap();
-    let out1 = plugin.device(1).and_then(|on| on.alloc(4)).unwrap();
+    let out1 = plugin
+        .device(1)
+        .and_then(|on| on.alloc(4, AllocKind::Device))
+        .unwrap();
     assert_eq!(
         teams_geometry(&fake, &plugin, 1, dev1[4].addr, out1, request(0, 128, 0)),
         (240, 128 + 32)
@@ -596,7 +609,10 @@ fn the_grid_limit_from_hip_caps_num_teams() {
         .device(0)
         .and_then(|on| on.load_binary(1, &co, &kernel_entries()))
         .unwrap();
-    let out = plugin.device(0).and_then(|on| on.alloc(4)).unwrap();
+    let out = plugin
+        .device(0)
+        .and_then(|on| on.alloc(4, AllocKind::Device))
+        .unwrap();
     assert_eq!(
         teams_geometry(&fake, &plugin, 0, dev[5].addr, out, request(5000, 0, 0)),
         (1000, 256)
@@ -620,7 +636,10 @@ fn a_hip_without_attribute_queries_still_loads_and_uses_llvm_16s_grid_values() {
         .device(0)
         .and_then(|on| on.load_binary(1, &gfx90a, &kernel_entries()))
         .unwrap();
-    let out = plugin.device(0).and_then(|on| on.alloc(4)).unwrap();
+    let out = plugin
+        .device(0)
+        .and_then(|on| on.alloc(4, AllocKind::Device))
+        .unwrap();
     assert_eq!(
         teams_geometry(&fake, &plugin, 0, dev[4].addr, out, request(0, 128, 0)),
         (440, 128 + 64)

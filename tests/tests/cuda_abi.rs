@@ -22,6 +22,10 @@ type Sync = unsafe extern "C" fn(i32, *mut TgtAsyncInfo) -> i32;
 type CreateEvent = unsafe extern "C" fn(i32, *mut *mut c_void) -> i32;
 type EventOnQueue = unsafe extern "C" fn(i32, *mut c_void, *mut TgtAsyncInfo) -> i32;
 type EventOnly = unsafe extern "C" fn(i32, *mut c_void) -> i32;
+type Lock = unsafe extern "C" fn(i32, *mut c_void, i64, *mut *mut c_void) -> i32;
+type Unlock = unsafe extern "C" fn(i32, *mut c_void) -> i32;
+type ExchangeAsync =
+    unsafe extern "C" fn(i32, *mut c_void, i32, *mut c_void, i64, *mut TgtAsyncInfo) -> i32;
 
 /// Copy `len` bytes to `device_buffer` and back with the asynchronous entry points, the
 /// way libomptarget orders two queues with an event; returns (bytes equal, whether the
@@ -110,8 +114,111 @@ fn host_plugin_async_entry_points_complete_in_order() {
         let buffer = alloc(0, 4096, null_mut(), 0);
         assert!(!buffer.is_null());
         assert_eq!(async_round_trip(&lib, buffer, 4096), (true, false));
+        // Host memory needs no pinning: data_lock gives the address itself.
+        let lock = *lib.get::<Lock>(b"__tgt_rtl_data_lock").unwrap();
+        let unlock = *lib.get::<Unlock>(b"__tgt_rtl_data_unlock").unwrap();
+        let mut locked = null_mut();
+        assert_eq!(lock(0, buffer, 4096, &mut locked), OFFLOAD_SUCCESS);
+        assert_eq!(locked, buffer);
+        assert_eq!(unlock(0, buffer), OFFLOAD_SUCCESS);
         assert_eq!(delete(0, buffer, 0), OFFLOAD_SUCCESS);
     }
+}
+
+/// What one host thread of [`two_queues`] saw: the results of its launches, whether its
+/// async info held a queue after the launches (they were enqueued, not waited for), and
+/// the copy of the results another buffer got through `data_exchange_async`.
+struct QueueRun {
+    results: Vec<i32>,
+    queued: bool,
+    exchanged: Vec<i32>,
+}
+
+/// Two host threads, each with its own async info and so its own queue: each launches
+/// the kernel twice, copies the output to a second buffer with `data_exchange_async` and
+/// both back with `data_retrieve_async`, all without waiting, then synchronizes once.
+///
+/// # Safety
+/// `lib` is the CUDA plugin with the fixture loaded on device 0, `kernel` its
+/// `call_through_host_pointers`, `fns` the `n` host function addresses on device 0.
+unsafe fn two_queues(
+    lib: &libloading::Library,
+    kernel: usize,
+    fns: usize,
+    threads: usize,
+    n: usize,
+) -> Vec<QueueRun> {
+    // SAFETY: LLVM 16's signatures of these entry points.
+    let (alloc, delete, launch, retrieve, exchange, sync) = unsafe {
+        (
+            *lib.get::<DataAlloc>(b"__tgt_rtl_data_alloc").unwrap(),
+            *lib.get::<DataDelete>(b"__tgt_rtl_data_delete").unwrap(),
+            *lib.get::<Launch>(b"__tgt_rtl_launch_kernel").unwrap(),
+            *lib.get::<MoveAsync>(b"__tgt_rtl_data_retrieve_async")
+                .unwrap(),
+            *lib.get::<ExchangeAsync>(b"__tgt_rtl_data_exchange_async")
+                .unwrap(),
+            *lib.get::<Sync>(b"__tgt_rtl_synchronize").unwrap(),
+        )
+    };
+    let bytes = threads * n * 4;
+    let run = move || -> QueueRun {
+        // SAFETY: plugin ABI calls with buffers of the sizes given, alive until after
+        // the synchronize below; the kernel's arguments are as in the caller's test.
+        unsafe {
+            let out = alloc(0, bytes as i64, null_mut(), 0);
+            let copy = alloc(0, bytes as i64, null_mut(), 0);
+            let shape = alloc(0, 8, null_mut(), 0);
+            assert!(!out.is_null() && !copy.is_null() && !shape.is_null());
+            let mut info = TgtAsyncInfo { queue: null_mut() };
+            let mut args = [fns as *mut c_void, out, n as *mut c_void, shape];
+            let mut offsets = [0isize; 4];
+            let ka = kernel_args(1, 4, TEAMS, THREAD_LIMIT);
+            for _ in 0..2 {
+                let rc = launch(
+                    0,
+                    kernel as *mut c_void,
+                    args.as_mut_ptr(),
+                    offsets.as_mut_ptr(),
+                    &ka,
+                    (&mut info as *mut TgtAsyncInfo).cast(),
+                );
+                assert_eq!(rc, OFFLOAD_SUCCESS, "launch_kernel on a queue");
+            }
+            let queued = !info.queue.is_null();
+            assert_eq!(exchange(0, out, 0, copy, bytes as i64, &mut info), 0);
+            let mut results = vec![0i32; threads * n];
+            let mut exchanged = vec![0i32; threads * n];
+            assert_eq!(
+                retrieve(0, results.as_mut_ptr().cast(), out, bytes as i64, &mut info),
+                0
+            );
+            assert_eq!(
+                retrieve(
+                    0,
+                    exchanged.as_mut_ptr().cast(),
+                    copy,
+                    bytes as i64,
+                    &mut info
+                ),
+                0
+            );
+            assert_eq!(sync(0, &mut info), OFFLOAD_SUCCESS);
+            assert!(info.queue.is_null(), "synchronize lets the queue go");
+            for p in [out, copy, shape] {
+                assert_eq!(delete(0, p, 0), OFFLOAD_SUCCESS);
+            }
+            QueueRun {
+                results,
+                queued,
+                exchanged,
+            }
+        }
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2).map(|_| scope.spawn(run)).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
 }
 
 const HOST_FNS: [u64; 3] = [0x0100_0008, 0x0100_8008, 0x0101_0008];
@@ -235,6 +342,35 @@ fn cuda_plugin_runs_the_libomptarget_call_sequence() {
         let (equal, queued) = async_round_trip(&lib, out, threads * n * 4);
         assert!(queued, "the CUDA plugin copies on streams");
         assert!(equal, "asynchronous round trip through device memory");
+        // Two queues at once, launches and copies enqueued on each.
+        for (i, run) in two_queues(&lib, kernel as usize, fns as usize, threads, n)
+            .into_iter()
+            .enumerate()
+        {
+            assert!(run.queued, "host thread {i}: the launches went on a queue");
+            assert_eq!(
+                run.results, results,
+                "host thread {i}: the kernel's results"
+            );
+            assert_eq!(
+                run.exchanged, results,
+                "host thread {i}: the exchanged copy"
+            );
+        }
+        // data_lock pins (cuMemHostRegister): a device-reachable address, unlocked once.
+        let lock = *lib.get::<Lock>(b"__tgt_rtl_data_lock").unwrap();
+        let unlock = *lib.get::<Unlock>(b"__tgt_rtl_data_unlock").unwrap();
+        let mut pinned_host = vec![0u8; 1 << 16];
+        let mut locked = null_mut();
+        let host = pinned_host.as_mut_ptr().cast::<c_void>();
+        assert_eq!(lock(0, host, 1 << 16, &mut locked), OFFLOAD_SUCCESS);
+        assert!(!locked.is_null(), "data_lock gives the pinned address");
+        assert_eq!(unlock(0, host), OFFLOAD_SUCCESS);
+        assert_ne!(
+            unlock(0, host),
+            OFFLOAD_SUCCESS,
+            "a second unlock is refused"
+        );
         for (p, kind) in [(fns, 3), (out, 2), (shape, 1)] {
             assert_eq!(delete(0, p, kind), OFFLOAD_SUCCESS);
         }

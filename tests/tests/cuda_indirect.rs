@@ -9,6 +9,7 @@ mod cuda_support;
 use cuda_support::{fixture_cubin, skip, RtlVariant, ARCHES, VARIANTS};
 use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
+use host_plugin::backend::AllocKind;
 use host_plugin::backend::LaunchRequest;
 use host_plugin::host_entry::FLAG_INDIRECT;
 use host_plugin::{DeviceAddr, FptrMapEntry, HostOffloadEntry, Plugin, PluginKind};
@@ -122,22 +123,17 @@ impl Gpu {
         let a = self
             .plugin
             .device(0)
-            .and_then(|on| on.alloc(bytes.len()))
+            .and_then(|on| on.alloc(bytes.len(), AllocKind::Device))
             .expect("alloc");
         // SAFETY: `a` is a fresh allocation of bytes.len() bytes.
-        unsafe { self.plugin.device(0).and_then(|on| on.submit(a, bytes)) }.expect("submit");
+        unsafe { self.plugin.device(0).and_then(|on| on.write(a, bytes)) }.expect("submit");
         a
     }
 
     fn download(&self, addr: DeviceAddr, len: usize) -> Vec<u8> {
         let mut out = vec![0u8; len];
         // SAFETY: `addr` is an allocation of at least `len` bytes.
-        unsafe {
-            self.plugin
-                .device(0)
-                .and_then(|on| on.retrieve(&mut out, addr))
-        }
-        .expect("retrieve");
+        unsafe { self.plugin.device(0).and_then(|on| on.read(addr, &mut out)) }.expect("retrieve");
         out
     }
 
@@ -419,7 +415,6 @@ fn cuda_table_of_1000000_entries() {
 
 #[test]
 fn cuda_memory_kinds_round_trip() {
-    use host_plugin::backend::AllocKind;
     let Some(gpu) = gpu("cuda_memory_kinds_round_trip") else {
         return;
     };
@@ -433,10 +428,10 @@ fn cuda_memory_kinds_round_trip() {
         let a = gpu
             .plugin
             .device(0)
-            .and_then(|on| on.alloc_kind(data.len(), kind))
+            .and_then(|on| on.alloc(data.len(), kind))
             .expect("alloc");
         // SAFETY: `a` is a fresh allocation of data.len() bytes.
-        unsafe { gpu.plugin.device(0).and_then(|on| on.submit(a, &data)) }.expect("submit");
+        unsafe { gpu.plugin.device(0).and_then(|on| on.write(a, &data)) }.expect("submit");
         let back = gpu.download(a, data.len());
         gpu.free(&[a]);
         assert_eq!(back, data, "{kind:?} memory round trip");

@@ -12,6 +12,7 @@ use e2e_tests::process::run_ok;
 use e2e_tests::tools::{clang16, ptxas};
 use host_plugin::backend::cuda::image::{classify, CudaImage};
 use host_plugin::backend::cuda::CudaBackend;
+use host_plugin::backend::AllocKind;
 use host_plugin::{Backend, Plugin, PluginKind};
 use object::read::{Object, ObjectSymbol};
 use object::SymbolKind;
@@ -33,7 +34,10 @@ fn backend_reports_a_reason_exactly_when_it_has_no_devices() {
     assert_eq!(plugin.device_count(), backend.device_count());
     if plugin.device_count() == 0 {
         assert!(plugin.device(0).and_then(|on| on.init_device()).is_err());
-        assert!(plugin.device(0).and_then(|on| on.alloc(8)).is_err());
+        assert!(plugin
+            .device(0)
+            .and_then(|on| on.alloc(8, AllocKind::Device))
+            .is_err());
     }
     // A cubin is a valid binary exactly when some device can run its SM.
     if let Ok(dir) = std::env::var(cuda_support::FIXTURES_ENV) {

@@ -4,6 +4,7 @@
 mod plugin_support;
 
 use e2e_tests::plugin::{entry, words};
+use host_plugin::backend::AllocKind;
 use host_plugin::fptr_index::FptrIndex;
 use host_plugin::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use host_plugin::{DeviceEntry, HostOffloadEntry, IndexInfo, Plugin, PluginError, PluginKind};
@@ -36,8 +37,14 @@ fn full_entries() -> Vec<HostOffloadEntry<'static>> {
 
 /// Run `kernel_call` on the device: returns (io[0] after the call, translated pointer).
 fn call_through(plugin: &Plugin, kernel: &DeviceEntry, host_fp: u64, arg: i64) -> (i64, u64) {
-    let fp = plugin.device(0).and_then(|on| on.alloc(8)).unwrap();
-    let io = plugin.device(0).and_then(|on| on.alloc(16)).unwrap();
+    let fp = plugin
+        .device(0)
+        .and_then(|on| on.alloc(8, AllocKind::Device))
+        .unwrap();
+    let io = plugin
+        .device(0)
+        .and_then(|on| on.alloc(16, AllocKind::Device))
+        .unwrap();
     let mut io_bytes = [0u8; 16];
     io_bytes[..8].copy_from_slice(&arg.to_ne_bytes());
     // SAFETY: fp and io are fresh device allocations of 8 and 16 bytes; kernel_call takes
@@ -45,11 +52,11 @@ fn call_through(plugin: &Plugin, kernel: &DeviceEntry, host_fp: u64, arg: i64) -
     unsafe {
         plugin
             .device(0)
-            .and_then(|on| on.submit(fp, &host_fp.to_ne_bytes()))
+            .and_then(|on| on.write(fp, &host_fp.to_ne_bytes()))
             .unwrap();
         plugin
             .device(0)
-            .and_then(|on| on.submit(io, &io_bytes))
+            .and_then(|on| on.write(io, &io_bytes))
             .unwrap();
         plugin
             .device(0)
@@ -57,7 +64,7 @@ fn call_through(plugin: &Plugin, kernel: &DeviceEntry, host_fp: u64, arg: i64) -
             .unwrap();
         plugin
             .device(0)
-            .and_then(|on| on.retrieve(&mut io_bytes, io))
+            .and_then(|on| on.read(io, &mut io_bytes))
             .unwrap();
         plugin.device(0).and_then(|on| on.free(fp)).unwrap();
         plugin.device(0).and_then(|on| on.free(io)).unwrap();
@@ -133,18 +140,21 @@ fn every_kind_of_indirect_entry_translates_on_the_device() {
     // The global entry is the real device global: a kernel's write shows through it.
     let counter = dev[2].addr;
     let mut value = [0u8; 4];
-    let by = plugin.device(0).and_then(|on| on.alloc(4)).unwrap();
+    let by = plugin
+        .device(0)
+        .and_then(|on| on.alloc(4, AllocKind::Device))
+        .unwrap();
     // SAFETY: `counter` is the image's 4-byte global; `by` a fresh 4-byte allocation
     // that kernel_bump reads.
     unsafe {
         plugin
             .device(0)
-            .and_then(|on| on.retrieve(&mut value, counter))
+            .and_then(|on| on.read(counter, &mut value))
             .unwrap();
         assert_eq!(i32::from_ne_bytes(value), 5);
         plugin
             .device(0)
-            .and_then(|on| on.submit(by, &3i32.to_ne_bytes()))
+            .and_then(|on| on.write(by, &3i32.to_ne_bytes()))
             .unwrap();
         plugin
             .device(0)
@@ -152,7 +162,7 @@ fn every_kind_of_indirect_entry_translates_on_the_device() {
             .unwrap();
         plugin
             .device(0)
-            .and_then(|on| on.retrieve(&mut value, counter))
+            .and_then(|on| on.read(counter, &mut value))
             .unwrap();
         plugin.device(0).and_then(|on| on.free(by)).unwrap();
     }
@@ -254,7 +264,7 @@ fn index_global_on_device(plugin: &Plugin, device: i32, info: IndexInfo) -> Fptr
     unsafe {
         plugin
             .device(device)
-            .and_then(|on| on.retrieve(&mut bytes, info.global))
+            .and_then(|on| on.read(info.global, &mut bytes))
     }
     .unwrap();
     bytemuck::pod_read_unaligned(&bytes)
@@ -266,7 +276,7 @@ fn write_index_global(plugin: &Plugin, info: IndexInfo, header: FptrIndex) {
     unsafe {
         plugin
             .device(0)
-            .and_then(|on| on.submit(info.global, bytemuck::bytes_of(&header)))
+            .and_then(|on| on.write(info.global, bytemuck::bytes_of(&header)))
     }
     .unwrap();
 }
@@ -328,7 +338,7 @@ fn the_index_is_installed_used_and_optional() {
     unsafe {
         plugin
             .device(0)
-            .and_then(|on| on.submit(header.buckets, &vec![0u8; bytes]))
+            .and_then(|on| on.write(header.buckets, &vec![0u8; bytes]))
     }
     .unwrap();
     write_index_global(&plugin, info, header);
@@ -604,7 +614,10 @@ fn gpu_kinds_have_no_devices_yet() {
         let plugin = Plugin::new(kind);
         assert_eq!(plugin.device_count(), 0);
         assert!(plugin.device(0).and_then(|on| on.init_device()).is_err());
-        assert!(plugin.device(0).and_then(|on| on.alloc(8)).is_err());
+        assert!(plugin
+            .device(0)
+            .and_then(|on| on.alloc(8, AllocKind::Device))
+            .is_err());
     }
     assert_eq!(Plugin::new(PluginKind::X86_64).device_count(), 4);
 }

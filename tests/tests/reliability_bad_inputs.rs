@@ -10,6 +10,7 @@ use e2e_tests::paths::fixture;
 use e2e_tests::paths::target_dir;
 use e2e_tests::plugin::{entry, kernel_args, DataAlloc, DataDelete, DataMove, Launch, LoadBinary};
 use host_plugin::abi::{TgtDeviceImage, TgtOffloadEntry, OFFLOAD_FAIL};
+use host_plugin::backend::AllocKind;
 use host_plugin::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use host_plugin::{FptrMapEntry, HostOffloadEntry, Plugin, PluginKind};
 use plugin_support::{compile_offload_sources, device_image_of, host_image, plugin_dir, scratch};
@@ -179,7 +180,9 @@ fn rust_api_rows(image: &[u8]) -> Vec<Row> {
     api_row(
         &mut rows,
         "negative device id (-1)",
-        plugin.device(-1).and_then(|on| on.alloc(8)),
+        plugin
+            .device(-1)
+            .and_then(|on| on.alloc(8, AllocKind::Device)),
         &["device -1"],
     );
     let loaded = plugin
@@ -217,7 +220,7 @@ fn rust_api_rows(image: &[u8]) -> Vec<Row> {
         "any device call on a GPU kind without devices (cuda, no driver)",
         Plugin::new(PluginKind::Cuda)
             .device(0)
-            .and_then(|on| on.alloc(8)),
+            .and_then(|on| on.alloc(8, AllocKind::Device)),
         &["device 0"],
     );
     rows

@@ -3,16 +3,18 @@
 //! Each shim converts its C arguments, calls the safe core inside [`guard`] (which turns
 //! errors and panics into a printed message plus OFFLOAD_FAIL), and converts back.
 
+mod published;
 pub mod types;
 
 use crate::backend::{AllocKind, EventHandle, LaunchRequest, QueueHandle};
-use crate::device::Device;
+use crate::device::{AsyncInfo, Device};
 use crate::diag;
 use crate::error::PluginError;
 use crate::fptr::FptrMapEntry;
 use crate::host_entry::{EntryKind, HostEntry};
 use crate::plugin::Plugin;
 use crate::plugin_kind::PluginKind;
+use published::PublishedTable;
 use std::ffi::{c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
@@ -55,32 +57,6 @@ fn on_device<T>(
 ) -> Result<T, PluginError> {
     plugin().device(device).and_then(call)
 }
-
-/// The table handed to libomptarget for one loaded image: it must stay put until the
-/// image is unloaded, so it is boxed and kept with the image in the plugin
-/// ([`crate::device::Device::keep_with_image`]). Entry names point at libomptarget's own host entries,
-/// as LLVM's plugins return them.
-struct PublishedTable {
-    _raw: Box<[TgtOffloadEntry]>,
-    table: Box<TgtTargetTable>,
-}
-
-impl PublishedTable {
-    fn new(mut raw: Box<[TgtOffloadEntry]>) -> Self {
-        let range = raw.as_mut_ptr_range();
-        let table = Box::new(TgtTargetTable {
-            entries_begin: range.start,
-            entries_end: range.end,
-        });
-        // Moving `raw` below moves the box, not the entries the table points at.
-        PublishedTable { _raw: raw, table }
-    }
-}
-
-// SAFETY: the raw pointers point into this struct's own boxed data (the table into
-// `_raw`) or at libomptarget's host entry names, which live in the host binary; nothing
-// here writes through them, and libomptarget only reads them.
-unsafe impl Send for PublishedTable {}
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>()
@@ -313,21 +289,11 @@ pub extern "C" fn __tgt_rtl_set_info_flag(flags: u32) {
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_print_device_info(device: i32) {
     guard("print_device_info", (), || {
-        let p = plugin();
-        println!(
-            "    omptarget-rs {} plugin, device {device} of {}: {}",
-            p.kind().name(),
-            p.device_count(),
-            match p.kind() {
-                PluginKind::X86_64 if crate::backend::isolated::requested() => {
-                    "the host CPU in a process of its own (OMPTARGET_RS_ISOLATED: host \
-                     addresses fault there, as on a discrete GPU)"
-                }
-                PluginKind::X86_64 => "the host CPU (images run through dlopen + libffi)",
-                PluginKind::Cuda => "an NVIDIA GPU through the CUDA driver API",
-                PluginKind::Amdgpu => "an AMD GPU through HIP (libamdhip64)",
-            }
-        );
+        let lines = plugin().device(device)?.info_lines();
+        println!("    omptarget-rs {} plugin:", plugin().kind().name());
+        for line in lines {
+            println!("        {line}");
+        }
         Ok(())
     })
 }
@@ -391,20 +357,13 @@ pub unsafe extern "C" fn __tgt_rtl_load_binary(
         // SAFETY: image_bytes checked `image` is non-null; the entries are libomptarget's,
         // alive while the image is registered, longer than this call.
         let entries = unsafe { host_entries(device, &*image) }?;
-        // The returned table: the host entries (their names are what LLVM's plugins
-        // return too), each with its device address.
         let mut published =
             plugin()
                 .device(device)?
                 .load_entries(key, bytes, entries, |addrs| {
-                    PublishedTable::new(crate::huge_pages::boxed_from_iter(
-                        entries.iter().zip(addrs).map(|(h, &addr)| TgtOffloadEntry {
-                            addr: addr as *mut c_void,
-                            ..h.0
-                        }),
-                    ))
+                    PublishedTable::new(entries, addrs)
                 })?;
-        let table_ptr: *mut TgtTargetTable = &mut *published.table;
+        let table_ptr = published.table_ptr();
         plugin()
             .device(device)?
             .keep_with_image(key, Box::new(published))?;
@@ -502,7 +461,7 @@ pub extern "C" fn __tgt_rtl_data_alloc(
             .ok_or_else(|| invalid(device, format!("unknown allocation kind {kind}")))?;
         let size = usize::try_from(size)
             .map_err(|_| invalid(device, format!("allocation size {size}")))?;
-        Ok(plugin().device(device)?.alloc_kind(size, kind)? as *mut c_void)
+        Ok(plugin().device(device)?.alloc(size, kind)? as *mut c_void)
     })
 }
 
@@ -523,19 +482,19 @@ fn length(device: i32, size: i64) -> Result<usize, PluginError> {
     usize::try_from(size).map_err(|_| invalid(device, format!("transfer size {size}")))
 }
 
-/// The one body of `data_submit` and `data_submit_async`: on `queue` when there is
-/// one, else synchronously.
+/// The one body of `data_submit` and `data_submit_async`: on the async info's queue
+/// when there is one, else synchronously.
 ///
 /// # Safety
 /// `hst` is `size` readable host bytes (untouched until the queue is synchronized when
-/// there is one, libomptarget's rule for asynchronous copies), `tgt` `size` bytes of
-/// device memory.
-unsafe fn submit(
+/// there is an async info, libomptarget's rule for asynchronous copies), `tgt` `size`
+/// bytes of device memory; `async_info` is null or a valid `__tgt_async_info`.
+unsafe fn write(
     device: i32,
     tgt: *mut c_void,
     hst: *mut c_void,
     size: i64,
-    queue: Option<QueueHandle>,
+    async_info: *mut TgtAsyncInfo,
 ) -> Result<i32, PluginError> {
     let n = length(device, size)?;
     if n == 0 {
@@ -544,17 +503,15 @@ unsafe fn submit(
     if hst.is_null() || tgt.is_null() {
         return Err(invalid(device, "copy to the device with a null pointer"));
     }
-    let Some(queue) = queue else {
-        // SAFETY: caller contract: `hst` holds `n` readable bytes.
-        let src = unsafe { std::slice::from_raw_parts(hst as *const u8, n) };
-        // SAFETY: caller contract: `tgt` is `n` bytes of device memory.
-        return status(unsafe { on_device(device, |on| on.submit(tgt as u64, src)) });
-    };
-    // SAFETY: caller contract: `hst` holds `n` bytes that stay untouched until the queue
-    // is synchronized; `tgt` is `n` bytes of device memory.
+    let on = plugin().device(device)?;
+    // SAFETY: caller contract: null or a valid async info.
     status(unsafe {
-        on_device(device, |on| {
-            on.submit_async(tgt as u64, hst as *const u8, n, queue)
+        with_async_info(async_info, |info| match info {
+            // SAFETY: caller contract: `hst` holds `n` bytes untouched until the queue is
+            // synchronized; `tgt` is `n` bytes of device memory.
+            Some(info) => on.write_async(tgt as u64, hst as *const u8, n, info),
+            // SAFETY: as above, and the copy completes before it returns.
+            None => on.write(tgt as u64, std::slice::from_raw_parts(hst as *const u8, n)),
         })
     })
 }
@@ -563,14 +520,14 @@ unsafe fn submit(
 ///
 /// # Safety
 /// `hst` is `size` writable host bytes nothing else touches until the copy completes
-/// (until the queue is synchronized when there is one), `tgt` `size` bytes of device
-/// memory.
-unsafe fn retrieve(
+/// (until the queue is synchronized when there is an async info), `tgt` `size` bytes of
+/// device memory; `async_info` is null or a valid `__tgt_async_info`.
+unsafe fn read(
     device: i32,
     hst: *mut c_void,
     tgt: *mut c_void,
     size: i64,
-    queue: Option<QueueHandle>,
+    async_info: *mut TgtAsyncInfo,
 ) -> Result<i32, PluginError> {
     let n = length(device, size)?;
     if n == 0 {
@@ -579,20 +536,44 @@ unsafe fn retrieve(
     if hst.is_null() || tgt.is_null() {
         return Err(invalid(device, "copy from the device with a null pointer"));
     }
-    let Some(queue) = queue else {
-        // SAFETY: caller contract: `hst` holds `n` writable bytes that nothing else uses
-        // during the call.
-        let dst = unsafe { std::slice::from_raw_parts_mut(hst as *mut u8, n) };
-        // SAFETY: caller contract: `tgt` is `n` bytes of device memory.
-        return status(unsafe { on_device(device, |on| on.retrieve(dst, tgt as u64)) });
-    };
-    // SAFETY: caller contract: `hst` holds `n` writable bytes nothing else touches until
-    // the queue is synchronized; `tgt` is `n` bytes of device memory.
+    let on = plugin().device(device)?;
+    // SAFETY: caller contract: null or a valid async info.
     status(unsafe {
-        on_device(device, |on| {
-            on.retrieve_async(hst as *mut u8, tgt as u64, n, queue)
+        with_async_info(async_info, |info| match info {
+            // SAFETY: caller contract: `hst` holds `n` writable bytes nothing else touches
+            // until the queue is synchronized; `tgt` is `n` bytes of device memory.
+            Some(info) => on.read_async(tgt as u64, hst as *mut u8, n, info),
+            // SAFETY: as above, and the copy completes before it returns.
+            None => on.read(
+                tgt as u64,
+                std::slice::from_raw_parts_mut(hst as *mut u8, n),
+            ),
         })
     })
+}
+
+/// The async info as the device sees it ([`AsyncInfo`]), for `body`; what the device
+/// left in it (a queue created on first use, or none once synchronized) is stored back,
+/// on failure too, so a queue is never lost. None for a null async info.
+///
+/// # Safety
+/// `info` is null or a valid `__tgt_async_info`.
+unsafe fn with_async_info<T>(
+    info: *mut TgtAsyncInfo,
+    body: impl FnOnce(Option<&mut AsyncInfo>) -> Result<T, PluginError>,
+) -> Result<T, PluginError> {
+    // SAFETY: caller contract.
+    let Some(raw) = (unsafe { info.as_mut() }) else {
+        return body(None);
+    };
+    let mut info = AsyncInfo {
+        queue: (!raw.queue.is_null()).then_some(raw.queue as QueueHandle),
+    };
+    let result = body(Some(&mut info));
+    raw.queue = info
+        .queue
+        .map_or(std::ptr::null_mut(), |q| q as *mut c_void);
+    result
 }
 
 /// # Safety
@@ -606,7 +587,7 @@ pub unsafe extern "C" fn __tgt_rtl_data_submit(
 ) -> i32 {
     // SAFETY: forwarded caller contract.
     guard("data_submit", OFFLOAD_FAIL, || unsafe {
-        submit(device, tgt, hst, size, None)
+        write(device, tgt, hst, size, std::ptr::null_mut())
     })
 }
 
@@ -622,31 +603,8 @@ pub unsafe extern "C" fn __tgt_rtl_data_submit_async(
 ) -> i32 {
     guard("data_submit_async", OFFLOAD_FAIL, || {
         // SAFETY: forwarded caller contract.
-        unsafe { submit(device, tgt, hst, size, queue_of(device, async_info)?) }
+        unsafe { write(device, tgt, hst, size, async_info) }
     })
-}
-
-/// The queue of an async info, created on first use. None: copy synchronously (no async
-/// info, or a device whose operations always complete at once).
-///
-/// # Safety
-/// `info` is null or a valid `__tgt_async_info`.
-unsafe fn queue_of(
-    device: i32,
-    info: *mut TgtAsyncInfo,
-) -> Result<Option<QueueHandle>, PluginError> {
-    // SAFETY: caller contract.
-    let Some(info) = (unsafe { info.as_mut() }) else {
-        return Ok(None);
-    };
-    if !info.queue.is_null() {
-        return Ok(Some(info.queue as QueueHandle));
-    }
-    let queue = plugin().device(device)?.queue_create()?;
-    if let Some(q) = queue {
-        info.queue = q as *mut c_void;
-    }
-    Ok(queue)
 }
 
 /// # Safety
@@ -660,7 +618,7 @@ pub unsafe extern "C" fn __tgt_rtl_data_retrieve(
 ) -> i32 {
     // SAFETY: forwarded caller contract.
     guard("data_retrieve", OFFLOAD_FAIL, || unsafe {
-        retrieve(device, hst, tgt, size, None)
+        read(device, hst, tgt, size, std::ptr::null_mut())
     })
 }
 
@@ -676,7 +634,7 @@ pub unsafe extern "C" fn __tgt_rtl_data_retrieve_async(
 ) -> i32 {
     guard("data_retrieve_async", OFFLOAD_FAIL, || {
         // SAFETY: forwarded caller contract.
-        unsafe { retrieve(device, hst, tgt, size, queue_of(device, async_info)?) }
+        unsafe { read(device, hst, tgt, size, async_info) }
     })
 }
 
@@ -699,23 +657,14 @@ pub unsafe extern "C" fn __tgt_rtl_data_exchange(
     size: i64,
 ) -> i32 {
     guard("data_exchange", OFFLOAD_FAIL, || {
-        let n = length(dst_device, size)?;
-        if n == 0 {
-            return Ok(OFFLOAD_SUCCESS);
-        }
-        if src.is_null() || dst.is_null() {
-            return Err(invalid(
-                dst_device,
-                "device-to-device copy with a null pointer",
-            ));
-        }
-        // SAFETY: forwarded caller contract.
-        status(unsafe { plugin().exchange(src_device, src as u64, dst_device, dst as u64, n) })
+        // SAFETY: forwarded caller contract; no async info: to completion.
+        unsafe { exchange(src_device, src, dst_device, dst, size, std::ptr::null_mut()) }
     })
 }
 
 /// # Safety
-/// As `__tgt_rtl_data_exchange`.
+/// As `__tgt_rtl_data_exchange`; `async_info` is null or a valid `__tgt_async_info` of
+/// the source device (LLVM 16 passes the source's).
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_exchange_async(
     src_device: i32,
@@ -723,39 +672,78 @@ pub unsafe extern "C" fn __tgt_rtl_data_exchange_async(
     dst_device: i32,
     dst: *mut c_void,
     size: i64,
-    _async: *mut TgtAsyncInfo,
+    async_info: *mut TgtAsyncInfo,
 ) -> i32 {
-    // SAFETY: forwarded caller contract. A device-to-device copy completes before it
-    // returns on every backend, so there is nothing to queue.
-    unsafe { __tgt_rtl_data_exchange(src_device, src, dst_device, dst, size) }
+    guard("data_exchange_async", OFFLOAD_FAIL, || {
+        // SAFETY: forwarded caller contract.
+        unsafe { exchange(src_device, src, dst_device, dst, size, async_info) }
+    })
 }
 
-/// Page-locking: host-device memory is already the host's, so the locked address is the
-/// host address itself.
+/// The one body of `data_exchange` and `data_exchange_async`.
 ///
 /// # Safety
-/// `locked` is null or writable.
+/// As `__tgt_rtl_data_exchange_async`; both ranges stay allocated until the copy
+/// completes (until the queue is synchronized when there is an async info).
+unsafe fn exchange(
+    src_device: i32,
+    src: *mut c_void,
+    dst_device: i32,
+    dst: *mut c_void,
+    size: i64,
+    async_info: *mut TgtAsyncInfo,
+) -> Result<i32, PluginError> {
+    let n = length(dst_device, size)?;
+    if n == 0 {
+        return Ok(OFFLOAD_SUCCESS);
+    }
+    if src.is_null() || dst.is_null() {
+        return Err(invalid(
+            dst_device,
+            "device-to-device copy with a null pointer",
+        ));
+    }
+    let (from, to) = (plugin().device(src_device)?, plugin().device(dst_device)?);
+    // SAFETY: caller contract: null or a valid async info.
+    status(unsafe {
+        with_async_info(async_info, |info| {
+            // SAFETY: caller contract: both ranges are device memory of their devices,
+            // allocated until the copy completes.
+            from.copy_to(src as u64, to, dst as u64, n, info)
+        })
+    })
+}
+
+/// Page-lock host memory (CUDA: cuMemHostRegister); `locked` gets the address the
+/// device reaches it at. Where device memory needs no locking (the host devices) it is
+/// the host address itself.
+///
+/// # Safety
+/// `ptr` is `size` bytes of host memory allocated until unlocked; `locked` is null or
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_data_lock(
     device: i32,
     ptr: *mut c_void,
-    _size: i64,
+    size: i64,
     locked: *mut *mut c_void,
 ) -> i32 {
     guard("data_lock", OFFLOAD_FAIL, || {
-        plugin().device(device)?.synchronize()?;
         // SAFETY: caller contract: null or a writable pointer slot.
         let slot = unsafe { locked.as_mut() }
             .ok_or_else(|| invalid(device, "data_lock without an output"))?;
-        *slot = ptr;
+        let n = length(device, size)?;
+        // SAFETY: caller contract: `ptr` is `n` host bytes allocated until unlocked.
+        let pinned = unsafe { plugin().device(device)?.lock_host(ptr.cast(), n) }?;
+        *slot = pinned.cast();
         Ok(OFFLOAD_SUCCESS)
     })
 }
 
 #[no_mangle]
-pub extern "C" fn __tgt_rtl_data_unlock(device: i32, _ptr: *mut c_void) -> i32 {
+pub extern "C" fn __tgt_rtl_data_unlock(device: i32, ptr: *mut c_void) -> i32 {
     guard("data_unlock", OFFLOAD_FAIL, || {
-        status(on_device(device, |on| on.synchronize()))
+        status(on_device(device, |on| on.unlock_host(ptr.cast())))
     })
 }
 
@@ -772,7 +760,7 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
     args: *mut *mut c_void,
     offsets: *mut isize,
     kernel_args: *const KernelArgs,
-    _async: *mut TgtAsyncInfo,
+    async_info: *mut TgtAsyncInfo,
 ) -> i32 {
     guard("launch_kernel", OFFLOAD_FAIL, || {
         // SAFETY: caller contract: null or libomptarget's KernelArgsTy.
@@ -804,69 +792,54 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
             thread_limit: ka.thread_limit[0],
             tripcount: ka.tripcount,
         };
-        // SAFETY: forwarded caller contract; the core checks `entry` is a loaded kernel.
+        let on = plugin().device(device)?;
+        // SAFETY: forwarded caller contract (null or a valid async info; the arguments
+        // stay valid until it is synchronized); the core checks `entry` is a loaded
+        // kernel; the argument values are copied before the launch returns.
         status(unsafe {
-            on_device(device, |on| {
-                on.launch_teams(entry as u64, &pointers, request)
+            with_async_info(async_info, |info| match info {
+                Some(info) => on.launch_async(entry as u64, &pointers, request, info),
+                None => on.launch_teams(entry as u64, &pointers, request),
             })
         })
     })
 }
 
-/// Wait for the async info's queue (and destroy it), or for the whole device.
+/// Wait for the async info's queue and let it go (the queue is null afterwards), or for
+/// the whole device.
 ///
 /// # Safety
 /// `async_info` is null or a valid `__tgt_async_info`.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_synchronize(device: i32, async_info: *mut TgtAsyncInfo) -> i32 {
     guard("synchronize", OFFLOAD_FAIL, || {
+        let on = plugin().device(device)?;
         // SAFETY: caller contract: null or valid.
-        if let Some(info) = unsafe { async_info.as_mut() } {
-            if !info.queue.is_null() {
-                let queue = std::mem::replace(&mut info.queue, std::ptr::null_mut());
-                return status(on_device(device, |on| {
-                    on.queue_finish(queue as QueueHandle)
-                }));
-            }
-        }
-        status(on_device(device, |on| on.synchronize()))
+        status(unsafe {
+            with_async_info(async_info, |info| match info {
+                Some(info) => on.synchronize_queue(info),
+                None => on.synchronize(),
+            })
+        })
     })
 }
 
-/// A finished queue is destroyed and cleared (libomptarget reads a null queue as
-/// "complete"); where there is no queue everything is already complete.
+/// A finished queue is let go and cleared (libomptarget reads a null queue as
+/// "complete"); an unfinished one stays.
 ///
 /// # Safety
 /// `async_info` is null or a valid `__tgt_async_info`.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_query_async(device: i32, async_info: *mut TgtAsyncInfo) -> i32 {
     guard("query_async", OFFLOAD_FAIL, || {
+        let on = plugin().device(device)?;
         // SAFETY: caller contract: null or valid.
-        let Some(info) = (unsafe { async_info.as_mut() }) else {
-            return status(on_device(device, |on| on.synchronize()));
-        };
-        if info.queue.is_null() {
-            return status(on_device(device, |on| on.synchronize()));
-        }
-        let queue = info.queue as QueueHandle;
-        if plugin().device(device)?.queue_done(queue)? {
-            info.queue = std::ptr::null_mut();
-            plugin().device(device)?.queue_finish(queue)?;
-        }
-        Ok(OFFLOAD_SUCCESS)
+        status(unsafe { with_async_info(async_info, |info| on.query_queue(info)) })
     })
 }
 
 // ---------------------------------------------------------------------------------------
-// Events: backend events where the backend has them (CUDA), else a token (the host device
-// completes every operation before returning, so there is nothing to wait for).
-
-/// The token every token event handle points at.
-static EVENT_TOKEN: u8 = 0;
-
-fn is_token(event: *mut c_void) -> bool {
-    std::ptr::eq(event as *const u8, &EVENT_TOKEN)
-}
+// Events: the device's (a token where its backend has none, [`crate::device::token_event`]).
 
 /// # Safety
 /// `event` is null or writable.
@@ -876,10 +849,7 @@ pub unsafe extern "C" fn __tgt_rtl_create_event(device: i32, event: *mut *mut c_
         // SAFETY: caller contract: null or a writable handle slot.
         let slot = unsafe { event.as_mut() }
             .ok_or_else(|| invalid(device, "create_event without an output"))?;
-        *slot = match plugin().device(device)?.event_create()? {
-            Some(e) => e as *mut c_void,
-            None => &EVENT_TOKEN as *const u8 as *mut c_void,
-        };
+        *slot = plugin().device(device)?.event_create()? as *mut c_void;
         Ok(OFFLOAD_SUCCESS)
     })
 }
@@ -893,14 +863,13 @@ pub unsafe extern "C" fn __tgt_rtl_record_event(
     async_info: *mut TgtAsyncInfo,
 ) -> i32 {
     guard("record_event", OFFLOAD_FAIL, || {
-        if is_token(event) {
-            return Ok(OFFLOAD_SUCCESS);
-        }
-        // SAFETY: caller contract.
-        let queue = unsafe { queue_of(device, async_info) }?;
-        status(on_device(device, |on| {
-            on.event_record(event as EventHandle, queue)
-        }))
+        let on = plugin().device(device)?;
+        // SAFETY: caller contract: null or valid.
+        status(unsafe {
+            with_async_info(async_info, |info| {
+                on.event_record(event as EventHandle, info)
+            })
+        })
     })
 }
 
@@ -913,23 +882,17 @@ pub unsafe extern "C" fn __tgt_rtl_wait_event(
     async_info: *mut TgtAsyncInfo,
 ) -> i32 {
     guard("wait_event", OFFLOAD_FAIL, || {
-        if is_token(event) {
-            return Ok(OFFLOAD_SUCCESS);
-        }
-        // SAFETY: caller contract.
-        let queue = unsafe { queue_of(device, async_info) }?;
-        status(on_device(device, |on| {
-            on.event_wait(event as EventHandle, queue)
-        }))
+        let on = plugin().device(device)?;
+        // SAFETY: caller contract: null or valid.
+        status(unsafe {
+            with_async_info(async_info, |info| on.event_wait(event as EventHandle, info))
+        })
     })
 }
 
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_sync_event(device: i32, event: *mut c_void) -> i32 {
     guard("sync_event", OFFLOAD_FAIL, || {
-        if is_token(event) {
-            return Ok(OFFLOAD_SUCCESS);
-        }
         status(on_device(device, |on| on.event_sync(event as EventHandle)))
     })
 }
@@ -937,9 +900,6 @@ pub extern "C" fn __tgt_rtl_sync_event(device: i32, event: *mut c_void) -> i32 {
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_destroy_event(device: i32, event: *mut c_void) -> i32 {
     guard("destroy_event", OFFLOAD_FAIL, || {
-        if is_token(event) {
-            return Ok(OFFLOAD_SUCCESS);
-        }
         status(on_device(device, |on| {
             on.event_destroy(event as EventHandle)
         }))

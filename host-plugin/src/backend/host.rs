@@ -3,10 +3,20 @@
 //! kernels are called through libffi with one pointer argument per mapped variable.
 
 use super::dlopen::{self, ImageFile};
-use super::{ffi_call, Backend, BackendError, DeviceAddr, LoadedModule, StagedImage};
+use super::launch_shape::Shape;
+use super::{
+    ffi_call, AllocKind, Backend, BackendError, DeviceAddr, HandleKind, LoadedModule, QueueHandle,
+    StagedImage,
+};
 use libloading::os::unix::Library;
 use std::ffi::{c_void, CStr};
 use std::sync::Mutex;
+
+mod loadable;
+
+/// Whether glibc's loader can map and relocate an x86-64 image safely (the rule the
+/// host backends need of every image they dlopen); the error says what is inconsistent.
+pub(crate) use loadable::check as check_loadable;
 
 /// LLVM's host plugin offers four devices; tests in LLVM's suite use more than one.
 pub const HOST_DEVICE_COUNT: usize = 4;
@@ -79,7 +89,13 @@ impl Backend for HostBackend {
         }))
     }
 
-    fn alloc(&self, _device: usize, size: usize) -> Result<DeviceAddr, BackendError> {
+    /// Every kind is ordinary process memory: the host device and the host are one.
+    fn alloc(
+        &self,
+        _device: usize,
+        size: usize,
+        _kind: AllocKind,
+    ) -> Result<DeviceAddr, BackendError> {
         // SAFETY: malloc has no preconditions; a zero-size request asks for one byte so a
         // successful allocation is never null.
         let ptr = unsafe { libc::malloc(size.max(1)) };
@@ -127,12 +143,18 @@ impl Backend for HostBackend {
         Ok(())
     }
 
+    /// A call on this thread: no geometry, and no queues (the host hands none out).
     unsafe fn launch(
         &self,
-        _device: usize,
+        device: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
+        _shape: Option<Shape>,
+        queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
+        if let Some(queue) = queue {
+            return Err(super::unknown(HandleKind::Queue, device, queue));
+        }
         // SAFETY: forwarded caller contract.
         unsafe { ffi_call::call_kernel(kernel, args) }
     }
@@ -140,6 +162,28 @@ impl Backend for HostBackend {
     fn synchronize(&self, _device: usize) -> Result<(), BackendError> {
         // Every operation on the host device completes before it returns.
         Ok(())
+    }
+
+    fn device_info(&self, device: usize) -> Vec<String> {
+        let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+        // SAFETY: sysconf has no preconditions.
+        let (pages, page) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        let memory =
+            u64::try_from(pages.max(0)).unwrap_or(0) * u64::try_from(page.max(0)).unwrap_or(0);
+        vec![
+            format!(
+                "device {device} of {HOST_DEVICE_COUNT}: the host CPU (images run through \
+                 dlopen + libffi, in this process)"
+            ),
+            format!("CPUs available to this process: {cpus}"),
+            format!("memory: {} MiB (shared with the host)", memory >> 20),
+            "queues: none (every operation completes before it returns)".into(),
+        ]
     }
 }
 
@@ -194,12 +238,34 @@ mod tests {
         f as usize as DeviceAddr
     }
 
+    /// print_device_info's lines are facts of this machine, not a fixed sentence.
+    #[test]
+    fn device_info_names_the_device_and_counts_the_cpus() {
+        let lines = HostBackend.device_info(2);
+        assert!(
+            lines[0].starts_with("device 2 of 4: the host CPU"),
+            "{lines:?}"
+        );
+        let cpus: usize = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("CPUs available to this process: "))
+            .and_then(|n| n.parse().ok())
+            .expect("a CPU count");
+        assert_eq!(
+            cpus,
+            std::thread::available_parallelism().unwrap().get(),
+            "{lines:?}"
+        );
+    }
+
     #[test]
     fn launches_pass_every_argument_in_order() {
         let backend = HostBackend;
         // SAFETY: each function takes exactly the pointers passed, all live.
         unsafe {
-            backend.launch(0, addr(no_args as *const ()), &[]).unwrap();
+            backend
+                .launch(0, addr(no_args as *const ()), &[], None, None)
+                .unwrap();
             assert!(CALLED.load(Ordering::SeqCst));
 
             // Every access to the output cells goes through the pointers the kernels get.
@@ -214,7 +280,7 @@ mod tests {
             for _ in 0..2 {
                 *out_ptr = 0;
                 let kernel = addr(store_difference as *const ());
-                backend.launch(0, kernel, &args).unwrap();
+                backend.launch(0, kernel, &args, None, None).unwrap();
                 assert_eq!(*out_ptr, 42);
             }
 
@@ -224,7 +290,7 @@ mod tests {
             many.extend(1..=19u64);
             assert!(many.len() > ffi_call::INLINE_ARGS);
             backend
-                .launch(0, addr(weighted_sum as *const ()), &many)
+                .launch(0, addr(weighted_sum as *const ()), &many, None, None)
                 .unwrap();
             assert_eq!(*sum_ptr, (1..=19u64).map(|i| i * i).sum::<u64>());
         }

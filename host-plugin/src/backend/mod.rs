@@ -48,6 +48,9 @@ pub enum BackendError {
     OutOfMemory(usize),
     #[error("kernel launch failed: {0}")]
     Launch(String),
+    /// A request the backend refuses before any driver call (e.g. locking 0 bytes).
+    #[error("{0}")]
+    Invalid(String),
     #[error("this plugin has no {0} devices")]
     NoDevices(&'static str),
     #[error("I/O: {0}")]
@@ -94,6 +97,8 @@ pub struct LaunchRequest {
 pub enum HandleKind {
     Queue,
     Event,
+    /// A host buffer page-locked by `__tgt_rtl_data_lock`.
+    Locked,
 }
 
 impl std::fmt::Display for HandleKind {
@@ -101,6 +106,7 @@ impl std::fmt::Display for HandleKind {
         f.write_str(match self {
             HandleKind::Queue => "queue",
             HandleKind::Event => "event",
+            HandleKind::Locked => "locked host buffer",
         })
     }
 }
@@ -290,7 +296,14 @@ pub trait Backend: Send + Sync {
         image: &[u8],
         staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError>;
-    fn alloc(&self, device: usize, size: usize) -> Result<DeviceAddr, BackendError>;
+    /// Allocate `size` bytes of one of LLVM 16's kinds of memory. A backend with one
+    /// kind of memory gives it for every kind; one that cannot give a kind refuses it.
+    fn alloc(
+        &self,
+        device: usize,
+        size: usize,
+        kind: AllocKind,
+    ) -> Result<DeviceAddr, BackendError>;
     /// Where device memory is this process's own (the host device): the host-only steps
     /// the core may take on it. None elsewhere.
     fn host_memory(&self) -> Option<&host_memory::HostMemory> {
@@ -320,16 +333,24 @@ pub trait Backend: Send + Sync {
         dst: DeviceAddr,
         len: usize,
     ) -> Result<(), BackendError>;
-    /// Run `kernel(args...)` to completion; each argument is one pointer-sized value.
+    /// Launch `kernel(args...)`; each argument is one pointer-sized value. `shape`: the
+    /// geometry the generic rules computed ([`crate::kernels`]), None to run the kernel
+    /// once (the host; a GPU runs one thread). `queue`: enqueue the launch there and
+    /// return (it completes when the queue is finished); None: the kernel has completed
+    /// when this returns. `args` may be dropped as soon as this returns.
     ///
     /// # Safety
-    /// `kernel` is a kernel of an image loaded on `device`, taking `args.len()` pointers.
+    /// `kernel` is a kernel of an image loaded on `device`, taking `args.len()` pointers;
+    /// `queue`, if any, came from [`Backend::queue_create`] on `device`.
     unsafe fn launch(
         &self,
         device: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
+        shape: Option<launch_shape::Shape>,
+        queue: Option<QueueHandle>,
     ) -> Result<(), BackendError>;
+    /// Wait until everything this device was asked to do (on every queue) is done.
     fn synchronize(&self, device: usize) -> Result<(), BackendError>;
 
     /// Validate an image before loading it and read its symbol sizes. `Ok(None)` means
@@ -448,15 +469,46 @@ pub trait Backend: Send + Sync {
         Err(unknown(HandleKind::Event, device, event))
     }
 
-    /// Allocate memory of a given kind. Backends with one kind of memory use `alloc`.
-    fn alloc_kind(
+    /// Enqueue a device-to-device copy on `queue`, a queue of `src_device` (LLVM 16 passes
+    /// the source device's async info to `__tgt_rtl_data_exchange_async`).
+    ///
+    /// # Safety
+    /// As for [`Backend::copy`]; both ranges stay allocated until the queue is finished.
+    unsafe fn copy_async(
+        &self,
+        src_device: usize,
+        _src: DeviceAddr,
+        _dst_device: usize,
+        _dst: DeviceAddr,
+        _len: usize,
+        queue: QueueHandle,
+    ) -> Result<(), BackendError> {
+        Err(unknown(HandleKind::Queue, src_device, queue))
+    }
+
+    /// Page-lock `len` host bytes at `ptr` for fast copies (`__tgt_rtl_data_lock`) and
+    /// return the address the device reaches them at. Where device memory needs no
+    /// locking (the host) the address is `ptr` itself, once the device is idle.
+    ///
+    /// # Safety
+    /// `ptr .. ptr + len` is host memory that stays allocated until it is unlocked.
+    unsafe fn lock_host(
         &self,
         device: usize,
-        size: usize,
-        _kind: AllocKind,
-    ) -> Result<DeviceAddr, BackendError> {
-        self.alloc(device, size)
+        ptr: *mut u8,
+        _len: usize,
+    ) -> Result<*mut u8, BackendError> {
+        self.synchronize(device)?;
+        Ok(ptr)
     }
+
+    /// Undo [`Backend::lock_host`] of `ptr` (`__tgt_rtl_data_unlock`).
+    fn unlock_host(&self, device: usize, _ptr: *mut u8) -> Result<(), BackendError> {
+        self.synchronize(device)
+    }
+
+    /// Facts about the device for `__tgt_rtl_print_device_info`, one line each.
+    fn device_info(&self, device: usize) -> Vec<String>;
 
     /// The execution mode of a kernel without `<kernel>_exec_mode` (not an OpenMP
     /// kernel), recorded in its [`crate::kernels::KernelRecord`]: None (the default) runs
@@ -464,22 +516,6 @@ pub trait Backend: Send + Sync {
     /// default shape.
     fn untagged_kernel_mode(&self) -> Option<launch_shape::ExecMode> {
         None
-    }
-
-    /// Launch with the shape the generic rules computed ([`crate::kernels`]), and wait
-    /// for the kernel.
-    ///
-    /// # Safety
-    /// As for `launch`.
-    unsafe fn launch_shaped(
-        &self,
-        device: usize,
-        kernel: DeviceAddr,
-        args: &[DeviceAddr],
-        _shape: launch_shape::Shape,
-    ) -> Result<(), BackendError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.launch(device, kernel, args) }
     }
 }
 
@@ -507,6 +543,10 @@ mod tests {
         refused(unsafe { host.write_async(0, 0x1000, &byte, 1, 0x77) });
         // SAFETY: as above.
         refused(unsafe { host.read_async(0, 0x1000, &mut byte, 1, 0x77) });
+        // SAFETY: as above.
+        refused(unsafe { host.copy_async(0, 0x1000, 1, 0x2000, 1, 0x77) });
+        // SAFETY: refused before the call: no kernel runs.
+        refused(unsafe { host.launch(0, 0x1000, &[], None, Some(0x77)) });
         refused(host.event_record(0, 0x77, None));
         refused(host.event_wait(0, 0x77, None));
         refused(host.event_sync(0, 0x77));

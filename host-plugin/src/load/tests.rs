@@ -144,7 +144,7 @@ impl Backend for FailingBackend {
             backend: self.clone(),
         }))
     }
-    fn alloc_kind(
+    fn alloc(
         &self,
         _device: usize,
         size: usize,
@@ -154,9 +154,6 @@ impl Backend for FailingBackend {
         let addr = memory.place(size);
         memory.allocations.insert(addr);
         Ok(addr)
-    }
-    fn alloc(&self, device: usize, size: usize) -> Result<DeviceAddr, BackendError> {
-        self.alloc_kind(device, size, AllocKind::Device)
     }
     unsafe fn free(&self, _device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
         if self.fail.lock().unwrap().free_of.contains(&addr) {
@@ -215,8 +212,20 @@ impl Backend for FailingBackend {
     ) -> Result<(), BackendError> {
         Err(refused("copy"))
     }
-    unsafe fn launch(&self, _: usize, _: DeviceAddr, _: &[DeviceAddr]) -> Result<(), BackendError> {
+    unsafe fn launch(
+        &self,
+        _: usize,
+        _: DeviceAddr,
+        _: &[DeviceAddr],
+        _: Option<crate::backend::launch_shape::Shape>,
+        _: Option<crate::backend::QueueHandle>,
+    ) -> Result<(), BackendError> {
         Err(refused("launch"))
+    }
+    fn device_info(&self, device: usize) -> Vec<String> {
+        vec![format!(
+            "device {device}: a map of byte ranges that fails on cue"
+        )]
     }
     fn synchronize(&self, _device: usize) -> Result<(), BackendError> {
         Ok(())

@@ -18,6 +18,7 @@
 
 use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
+use host_plugin::backend::AllocKind;
 use host_plugin::backend::LaunchRequest;
 use host_plugin::fptr_index::{BuildError, FptrIndex};
 use host_plugin::host_entry::FLAG_INDIRECT;
@@ -401,10 +402,10 @@ impl Bench<'_> {
         let a = self
             .plugin
             .device(0)
-            .and_then(|on| on.alloc(bytes.len()))
+            .and_then(|on| on.alloc(bytes.len(), AllocKind::Device))
             .map_err(|e| format!("alloc: {e}"))?;
         // SAFETY: `a` is a fresh allocation of bytes.len() bytes on device 0.
-        unsafe { self.plugin.device(0).and_then(|on| on.submit(a, bytes)) }
+        unsafe { self.plugin.device(0).and_then(|on| on.write(a, bytes)) }
             .map_err(|e| format!("submit: {e}"))?;
         Ok(a)
     }
@@ -515,7 +516,7 @@ impl Bench<'_> {
                         // SAFETY: `installed.global` is the image's 32-byte index global.
                         unsafe {
                             self.plugin.device(0).and_then(|on| {
-                                on.submit(installed.global, bytemuck::bytes_of(&none))
+                                on.write(installed.global, bytemuck::bytes_of(&none))
                             })
                         }
                         .map_err(|e| format!("clearing the index header: {e}"))?;
@@ -530,7 +531,7 @@ impl Bench<'_> {
                     // are its table pointer and row count.
                     unsafe {
                         self.plugin.device(0).and_then(|on| {
-                            on.submit(env + LLVM19_TABLE_OFFSET, &words(&[table, size as u64]))
+                            on.write(env + LLVM19_TABLE_OFFSET, &words(&[table, size as u64]))
                         })
                     }
                     .map_err(|e| format!("writing LLVM 19's environment: {e}"))?;
@@ -580,7 +581,7 @@ impl Bench<'_> {
         unsafe {
             self.plugin
                 .device(0)
-                .and_then(|on| on.submit(out, &sentinel))
+                .and_then(|on| on.write(out, &sentinel))
         }
         .map_err(|e| format!("submit: {e}"))?;
         let request = LaunchRequest {
@@ -657,11 +658,11 @@ impl Bench<'_> {
         unsafe {
             self.plugin
                 .device(0)
-                .and_then(|on| on.retrieve(&mut got, out))
+                .and_then(|on| on.read(out, &mut got))
                 .and_then(|()| {
                     self.plugin
                         .device(0)
-                        .and_then(|on| on.retrieve(&mut seen, shape))
+                        .and_then(|on| on.read(shape, &mut seen))
                 })
         }
         .map_err(|e| format!("retrieve: {e}"))?;

@@ -5,21 +5,25 @@
 //! devices and says nothing, and libomptarget carries on with its other plugins.
 //!
 //! Each device runs in its primary context (shared with any CUDA runtime code in the
-//! process, as LLVM's plugin does). Synchronous copies and launches complete before they
-//! return; a launch runs on the legacy default stream, which orders it after earlier and
-//! before later work of the blocking streams that carry libomptarget's asynchronous
-//! copies (one stream per `__tgt_async_info` queue). Events are CUDA events.
+//! process, as LLVM's plugin does). A queue (`__tgt_async_info::Queue`) is a CUDA
+//! stream: launches, copies and device-to-device copies given a queue are enqueued on
+//! its stream and return at once; `queue_finish` waits for the stream and
+//! `queue_done` polls it. Work given no queue runs on the legacy default stream and
+//! completes before it returns; the queues' streams are blocking streams, so such work
+//! is also ordered after what they hold. Finished streams are kept for the next queue
+//! instead of being destroyed (LLVM's plugin pools them too). Events are CUDA events;
+//! `data_lock` page-locks with cuMemHostRegister.
 
 pub mod image;
 
 use super::launch_shape::{ExecMode, Limits, Shape};
 use super::{
-    AllocKind, Backend, BackendError, DeviceAddr, EventHandle, HandleKind, HandleRegistry,
+    unknown, AllocKind, Backend, BackendError, DeviceAddr, EventHandle, HandleKind, HandleRegistry,
     LoadedModule, QueueHandle, StagedImage,
 };
 use cudarc::driver::{result, sys, DriverError};
 use image::CudaImage;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CStr};
 use std::sync::{Mutex, MutexGuard};
 
@@ -70,16 +74,23 @@ impl Context {
     }
 }
 
-struct Device {
+/// One GPU as the backend sees it: what discovery read, and its primary context once
+/// retained.
+struct CudaDevice {
     handle: sys::CUdevice,
     compute_capability: (i32, i32),
     name: String,
     max_threads: u32,
     block_limit: u32,
+    /// Total device memory in bytes (0 if the driver did not say).
+    total_memory: usize,
+    multiprocessors: i32,
     context: Mutex<Option<Context>>,
+    /// Streams of finished queues, handed out again by `queue_create`.
+    idle_streams: Mutex<Vec<QueueHandle>>,
 }
 
-impl Device {
+impl CudaDevice {
     /// The device's launch limits; `max_threads` is capped per kernel.
     fn limits(&self) -> Limits {
         Limits {
@@ -92,14 +103,28 @@ impl Device {
     }
 }
 
+/// A host buffer page-locked by `lock_host`.
+struct LockedBuffer {
+    len: usize,
+    /// Where the device reaches it (the host address itself under unified addressing).
+    device_ptr: DeviceAddr,
+    /// `lock_host` calls not yet undone.
+    count: usize,
+    /// Registered by this backend (else it was already pinned by other CUDA code in the
+    /// process, which unpins it itself).
+    registered_here: bool,
+}
+
 pub struct CudaBackend {
-    devices: Vec<Device>,
+    devices: Vec<CudaDevice>,
     /// Why there are no devices, for tests and tools to say (None when there are some).
     unavailable: Option<String>,
     /// Page-locked host allocations (TARGET_ALLOC_HOST): freed with cuMemFreeHost.
     host_allocations: Mutex<HashSet<DeviceAddr>>,
     /// The streams and events handed out: only these reach the driver.
     handles: HandleRegistry,
+    /// Host buffers page-locked by `lock_host`, by host address: only these are unlocked.
+    locked: Mutex<HashMap<DeviceAddr, LockedBuffer>>,
 }
 
 impl Default for CudaBackend {
@@ -110,12 +135,12 @@ impl Default for CudaBackend {
 
 /// Find the devices, or the reason there are none. Never panics: cudarc panics on a
 /// driver that lacks a symbol it binds, so discovery runs under catch_unwind.
-fn discover() -> Result<Vec<Device>, String> {
+fn discover() -> Result<Vec<CudaDevice>, String> {
     // SAFETY: is_culib_present only tries to dlopen libcuda under its usual names.
     if !unsafe { sys::is_culib_present() } {
         return Err("libcuda.so could not be loaded".into());
     }
-    let found = std::panic::catch_unwind(|| -> Result<Vec<Device>, String> {
+    let found = std::panic::catch_unwind(|| -> Result<Vec<CudaDevice>, String> {
         result::init().map_err(|e| format!("cuInit: {e:?}"))?;
         let count = result::device::get_count().map_err(|e| format!("cuDeviceGetCount: {e:?}"))?;
         let mut devices = Vec::new();
@@ -128,7 +153,7 @@ fn discover() -> Result<Vec<Device>, String> {
                     .map_err(|e| format!("cuDeviceGetAttribute({a:?}): {e:?}"))
             };
             use sys::CUdevice_attribute::*;
-            devices.push(Device {
+            devices.push(CudaDevice {
                 handle,
                 compute_capability: (
                     attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
@@ -138,7 +163,11 @@ fn discover() -> Result<Vec<Device>, String> {
                 max_threads: attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?.max(1) as u32,
                 block_limit: (attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?.max(1) as u32)
                     .min(MAX_TEAMS),
+                // SAFETY: `handle` came from cuDeviceGet.
+                total_memory: unsafe { result::device::total_mem(handle) }.unwrap_or(0),
+                multiprocessors: attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
                 context: Mutex::new(None),
+                idle_streams: Mutex::new(Vec::new()),
             });
         }
         Ok(devices)
@@ -161,6 +190,7 @@ impl CudaBackend {
             unavailable,
             host_allocations: Mutex::new(HashSet::new()),
             handles: HandleRegistry::default(),
+            locked: Mutex::new(HashMap::new()),
         }
     }
 
@@ -176,7 +206,7 @@ impl CudaBackend {
             .map(|d| (d.compute_capability, d.name.as_str()))
     }
 
-    fn device(&self, device: usize) -> Result<&Device, BackendError> {
+    fn device(&self, device: usize) -> Result<&CudaDevice, BackendError> {
         self.devices
             .get(device)
             .ok_or(BackendError::NoDevices("cuda"))
@@ -216,6 +246,16 @@ impl CudaBackend {
 impl Drop for CudaBackend {
     fn drop(&mut self) {
         for dev in &self.devices {
+            let idle = std::mem::take(&mut *lock(&dev.idle_streams));
+            if let Some(context) = *lock(&dev.context) {
+                if context.make_current().is_ok() {
+                    for stream in idle {
+                        // SAFETY: an idle stream was created by queue_create in this
+                        // context, finished, and is referenced nowhere else.
+                        let _ = unsafe { result::stream::destroy(stream as sys::CUstream) };
+                    }
+                }
+            }
             if lock(&dev.context).take().is_some() {
                 // SAFETY: balances the retain in `enter`; modules were unloaded first
                 // (the plugin drops its images before its backend).
@@ -386,11 +426,7 @@ impl Backend for CudaBackend {
         Ok(Box::new(loaded))
     }
 
-    fn alloc(&self, device: usize, size: usize) -> Result<DeviceAddr, BackendError> {
-        self.alloc_kind(device, size, AllocKind::Device)
-    }
-
-    fn alloc_kind(
+    fn alloc(
         &self,
         device: usize,
         size: usize,
@@ -421,7 +457,7 @@ impl Backend for CudaBackend {
     unsafe fn free(&self, device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
         self.enter(device)?;
         let pinned = lock(&self.host_allocations).remove(&addr);
-        // SAFETY: the caller promises `addr` came from alloc_kind on this device and is
+        // SAFETY: the caller promises `addr` came from alloc on this device and is
         // dead; pinned host memory is told apart by the set it was recorded in.
         unsafe {
             if pinned {
@@ -469,59 +505,64 @@ impl Backend for CudaBackend {
             .map_err(|e| driver_err("cuMemcpy", e))
     }
 
-    /// Run the kernel once: one block of one thread. The core asks for this only for
-    /// a kernel without an exec mode launched without a request, and CUDA records those
-    /// as SPMD ([`Backend::untagged_kernel_mode`]), so through the core every CUDA launch
-    /// is shaped.
-    unsafe fn launch(
-        &self,
-        device: usize,
-        kernel: DeviceAddr,
-        args: &[DeviceAddr],
-    ) -> Result<(), BackendError> {
-        let once = Shape {
-            blocks: 1,
-            threads: 1,
-        };
-        // SAFETY: forwarded caller contract.
-        unsafe { self.launch_shaped(device, kernel, args, once) }
-    }
-
     /// A plain CUDA kernel is run by every thread: SPMD's rules.
     fn untagged_kernel_mode(&self) -> Option<ExecMode> {
         Some(ExecMode::Spmd)
     }
 
-    unsafe fn launch_shaped(
+    /// Without a shape: one block of one thread (the core asks for that only for a
+    /// kernel without an exec mode launched without a request, and CUDA records those as
+    /// SPMD, [`Backend::untagged_kernel_mode`], so through the core every CUDA launch is
+    /// shaped). On a queue: enqueued on its stream, not waited for.
+    unsafe fn launch(
         &self,
         device: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
-        shape: Shape,
+        shape: Option<Shape>,
+        queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
+        if let Some(queue) = queue {
+            self.handles.check(HandleKind::Queue, device, queue)?;
+        }
         self.enter(device)?;
-        // cuLaunchKernel takes a pointer to each argument's value.
+        let shape = shape.unwrap_or(Shape {
+            blocks: 1,
+            threads: 1,
+        });
+        // cuLaunchKernel takes a pointer to each argument's value and copies the values
+        // before it returns (the driver API's contract for kernelParams; LLVM's plugin
+        // also launches from a local array without waiting), so these may drop while
+        // the kernel is still queued.
         let mut values: Vec<u64> = args.to_vec();
         let mut params: Vec<*mut c_void> = values
             .iter_mut()
             .map(|v| (v as *mut u64).cast::<c_void>())
             .collect();
+        // The legacy default stream without a queue.
+        let stream = queue.map_or(std::ptr::null_mut(), |q| q as sys::CUstream);
         // SAFETY: the caller promises `kernel` is a kernel (the CUfunction handle
         // `CudaModule::function` returned) of an image loaded on this device, taking
-        // `args.len()` pointer-sized arguments; `values` outlives the launch, which is
-        // waited for below before anything is dropped.
+        // `args.len()` pointer-sized arguments; `stream` is null or a live stream of this
+        // device (checked in the registry above); `values` outlives the call, which
+        // copies them.
         unsafe {
             result::launch_kernel(
                 kernel as sys::CUfunction,
                 (shape.blocks, 1, 1),
                 (shape.threads, 1, 1),
                 0,
-                std::ptr::null_mut(),
+                stream,
                 &mut params,
             )
         }
         .map_err(|e| BackendError::Launch(format!("cuLaunchKernel {shape:?}: {e:?}")))?;
-        result::ctx::synchronize()
+        if queue.is_some() {
+            // Its completion and any fault are seen when the queue is finished.
+            return Ok(());
+        }
+        // SAFETY: the null stream is the legacy default stream of the current context.
+        unsafe { result::stream::synchronize(std::ptr::null_mut()) }
             .map_err(|e| BackendError::Launch(format!("kernel {shape:?} failed: {e:?}")))
     }
 
@@ -531,14 +572,19 @@ impl Backend for CudaBackend {
     }
 
     fn queue_create(&self, device: usize) -> Result<Option<QueueHandle>, BackendError> {
-        self.enter(device)?;
-        // A blocking stream: it orders itself with the legacy default stream, which the
-        // launches use.
-        let stream = result::stream::create(result::stream::StreamKind::Default)
-            .map_err(|e| driver_err("cuStreamCreate", e))?;
-        self.handles
-            .insert(HandleKind::Queue, device, stream as QueueHandle);
-        Ok(Some(stream as QueueHandle))
+        let idle = lock(&self.device(device)?.idle_streams).pop();
+        let stream = match idle {
+            Some(stream) => stream,
+            None => {
+                self.enter(device)?;
+                // A blocking stream: work without a queue, on the legacy default stream,
+                // is ordered after it.
+                result::stream::create(result::stream::StreamKind::Default)
+                    .map_err(|e| driver_err("cuStreamCreate", e))? as QueueHandle
+            }
+        };
+        self.handles.insert(HandleKind::Queue, device, stream);
+        Ok(Some(stream))
     }
 
     fn queue_finish(&self, device: usize, queue: QueueHandle) -> Result<(), BackendError> {
@@ -546,14 +592,21 @@ impl Backend for CudaBackend {
         self.enter(device)?;
         self.handles.remove(HandleKind::Queue, device, queue)?;
         let stream = queue as sys::CUstream;
-        // SAFETY: the registry holds `queue` from queue_create on this device, and it was
+        // SAFETY: the registry held `queue` from queue_create on this device, and it was
         // just removed there, so it is finished once.
-        let waited = unsafe { result::stream::synchronize(stream) };
-        // SAFETY: as above; destroying after the wait, whatever its outcome.
-        let destroyed = unsafe { result::stream::destroy(stream) };
-        waited
-            .map_err(|e| driver_err("cuStreamSynchronize", e))
-            .and(destroyed.map_err(|e| driver_err("cuStreamDestroy", e)))
+        match unsafe { result::stream::synchronize(stream) } {
+            Ok(()) => {
+                // Idle and empty: the next queue of this device reuses it.
+                lock(&self.device(device)?.idle_streams).push(queue);
+                Ok(())
+            }
+            Err(e) => {
+                // A failed stream (a faulting kernel) is not reused.
+                // SAFETY: as above; nothing refers to the stream any more.
+                let _ = unsafe { result::stream::destroy(stream) };
+                Err(driver_err("cuStreamSynchronize", e))
+            }
+        }
     }
 
     fn queue_done(&self, device: usize, queue: QueueHandle) -> Result<bool, BackendError> {
@@ -600,6 +653,156 @@ impl Backend for CudaBackend {
         unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, queue as sys::CUstream) }
             .result()
             .map_err(|e| driver_err("cuMemcpyDtoHAsync", e))
+    }
+
+    /// On the source device's stream: cuMemcpyDtoDAsync within a device,
+    /// cuMemcpyPeerAsync between two.
+    unsafe fn copy_async(
+        &self,
+        src_device: usize,
+        src: DeviceAddr,
+        dst_device: usize,
+        dst: DeviceAddr,
+        len: usize,
+        queue: QueueHandle,
+    ) -> Result<(), BackendError> {
+        self.handles.check(HandleKind::Queue, src_device, queue)?;
+        let dst_context = self.enter(dst_device)?;
+        let src_context = self.enter(src_device)?;
+        let stream = queue as sys::CUstream;
+        // SAFETY: the caller promises both ranges are device memory of their devices and
+        // stay allocated until the queue is finished; the stream is a live stream of the
+        // source device (checked above), whose context is current; both contexts were
+        // retained by `enter`.
+        unsafe {
+            if src_device == dst_device {
+                sys::cuMemcpyDtoDAsync_v2(dst, src, len, stream)
+                    .result()
+                    .map_err(|e| driver_err("cuMemcpyDtoDAsync", e))
+            } else {
+                sys::cuMemcpyPeerAsync(dst, dst_context.0, src, src_context.0, len, stream)
+                    .result()
+                    .map_err(|e| driver_err("cuMemcpyPeerAsync", e))
+            }
+        }
+    }
+
+    /// cuMemHostRegister (portable, device-mapped), counted per buffer; the address
+    /// returned is the one cuMemHostGetDevicePointer gives. Memory from a pinned
+    /// allocation (TARGET_ALLOC_HOST) is already locked and returned as it is.
+    unsafe fn lock_host(
+        &self,
+        device: usize,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<*mut u8, BackendError> {
+        self.enter(device)?;
+        let key = ptr as DeviceAddr;
+        if lock(&self.host_allocations).contains(&key) {
+            return Ok(ptr);
+        }
+        if len == 0 || ptr.is_null() {
+            return Err(BackendError::Invalid(format!(
+                "cannot page-lock {len} bytes at {ptr:?}"
+            )));
+        }
+        let mut locked = lock(&self.locked);
+        if let Some(buffer) = locked.get_mut(&key) {
+            if len > buffer.len {
+                return Err(BackendError::Invalid(format!(
+                    "{ptr:?} is locked for {} bytes, not {len}: unlock it first",
+                    buffer.len
+                )));
+            }
+            buffer.count += 1;
+            return Ok(buffer.device_ptr as *mut u8);
+        }
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        // SAFETY: the caller promises `ptr .. ptr + len` is host memory that stays
+        // allocated until it is unlocked; the device's context is current.
+        let registered_here = match unsafe { sys::cuMemHostRegister_v2(ptr.cast(), len, flags) } {
+            sys::CUresult::CUDA_SUCCESS => true,
+            // Pinned already by other CUDA code in this process: usable as it is.
+            sys::CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED => false,
+            e => return Err(driver_err("cuMemHostRegister", DriverError(e))),
+        };
+        let mut device_ptr: sys::CUdeviceptr = 0;
+        // SAFETY: `ptr` is page-locked host memory now; `device_ptr` is writable.
+        let mapped = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device_ptr, ptr.cast(), 0) };
+        if let Err(e) = mapped.result() {
+            if registered_here {
+                // SAFETY: registered just above, and nothing else knows it is.
+                let _ = unsafe { sys::cuMemHostUnregister(ptr.cast()) };
+            }
+            return Err(driver_err("cuMemHostGetDevicePointer", e));
+        }
+        locked.insert(
+            key,
+            LockedBuffer {
+                len,
+                device_ptr,
+                count: 1,
+                registered_here,
+            },
+        );
+        Ok(device_ptr as *mut u8)
+    }
+
+    /// Undo one `lock_host`; the last one unregisters (only what this backend
+    /// registered). A pointer never locked here is refused before the driver sees it.
+    fn unlock_host(&self, device: usize, ptr: *mut u8) -> Result<(), BackendError> {
+        let key = ptr as DeviceAddr;
+        if lock(&self.host_allocations).contains(&key) {
+            return Ok(());
+        }
+        let mut locked = lock(&self.locked);
+        let buffer = locked
+            .get_mut(&key)
+            .ok_or_else(|| unknown(HandleKind::Locked, device, key))?;
+        buffer.count -= 1;
+        if buffer.count > 0 {
+            return Ok(());
+        }
+        let registered_here = buffer.registered_here;
+        locked.remove(&key);
+        if !registered_here {
+            return Ok(());
+        }
+        self.enter(device)?;
+        // SAFETY: `ptr` was registered by lock_host and its last lock is undone here.
+        unsafe { sys::cuMemHostUnregister(ptr.cast()) }
+            .result()
+            .map_err(|e| driver_err("cuMemHostUnregister", e))
+    }
+
+    fn device_info(&self, device: usize) -> Vec<String> {
+        let Some(d) = self.devices.get(device) else {
+            let why = self.unavailable.as_deref().unwrap_or("no such device");
+            return vec![format!("device {device}: none ({why})")];
+        };
+        let mut version = 0;
+        // SAFETY: the driver is loaded (it reported this device); `version` is writable.
+        let driver = match unsafe { sys::cuDriverGetVersion(&mut version) }.result() {
+            Ok(()) => format!("CUDA {}.{}", version / 1000, version % 1000 / 10),
+            Err(e) => format!("unknown ({e:?})"),
+        };
+        let (major, minor) = d.compute_capability;
+        vec![
+            format!(
+                "device {device} of {}: {}, an NVIDIA GPU through the CUDA driver API",
+                self.devices.len(),
+                d.name
+            ),
+            format!("compute capability: {major}.{minor} (sm_{major}{minor})"),
+            format!("global memory: {} MiB", d.total_memory >> 20),
+            format!("multiprocessors: {}", d.multiprocessors),
+            format!(
+                "threads per block: {}, blocks per launch: at most {}",
+                d.max_threads, d.block_limit
+            ),
+            format!("driver: {driver}"),
+            "queues: CUDA streams (launches and copies on a queue do not wait)".into(),
+        ]
     }
 
     fn event_create(&self, device: usize) -> Result<Option<EventHandle>, BackendError> {
@@ -699,5 +902,15 @@ mod tests {
         );
         unknown(backend.event_wait(0, 0xdead_0000, None), HandleKind::Event);
         unknown(backend.event_destroy(0, 0xdead_0000), HandleKind::Event);
+        // SAFETY: refused before the launch: the queue is unknown, so nothing runs.
+        let launch = unsafe { backend.launch(0, 0x1000, &[], None, Some(0xdead_0000)) };
+        unknown(launch, HandleKind::Queue);
+        // SAFETY: refused before the copy: the queue is unknown.
+        let copy = unsafe { backend.copy_async(0, 0x1000, 0, 0x2000, 1, 0xdead_0000) };
+        unknown(copy, HandleKind::Queue);
+        unknown(
+            backend.unlock_host(0, 0xdead_0000 as *mut u8),
+            HandleKind::Locked,
+        );
     }
 }

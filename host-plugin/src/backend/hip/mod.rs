@@ -27,7 +27,10 @@ pub mod result;
 pub mod sys;
 
 use super::launch_shape::{Limits, Shape};
-use super::{Backend, BackendError, DeviceAddr, DeviceCode, LoadedModule, StagedImage};
+use super::{
+    AllocKind, Backend, BackendError, DeviceAddr, DeviceCode, HandleKind, LoadedModule,
+    QueueHandle, StagedImage,
+};
 use crate::diag;
 use grid::{DeviceAttributes, DeviceLimits};
 use object::read::elf::ElfFile64;
@@ -486,7 +489,14 @@ impl Backend for HipBackend {
         }))
     }
 
-    fn alloc(&self, device: usize, size: usize) -> Result<DeviceAddr, BackendError> {
+    /// Device memory for every kind, as before pinned and managed memory were asked of
+    /// HIP here.
+    fn alloc(
+        &self,
+        device: usize,
+        size: usize,
+        _kind: AllocKind,
+    ) -> Result<DeviceAddr, BackendError> {
         let api = self.on_device(device)?;
         // A zero-size request asks for one byte so a successful allocation is non-null.
         match memory::malloc(api, size.max(1)) {
@@ -550,38 +560,46 @@ impl Backend for HipBackend {
         .map_err(driver_failed)
     }
 
-    /// Run a plain kernel once: one work-group of one work-item.
+    /// With a shape, its grid; without, once: one work-group of one work-item. Waited
+    /// for: this backend hands out no queues.
     unsafe fn launch(
         &self,
         device: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
+        shape: Option<Shape>,
+        queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.launch_with(device, kernel, args, ONCE_GRID, ONCE_BLOCK) }
-    }
-
-    unsafe fn launch_shaped(
-        &self,
-        device: usize,
-        kernel: DeviceAddr,
-        args: &[DeviceAddr],
-        shape: Shape,
-    ) -> Result<(), BackendError> {
-        // SAFETY: forwarded caller contract.
-        unsafe {
-            self.launch_with(
-                device,
-                kernel,
-                args,
-                [shape.blocks, 1, 1],
-                [shape.threads, 1, 1],
-            )
+        if let Some(queue) = queue {
+            return Err(super::unknown(HandleKind::Queue, device, queue));
         }
+        let (grid, block) = shape.map_or((ONCE_GRID, ONCE_BLOCK), |shape| {
+            ([shape.blocks, 1, 1], [shape.threads, 1, 1])
+        });
+        // SAFETY: forwarded caller contract.
+        unsafe { self.launch_with(device, kernel, args, grid, block) }
     }
 
     fn synchronize(&self, device: usize) -> Result<(), BackendError> {
         let api = self.on_device(device)?;
         device::synchronize(api).map_err(driver_failed)
+    }
+
+    fn device_info(&self, device: usize) -> Vec<String> {
+        let Some(info) = self.runtime.as_ref().and_then(|rt| rt.devices.get(device)) else {
+            return vec![format!("device {device}: no HIP runtime or no such device")];
+        };
+        vec![
+            format!(
+                "device {device} of {}: an AMD GPU through HIP (libamdhip64)",
+                self.device_count()
+            ),
+            match &info.arch_name {
+                Ok(name) => format!("gcnArchName: {name}"),
+                Err(e) => format!("gcnArchName: unknown ({e})"),
+            },
+            format!("launch limits: {:?}", info.limits),
+            "queues: none (copies and launches complete before they return)".into(),
+        ]
     }
 }

@@ -24,7 +24,11 @@ pub mod protocol;
 pub mod server;
 
 use super::dlopen;
-use super::{AllocKind, Backend, BackendError, DeviceAddr, LoadedModule, StagedImage};
+use super::launch_shape::Shape;
+use super::{
+    AllocKind, Backend, BackendError, DeviceAddr, HandleKind, LoadedModule, QueueHandle,
+    StagedImage,
+};
 use crate::diag;
 use address_space::{Layout, Window};
 use arena::Arena;
@@ -463,18 +467,14 @@ impl Backend for IsolatedBackend {
         }))
     }
 
-    fn alloc(&self, _device: usize, size: usize) -> Result<DeviceAddr, BackendError> {
-        self.device()?.device_memory.alloc(size)
-    }
-
-    fn alloc_kind(
+    fn alloc(
         &self,
-        device: usize,
+        _device: usize,
         size: usize,
         kind: AllocKind,
     ) -> Result<DeviceAddr, BackendError> {
         match kind {
-            AllocKind::Default | AllocKind::Device => self.alloc(device, size),
+            AllocKind::Default | AllocKind::Device => self.device()?.device_memory.alloc(size),
             // As a GPU's pinned and managed memory: one address, used by both sides.
             AllocKind::Host | AllocKind::Shared => self.device()?.host_memory.alloc(size),
         }
@@ -516,12 +516,19 @@ impl Backend for IsolatedBackend {
         device.write(dst, &bytes)
     }
 
+    /// A call in the device process, waited for: no geometry, and no queues (none are
+    /// handed out).
     unsafe fn launch(
         &self,
-        _device: usize,
+        index: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
+        _shape: Option<Shape>,
+        queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
+        if let Some(queue) = queue {
+            return Err(super::unknown(HandleKind::Queue, index, queue));
+        }
         let device = self.device()?;
         if diag::debug_enabled() {
             check_host_unreachable(device);
@@ -544,6 +551,30 @@ impl Backend for IsolatedBackend {
     fn synchronize(&self, _device: usize) -> Result<(), BackendError> {
         // Every request completes before it returns.
         Ok(())
+    }
+
+    fn device_info(&self, device: usize) -> Vec<String> {
+        let state = match self.started.get() {
+            None => "not started yet (it starts on first use)".to_string(),
+            Some(Ok(d)) => format!("running as process {}", d.process.pid()),
+            Some(Err(e)) => format!("failed to start: {e}"),
+        };
+        vec![
+            format!(
+                "device {device} of {}: the host CPU in a process of its own \
+                 ({ISOLATED_ENV}), shared by the devices: host addresses fault there, as \
+                 on a discrete GPU",
+                super::host::HOST_DEVICE_COUNT
+            ),
+            format!("device process: {state}"),
+            format!(
+                "memory: {} GiB of device memory, {} GiB of host memory it reaches \
+                 (pinned and managed allocations)",
+                DEVICE_MEMORY_BYTES >> 30,
+                HOST_MEMORY_BYTES >> 30
+            ),
+            "queues: none (every request completes before it returns)".into(),
+        ]
     }
 }
 
