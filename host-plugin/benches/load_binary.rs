@@ -31,8 +31,8 @@
 
 use device_rtl::symbols::{INDEX_C, TABLE_C, TABLE_SIZE_C};
 use host_plugin::abi::{TgtDeviceImage, TgtOffloadEntry, TgtTargetTable};
+use host_plugin::backend::host::memory::HostMemory;
 use host_plugin::backend::host::HostBackend;
-use host_plugin::backend::host_memory::HostMemory;
 use host_plugin::backend::{AllocKind, Backend};
 use host_plugin::device_memory::{DeviceBuffer, DeviceMemory};
 use host_plugin::fptr;

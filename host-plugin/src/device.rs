@@ -8,7 +8,7 @@
 use crate::backend::{
     AllocKind, Backend, DeviceAddr, EventHandle, LaunchRequest, LoadedModule, QueueHandle,
 };
-use crate::device_memory::DeviceMemory;
+use crate::device_memory::{DeviceBuffer, DeviceMemory};
 use crate::device_table::{DeviceTable, IndexInfo};
 use crate::diag;
 use crate::error::{backend_err, backend_err_with, PluginError};
@@ -356,10 +356,11 @@ impl Device {
         )
     }
 
-    /// Allocate memory of one of LLVM 16's kinds (device, pinned host, managed).
-    pub fn alloc(&self, size: usize, kind: AllocKind) -> Result<DeviceAddr, PluginError> {
-        self.backend
-            .alloc(self.index, size, kind)
+    /// Allocate memory of one of LLVM 16's kinds (device, pinned host, managed), freed
+    /// when the buffer is dropped ([`DeviceBuffer::into_raw`] hands it over instead).
+    pub fn alloc(&self, size: usize, kind: AllocKind) -> Result<DeviceBuffer, PluginError> {
+        self.memory()
+            .alloc(size, kind)
             .map_err(backend_err_with(self.id(), || {
                 format!("allocating {size} bytes of {kind:?} memory")
             }))
@@ -647,7 +648,7 @@ pub fn token_event() -> EventHandle {
 mod tests {
     use super::*;
     use crate::backend::host;
-    use crate::backend::launch_shape::Shape;
+    use crate::launch_shape::Shape;
     use crate::BackendError;
 
     /// A backend with queues, as CUDA has them, that records what it is asked (no

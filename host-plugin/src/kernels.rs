@@ -3,8 +3,8 @@
 //! its launches need, and the one rule that turns a launch request into what the vendor
 //! is asked to do.
 
-use crate::backend::launch_shape::{self, ExecMode, Limits, Shape};
 use crate::backend::{DeviceAddr, LaunchRequest};
+use crate::launch_shape::{self, ExecMode, Limits, Shape};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 

@@ -31,6 +31,7 @@ pub mod host_entry;
 mod huge_pages;
 pub mod image;
 pub mod kernels;
+pub mod launch_shape;
 pub mod load;
 mod locking;
 mod own_file;

@@ -2,9 +2,9 @@
 //! found. Everything libomptarget asks for goes through here and the devices; the
 //! `abi` shims only convert C structures to and from these types.
 
-use crate::backend::{Backend, DeviceAddr};
+use crate::backend::Backend;
 use crate::device::Device;
-use crate::error::{backend_err_with, PluginError};
+use crate::error::PluginError;
 use crate::plugin_kind::PluginKind;
 use crate::resolve::default_load_thread_cap;
 use std::sync::Arc;
@@ -92,26 +92,5 @@ impl Plugin {
                     .map(|key| (device.id(), key))
             })
             .collect()
-    }
-
-    /// A copy between two devices of this plugin.
-    ///
-    /// # Safety
-    /// Both ranges of `len` bytes are device memory of their devices.
-    pub unsafe fn exchange(
-        &self,
-        src_device: i32,
-        src: DeviceAddr,
-        dst_device: i32,
-        dst: DeviceAddr,
-        len: usize,
-    ) -> Result<(), PluginError> {
-        let s = self.device(src_device)?.index();
-        let t = self.device(dst_device)?.index();
-        // SAFETY: forwarded caller contract.
-        unsafe { self.backend.copy(s, src, t, dst, len) }
-            .map_err(backend_err_with(dst_device, || {
-                format!("copying from device {src_device}")
-            }))
     }
 }

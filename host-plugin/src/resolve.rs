@@ -3,7 +3,6 @@
 //! rows gathered on the way, and the device runtime's table globals found. Reads the
 //! device only; what the load installs is [`crate::device_table`]'s.
 
-use crate::backend::launch_shape::{self, ExecMode};
 use crate::backend::{DeviceAddr, LoadedModule};
 use crate::device::Device;
 use crate::device_table::TableGlobals;
@@ -12,6 +11,7 @@ use crate::fptr::{self, FptrMapEntry, Origin};
 use crate::fptr_index;
 use crate::host_entry::{EntryKind, HostEntry};
 use crate::kernels::KernelRecord;
+use crate::launch_shape::{self, ExecMode};
 use crate::locking::lock;
 use crate::symbols::{Symbol, Wanted};
 use crate::{diag, image};

@@ -129,8 +129,8 @@ fn the_compatible_and_most_specific_code_object_is_chosen() {
 #[test]
 fn clang16_openmp_kernels_are_launched_by_their_exec_mode() {
     use host_plugin::backend::hip::HipBackend;
-    use host_plugin::backend::launch_shape::ExecMode;
     use host_plugin::backend::LaunchRequest;
+    use host_plugin::launch_shape::ExecMode;
     use host_plugin::{Plugin, PluginKind};
     use std::process::Command;
 
@@ -216,10 +216,11 @@ fn clang16_openmp_kernels_are_launched_by_their_exec_mode() {
         .device(0)
         .and_then(|on| on.load_binary(1, &co, &entries))
         .unwrap();
-    let out = plugin
+    let out_buffer = plugin
         .device(0)
         .and_then(|on| on.alloc(4, AllocKind::Device))
         .unwrap();
+    let out = out_buffer.addr();
     for ((kernel, mode), handle) in kernels.iter().zip(&modes).zip(&handles) {
         let handle = handle.addr;
         fake.clear_log();

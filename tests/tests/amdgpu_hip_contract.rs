@@ -239,14 +239,16 @@ fn load_binary_installs_the_table_through_hip() {
     // A launch of this plain kernel (no `_exec_mode`): the kernel's hipFunction_t, one
     // work-item, the pointer arguments packed in one buffer, then a synchronize (the
     // backend contract is "run to completion").
-    let a = plugin
+    let a_buffer = plugin
         .device(0)
         .and_then(|on| on.alloc(8, AllocKind::Device))
         .unwrap();
-    let b = plugin
+    let a = a_buffer.addr();
+    let b_buffer = plugin
         .device(0)
         .and_then(|on| on.alloc(4, AllocKind::Device))
         .unwrap();
+    let b = b_buffer.addr();
     fake.clear_log();
     // SAFETY: the stand-in runs nothing; the arguments are live allocations.
     unsafe {
@@ -522,10 +524,11 @@ fn launch_teams_uses_llvm_16s_geometry_per_execution_mode() {
     );
 
     let (plain, generic, spmd) = (dev0[0].addr, dev0[4].addr, dev0[5].addr);
-    let out = plugin
+    let out_buffer = plugin
         .device(0)
         .and_then(|on| on.alloc(4, AllocKind::Device))
         .unwrap();
+    let out = out_buffer.addr();
     let run = |device: i32, kernel: u64, num_teams: u32, thread_limit: u32, tripcount: u64| {
         teams_geometry(
             &fake,
@@ -569,10 +572,11 @@ fn launch_teams_uses_llvm_16s_geometry_per_execution_mode() {
         .device(1)
         .and_then(|on| on.load_binary(2, &gfx1100, &kernel_entries()))
         .unwrap();
-    let out1 = plugin
+    let out1_buffer = plugin
         .device(1)
         .and_then(|on| on.alloc(4, AllocKind::Device))
         .unwrap();
+    let out1 = out1_buffer.addr();
     assert_eq!(
         teams_geometry(&fake, &plugin, 1, dev1[4].addr, out1, request(0, 128, 0)),
         (240, 128 + 32)
@@ -609,10 +613,11 @@ fn the_grid_limit_from_hip_caps_num_teams() {
         .device(0)
         .and_then(|on| on.load_binary(1, &co, &kernel_entries()))
         .unwrap();
-    let out = plugin
+    let out_buffer = plugin
         .device(0)
         .and_then(|on| on.alloc(4, AllocKind::Device))
         .unwrap();
+    let out = out_buffer.addr();
     assert_eq!(
         teams_geometry(&fake, &plugin, 0, dev[5].addr, out, request(5000, 0, 0)),
         (1000, 256)
@@ -636,10 +641,11 @@ fn a_hip_without_attribute_queries_still_loads_and_uses_llvm_16s_grid_values() {
         .device(0)
         .and_then(|on| on.load_binary(1, &gfx90a, &kernel_entries()))
         .unwrap();
-    let out = plugin
+    let out_buffer = plugin
         .device(0)
         .and_then(|on| on.alloc(4, AllocKind::Device))
         .unwrap();
+    let out = out_buffer.addr();
     assert_eq!(
         teams_geometry(&fake, &plugin, 0, dev[4].addr, out, request(0, 128, 0)),
         (440, 128 + 64)

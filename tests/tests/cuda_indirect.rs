@@ -11,6 +11,7 @@ use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
 use host_plugin::backend::AllocKind;
 use host_plugin::backend::LaunchRequest;
+use host_plugin::device_memory::DeviceBuffer;
 use host_plugin::host_entry::FLAG_INDIRECT;
 use host_plugin::{DeviceAddr, FptrMapEntry, HostOffloadEntry, Plugin, PluginKind};
 
@@ -119,15 +120,14 @@ fn gpu_with(test: &str, variant: RtlVariant) -> Option<Gpu> {
 }
 
 impl Gpu {
-    fn upload(&self, bytes: &[u8]) -> DeviceAddr {
-        let a = self
+    fn upload(&self, bytes: &[u8]) -> DeviceBuffer {
+        let buffer = self
             .plugin
             .device(0)
             .and_then(|on| on.alloc(bytes.len(), AllocKind::Device))
             .expect("alloc");
-        // SAFETY: `a` is a fresh allocation of bytes.len() bytes.
-        unsafe { self.plugin.device(0).and_then(|on| on.write(a, bytes)) }.expect("submit");
-        a
+        buffer.write_at(0, bytes).expect("submit");
+        buffer
     }
 
     fn download(&self, addr: DeviceAddr, len: usize) -> Vec<u8> {
@@ -137,10 +137,10 @@ impl Gpu {
         out
     }
 
-    fn free(&self, addrs: &[DeviceAddr]) {
-        for &a in addrs {
-            // SAFETY: each came from `upload` and is no longer used.
-            unsafe { self.plugin.device(0).and_then(|on| on.free(a)) }.expect("free");
+    /// Free buffers no launch in flight uses (the launches are synchronous).
+    fn free(&self, buffers: Vec<DeviceBuffer>) {
+        for buffer in buffers {
+            buffer.free().expect("free");
         }
     }
 
@@ -149,9 +149,12 @@ impl Gpu {
     fn check_calls(&self, host_fns: &[u64]) {
         let threads = (TEAMS * THREADS) as usize;
         let n = host_fns.len();
-        let fns = self.upload(&words(host_fns));
-        let out = self.upload(&vec![0u8; threads * n * 4]);
-        let shape = self.upload(&[0u8; 8]);
+        let fns_buffer = self.upload(&words(host_fns));
+        let fns = fns_buffer.addr();
+        let out_buffer = self.upload(&vec![0u8; threads * n * 4]);
+        let out = out_buffer.addr();
+        let shape_buffer = self.upload(&[0u8; 8]);
+        let shape = shape_buffer.addr();
         let request = LaunchRequest {
             num_teams: TEAMS,
             thread_limit: THREADS,
@@ -167,7 +170,7 @@ impl Gpu {
         .expect("launch call_through_host_pointers");
         let results = self.download(out, threads * n * 4);
         let seen = self.download(shape, 8);
-        self.free(&[fns, out, shape]);
+        self.free(vec![fns_buffer, out_buffer, shape_buffer]);
         let seen: Vec<u32> = seen
             .chunks_exact(4)
             .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
@@ -198,8 +201,10 @@ impl Gpu {
     /// Translate `pointers` on the device; returns what came back.
     fn translate(&self, pointers: &[u64]) -> Vec<u64> {
         let n = pointers.len();
-        let input = self.upload(&words(pointers));
-        let output = self.upload(&vec![0u8; n * 8]);
+        let input_buffer = self.upload(&words(pointers));
+        let input = input_buffer.addr();
+        let output_buffer = self.upload(&vec![0u8; n * 8]);
+        let output = output_buffer.addr();
         let request = LaunchRequest {
             num_teams: 64,
             thread_limit: 256,
@@ -214,7 +219,7 @@ impl Gpu {
         }
         .expect("launch translate_all");
         let bytes = self.download(output, n * 8);
-        self.free(&[input, output]);
+        self.free(vec![input_buffer, output_buffer]);
         bytes
             .chunks_exact(8)
             .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
@@ -229,8 +234,10 @@ impl Gpu {
         const TEAMS: u32 = 16;
         const THREADS: u32 = 256;
         let threads = (TEAMS * THREADS) as usize;
-        let input = self.upload(&words(pointers));
-        let output = self.upload(&vec![0xffu8; threads * 8]);
+        let input_buffer = self.upload(&words(pointers));
+        let input = input_buffer.addr();
+        let output_buffer = self.upload(&vec![0xffu8; threads * 8]);
+        let output = output_buffer.addr();
         let request = LaunchRequest {
             num_teams: TEAMS,
             thread_limit: THREADS,
@@ -249,7 +256,7 @@ impl Gpu {
         }
         .expect("launch translate_in_groups");
         let bytes = self.download(output, threads * 8);
-        self.free(&[input, output]);
+        self.free(vec![input_buffer, output_buffer]);
         bytes
             .chunks_exact(8)
             .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
@@ -425,15 +432,14 @@ fn cuda_memory_kinds_round_trip() {
         AllocKind::Shared,
     ] {
         let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
-        let a = gpu
+        let buffer = gpu
             .plugin
             .device(0)
             .and_then(|on| on.alloc(data.len(), kind))
             .expect("alloc");
-        // SAFETY: `a` is a fresh allocation of data.len() bytes.
-        unsafe { gpu.plugin.device(0).and_then(|on| on.write(a, &data)) }.expect("submit");
-        let back = gpu.download(a, data.len());
-        gpu.free(&[a]);
+        buffer.write_at(0, &data).expect("submit");
+        let back = gpu.download(buffer.addr(), data.len());
+        gpu.free(vec![buffer]);
         assert_eq!(back, data, "{kind:?} memory round trip");
     }
 }

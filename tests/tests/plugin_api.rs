@@ -37,14 +37,16 @@ fn full_entries() -> Vec<HostOffloadEntry<'static>> {
 
 /// Run `kernel_call` on the device: returns (io[0] after the call, translated pointer).
 fn call_through(plugin: &Plugin, kernel: &DeviceEntry, host_fp: u64, arg: i64) -> (i64, u64) {
-    let fp = plugin
+    let fp_buffer = plugin
         .device(0)
         .and_then(|on| on.alloc(8, AllocKind::Device))
         .unwrap();
-    let io = plugin
+    let fp = fp_buffer.addr();
+    let io_buffer = plugin
         .device(0)
         .and_then(|on| on.alloc(16, AllocKind::Device))
         .unwrap();
+    let io = io_buffer.addr();
     let mut io_bytes = [0u8; 16];
     io_bytes[..8].copy_from_slice(&arg.to_ne_bytes());
     // SAFETY: fp and io are fresh device allocations of 8 and 16 bytes; kernel_call takes
@@ -66,8 +68,8 @@ fn call_through(plugin: &Plugin, kernel: &DeviceEntry, host_fp: u64, arg: i64) -
             .device(0)
             .and_then(|on| on.read(io, &mut io_bytes))
             .unwrap();
-        plugin.device(0).and_then(|on| on.free(fp)).unwrap();
-        plugin.device(0).and_then(|on| on.free(io)).unwrap();
+        fp_buffer.free().unwrap();
+        io_buffer.free().unwrap();
     }
     (
         i64::from_ne_bytes(io_bytes[..8].try_into().unwrap()),
@@ -140,10 +142,11 @@ fn every_kind_of_indirect_entry_translates_on_the_device() {
     // The global entry is the real device global: a kernel's write shows through it.
     let counter = dev[2].addr;
     let mut value = [0u8; 4];
-    let by = plugin
+    let by_buffer = plugin
         .device(0)
         .and_then(|on| on.alloc(4, AllocKind::Device))
         .unwrap();
+    let by = by_buffer.addr();
     // SAFETY: `counter` is the image's 4-byte global; `by` a fresh 4-byte allocation
     // that kernel_bump reads.
     unsafe {
@@ -164,7 +167,7 @@ fn every_kind_of_indirect_entry_translates_on_the_device() {
             .device(0)
             .and_then(|on| on.read(counter, &mut value))
             .unwrap();
-        plugin.device(0).and_then(|on| on.free(by)).unwrap();
+        by_buffer.free().unwrap();
     }
     assert_eq!(i32::from_ne_bytes(value), 8);
 

@@ -461,7 +461,9 @@ pub extern "C" fn __tgt_rtl_data_alloc(
             .ok_or_else(|| invalid(device, format!("unknown allocation kind {kind}")))?;
         let size = usize::try_from(size)
             .map_err(|_| invalid(device, format!("allocation size {size}")))?;
-        Ok(plugin().device(device)?.alloc(size, kind)? as *mut c_void)
+        // libomptarget owns the memory from here: it frees it with __tgt_rtl_data_delete.
+        let buffer = plugin().device(device)?.alloc(size, kind)?;
+        Ok(buffer.into_raw() as *mut c_void)
     })
 }
 

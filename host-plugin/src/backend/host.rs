@@ -3,16 +3,17 @@
 //! kernels are called through libffi with one pointer argument per mapped variable.
 
 use super::dlopen::{self, ImageFile};
-use super::launch_shape::Shape;
 use super::{
     ffi_call, AllocKind, Backend, BackendError, DeviceAddr, HandleKind, LoadedModule, QueueHandle,
     StagedImage,
 };
+use crate::launch_shape::Shape;
 use libloading::os::unix::Library;
 use std::ffi::{c_void, CStr};
 use std::sync::Mutex;
 
 mod loadable;
+pub mod memory;
 
 /// Whether glibc's loader can map and relocate an x86-64 image safely (the rule the
 /// host backends need of every image they dlopen); the error says what is inconsistent.
@@ -107,8 +108,8 @@ impl Backend for HostBackend {
         Ok(ptr as DeviceAddr)
     }
 
-    fn host_memory(&self) -> Option<&super::host_memory::HostMemory> {
-        Some(&super::host_memory::HostMemory)
+    fn host_memory(&self) -> Option<&memory::HostMemory> {
+        Some(&memory::HostMemory)
     }
 
     unsafe fn free(&self, _device: usize, addr: DeviceAddr) -> Result<(), BackendError> {

@@ -10,9 +10,7 @@ mod dlopen;
 mod ffi_call;
 pub mod hip;
 pub mod host;
-pub mod host_memory;
 pub mod isolated;
-pub mod launch_shape;
 
 use std::ffi::CStr;
 use thiserror::Error;
@@ -254,7 +252,7 @@ pub trait LoadedModule: Send + Sync {
         &self,
         _kernel: DeviceAddr,
         _name: &CStr,
-    ) -> Result<Option<launch_shape::Limits>, BackendError> {
+    ) -> Result<Option<crate::launch_shape::Limits>, BackendError> {
         Ok(None)
     }
 }
@@ -306,7 +304,7 @@ pub trait Backend: Send + Sync {
     ) -> Result<DeviceAddr, BackendError>;
     /// Where device memory is this process's own (the host device): the host-only steps
     /// the core may take on it. None elsewhere.
-    fn host_memory(&self) -> Option<&host_memory::HostMemory> {
+    fn host_memory(&self) -> Option<&host::memory::HostMemory> {
         None
     }
     /// # Safety
@@ -347,7 +345,7 @@ pub trait Backend: Send + Sync {
         device: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
-        shape: Option<launch_shape::Shape>,
+        shape: Option<crate::launch_shape::Shape>,
         queue: Option<QueueHandle>,
     ) -> Result<(), BackendError>;
     /// Wait until everything this device was asked to do (on every queue) is done.
@@ -514,7 +512,7 @@ pub trait Backend: Send + Sync {
     /// kernel), recorded in its [`crate::kernels::KernelRecord`]: None (the default) runs
     /// it once when launched without a request; CUDA launches such kernels with SPMD's
     /// default shape.
-    fn untagged_kernel_mode(&self) -> Option<launch_shape::ExecMode> {
+    fn untagged_kernel_mode(&self) -> Option<crate::launch_shape::ExecMode> {
         None
     }
 }

@@ -217,7 +217,7 @@ impl Backend for FailingBackend {
         _: usize,
         _: DeviceAddr,
         _: &[DeviceAddr],
-        _: Option<crate::backend::launch_shape::Shape>,
+        _: Option<crate::launch_shape::Shape>,
         _: Option<crate::backend::QueueHandle>,
     ) -> Result<(), BackendError> {
         Err(refused("launch"))

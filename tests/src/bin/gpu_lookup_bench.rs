@@ -20,6 +20,7 @@ use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
 use host_plugin::backend::AllocKind;
 use host_plugin::backend::LaunchRequest;
+use host_plugin::device_memory::DeviceBuffer;
 use host_plugin::fptr_index::{BuildError, FptrIndex};
 use host_plugin::host_entry::FLAG_INDIRECT;
 use host_plugin::{DeviceAddr, FptrMapEntry, HostOffloadEntry, Plugin, PluginKind};
@@ -398,24 +399,22 @@ fn host_key(row: usize) -> u64 {
 }
 
 impl Bench<'_> {
-    fn upload(&self, bytes: &[u8]) -> Result<DeviceAddr, String> {
-        let a = self
+    fn upload(&self, bytes: &[u8]) -> Result<DeviceBuffer, String> {
+        let buffer = self
             .plugin
             .device(0)
             .and_then(|on| on.alloc(bytes.len(), AllocKind::Device))
             .map_err(|e| format!("alloc: {e}"))?;
-        // SAFETY: `a` is a fresh allocation of bytes.len() bytes on device 0.
-        unsafe { self.plugin.device(0).and_then(|on| on.write(a, bytes)) }
+        buffer
+            .write_at(0, bytes)
             .map_err(|e| format!("submit: {e}"))?;
-        Ok(a)
+        Ok(buffer)
     }
 
-    fn free(&self, addrs: &[DeviceAddr]) -> Result<(), String> {
-        for &a in addrs {
-            // SAFETY: each came from `upload` and no launch using it is in flight (the
-            // launches are synchronous).
-            unsafe { self.plugin.device(0).and_then(|on| on.free(a)) }
-                .map_err(|e| format!("free: {e}"))?;
+    /// Free buffers no launch in flight uses (the launches are synchronous).
+    fn free(&self, buffers: Vec<DeviceBuffer>) -> Result<(), String> {
+        for buffer in buffers {
+            buffer.free().map_err(|e| format!("free: {e}"))?;
         }
         Ok(())
     }
@@ -525,13 +524,17 @@ impl Bench<'_> {
                 Lookup::Llvm19 => {
                     // LLVM 19's rows are {host, device} pairs too, sorted unsigned.
                     let table = self.upload(host_plugin::fptr::as_bytes(&rows))?;
+                    let table_addr = table.addr();
                     owned.push(table);
                     let env = image.environment.ok_or("no LLVM 19 environment")?;
                     // SAFETY: `env` is the image's 48-byte environment global; bytes 24..40
                     // are its table pointer and row count.
                     unsafe {
                         self.plugin.device(0).and_then(|on| {
-                            on.write(env + LLVM19_TABLE_OFFSET, &words(&[table, size as u64]))
+                            on.write(
+                                env + LLVM19_TABLE_OFFSET,
+                                &words(&[table_addr, size as u64]),
+                            )
                         })
                     }
                     .map_err(|e| format!("writing LLVM 19's environment: {e}"))?;
@@ -539,7 +542,7 @@ impl Bench<'_> {
             }
             for pattern in [Pattern::Uniform, Pattern::Divergent] {
                 let m = self
-                    .measure(variant, &image, owned[0], size, pattern)
+                    .measure(variant, &image, owned[0].addr(), size, pattern)
                     .map_err(|e| format!("{variant}, {size} keys, {}: {e}", pattern.name()))?;
                 let floor = self
                     .results
@@ -561,7 +564,7 @@ impl Bench<'_> {
                 );
                 self.results.push(m);
             }
-            self.free(&owned)?;
+            self.free(owned)?;
         }
         self.plugin
             .device(0)
@@ -615,8 +618,9 @@ impl Bench<'_> {
         size: usize,
         pattern: Pattern,
     ) -> Result<Measure, String> {
-        let out = self.upload(&vec![0u8; TOTAL_THREADS * 4])?;
-        let shape = self.upload(&[0u8; 8])?;
+        let out_buffer = self.upload(&vec![0u8; TOTAL_THREADS * 4])?;
+        let shape_buffer = self.upload(&[0u8; 8])?;
+        let (out, shape) = (out_buffer.addr(), shape_buffer.addr());
         let args = |iters: u64| {
             [
                 keys,
@@ -666,7 +670,7 @@ impl Bench<'_> {
                 })
         }
         .map_err(|e| format!("retrieve: {e}"))?;
-        self.free(&[out, shape])?;
+        self.free(vec![out_buffer, shape_buffer])?;
         let seen = [
             u32::from_ne_bytes([seen[0], seen[1], seen[2], seen[3]]),
             u32::from_ne_bytes([seen[4], seen[5], seen[6], seen[7]]),

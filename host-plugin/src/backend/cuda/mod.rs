@@ -16,11 +16,11 @@
 
 pub mod image;
 
-use super::launch_shape::{ExecMode, Limits, Shape};
 use super::{
     unknown, AllocKind, Backend, BackendError, DeviceAddr, EventHandle, HandleKind, HandleRegistry,
     LoadedModule, QueueHandle, StagedImage,
 };
+use crate::launch_shape::{ExecMode, Limits, Shape};
 use cudarc::driver::{result, sys, DriverError};
 use image::CudaImage;
 use std::collections::{HashMap, HashSet};

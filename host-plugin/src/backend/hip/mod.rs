@@ -26,12 +26,12 @@ pub mod grid;
 pub mod result;
 pub mod sys;
 
-use super::launch_shape::{Limits, Shape};
 use super::{
     AllocKind, Backend, BackendError, DeviceAddr, DeviceCode, HandleKind, LoadedModule,
     QueueHandle, StagedImage,
 };
 use crate::diag;
+use crate::launch_shape::{Limits, Shape};
 use grid::{DeviceAttributes, DeviceLimits};
 use object::read::elf::ElfFile64;
 use object::{LittleEndian, Object, ObjectSymbol, SymbolKind};

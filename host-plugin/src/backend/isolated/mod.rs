@@ -24,12 +24,12 @@ pub mod protocol;
 pub mod server;
 
 use super::dlopen;
-use super::launch_shape::Shape;
 use super::{
     AllocKind, Backend, BackendError, DeviceAddr, HandleKind, LoadedModule, QueueHandle,
     StagedImage,
 };
 use crate::diag;
+use crate::launch_shape::Shape;
 use address_space::{Layout, Window};
 use arena::Arena;
 use process::{DeviceProcess, LaunchOutcome};
