@@ -45,7 +45,10 @@ use std::time::{Duration, Instant};
 
 /// The name `cargo xtask bench load` gives entry `i`'s pointer global in the image.
 fn global_name(i: usize) -> CString {
-    CString::new(format!("__omp_indirect_fn_bench_fn_{i}")).expect("no NUL in the name")
+    CString::new(offload_formats::entries::holder::macro_name(&format!(
+        "bench_fn_{i}"
+    )))
+    .expect("no NUL in the name")
 }
 
 /// Host address of entry `i`: distinct, 16-byte aligned like functions, and in an order

@@ -152,6 +152,15 @@ pub mod holder {
     /// A holder is one (device) pointer: the `size` of a function's entry.
     pub const SIZE: u64 = 8;
 
+    /// What `OMP_DECLARE_INDIRECT(fn)` of `omp_indirect.h` (the seed convention, for
+    /// compilers without our plugin) names its holder: this, then the function's name.
+    pub const MACRO_PREFIX: &str = "__omp_indirect_fn_";
+
+    /// The holder `OMP_DECLARE_INDIRECT(function)` defines.
+    pub fn macro_name(function: &str) -> String {
+        format!("{MACRO_PREFIX}{function}")
+    }
+
     /// The holder's name for `symbol`; `unit` is the translation unit's identity for
     /// symbols with internal linkage, None for external ones. It must be the same in
     /// the host and device compile of one unit and unique in the program: external

@@ -1,7 +1,9 @@
 //! `host-plugin/include/omp_indirect.h` lays the offload entry out again for C programs
 //! (`struct omp_indirect_offload_entry`), with its flag and section: this holds it to
 //! the definitions in `offload_formats::entries`, so the two cannot drift apart unseen.
-use offload_formats::entries::{flags, FieldKind, SECTION_LEGACY, TGT_OFFLOAD_ENTRY_FIELDS};
+use offload_formats::entries::{
+    flags, holder, FieldKind, SECTION_LEGACY, TGT_OFFLOAD_ENTRY_FIELDS,
+};
 use std::path::Path;
 
 fn header() -> String {
@@ -71,4 +73,20 @@ fn the_parser_sees_a_changed_field() {
             ("name".to_owned(), FieldKind::I64)
         ]
     );
+}
+
+#[test]
+fn the_c_macro_names_its_holders_by_the_rust_rule() {
+    let text = header();
+    // The holder's C name and the entry's name string, both built from the prefix.
+    let prefix = holder::MACRO_PREFIX;
+    assert!(
+        text.contains(&format!("OMP_INDIRECT_CONCAT_({prefix}, fn)")),
+        "the holder global is {prefix}<fn>"
+    );
+    assert!(
+        text.contains(&format!("\"{prefix}\" #fn")),
+        "the entry names the holder {prefix}<fn>"
+    );
+    assert_eq!(holder::macro_name("add_one"), format!("{prefix}add_one"));
 }

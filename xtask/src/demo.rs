@@ -31,13 +31,9 @@ const STANDARD_INDIRECT_SYMBOLS: &[&str] =
 /// What the standard example prints when every call reached the device version.
 const STANDARD_EXPECT: &str = "standard example: 4 ok, 0 wrong";
 
-/// The macro example's indirect-function pointers (`OMP_DECLARE_INDIRECT`), which its
+/// The macro example's indirect functions (`OMP_DECLARE_INDIRECT`), whose holders its
 /// nvptx image must define.
-const EXAMPLE_INDIRECT_FUNCTIONS: &[&str] = &[
-    "__omp_indirect_fn_add_one",
-    "__omp_indirect_fn_twice",
-    "__omp_indirect_fn_square",
-];
+const EXAMPLE_INDIRECT_FUNCTIONS: &[&str] = &["add_one", "twice", "square"];
 
 #[derive(clap::Args, Default)]
 pub struct Args {
@@ -185,7 +181,12 @@ fn build_macro_example(target: &Target, out_dir: &Path) -> Result<PathBuf> {
             ));
             let exe = out_dir.join(format!("indirect_calls.{sm}"));
             NvptxBuild::prepare(sm, out_dir)?.compile(&source, &exe)?;
-            check_image(&exe, sm, EXAMPLE_INDIRECT_FUNCTIONS)?;
+            let holders: Vec<String> = EXAMPLE_INDIRECT_FUNCTIONS
+                .iter()
+                .map(|function| holder::macro_name(function))
+                .collect();
+            let holders: Vec<&str> = holders.iter().map(String::as_str).collect();
+            check_image(&exe, sm, &holders)?;
             Ok(exe)
         }
     }

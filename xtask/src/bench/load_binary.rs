@@ -241,7 +241,7 @@ fn write_assembly(path: &Path, n: usize) -> Result<()> {
     for i in 0..n {
         global(
             &mut w,
-            &format!("__omp_indirect_fn_bench_fn_{i}"),
+            &offload_formats::entries::holder::macro_name(&format!("bench_fn_{i}")),
             &format!("bench_fn_{i}"),
         )?;
     }

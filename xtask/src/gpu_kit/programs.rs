@@ -15,6 +15,7 @@ use super::{relative, Kit, SM};
 use crate::nvptx_program::{check_image, NvptxBuild};
 use crate::{indirect_programs, install, util};
 use anyhow::{Context, Result};
+use offload_formats::entries::holder;
 use serde_json::json;
 
 /// A program of the kit.
@@ -22,7 +23,9 @@ struct Program {
     name: &'static str,
     /// Below the workspace root.
     source: &'static str,
-    /// Device symbols its image must define besides the device RTL's.
+    /// Its `OMP_DECLARE_INDIRECT` functions, whose holders its image must define.
+    indirect_functions: &'static [&'static str],
+    /// Other device symbols its image must define besides the device RTL's.
     device_symbols: &'static [&'static str],
     /// What it checks, for the summary.
     checks: &'static str,
@@ -32,17 +35,15 @@ const PROGRAMS: &[Program] = &[
     Program {
         name: "indirect_calls",
         source: "examples/indirect_calls.c",
-        device_symbols: &[
-            "__omp_indirect_fn_add_one",
-            "__omp_indirect_fn_twice",
-            "__omp_indirect_fn_square",
-        ],
+        indirect_functions: &["add_one", "twice", "square"],
+        device_symbols: &[],
         checks: "the README's example: three indirect functions, an unregistered and a \
                  null pointer",
     },
     Program {
         name: "virtual_calls",
         source: "tests/gpu_programs/virtual_calls.cpp",
+        indirect_functions: &[],
         device_symbols: &[
             "__omp_indirect_vtable_Shape",
             "__omp_indirect_vtable_Scaled",
@@ -53,6 +54,7 @@ const PROGRAMS: &[Program] = &[
     Program {
         name: "function_ptr_map",
         source: "tests/gpu_programs/function_ptr_map.c",
+        indirect_functions: &[],
         device_symbols: &[],
         checks: "a table handed over through __tgt_rtl_set_function_ptr_map, then \
                  replaced",
@@ -60,14 +62,16 @@ const PROGRAMS: &[Program] = &[
     Program {
         name: "stress",
         source: "tests/gpu_programs/stress.c",
-        device_symbols: &["__omp_indirect_fn_f10", "__omp_indirect_fn_f87"],
+        indirect_functions: &["f10", "f87"],
+        device_symbols: &[],
         checks: "1024 teams x 256 threads, 64 functions chosen pseudo-randomly, stray \
                  pointers, 3 rounds",
     },
     Program {
         name: "nowait",
         source: "tests/gpu_programs/nowait.c",
-        device_symbols: &["__omp_indirect_fn_twice", "__omp_indirect_fn_squared_low"],
+        indirect_functions: &["twice", "squared_low"],
+        device_symbols: &[],
         checks: "8 target nowait regions and one taskwait; two host threads, each with \
                  its own nowait regions and taskwait (a queue per region)",
     },
@@ -79,7 +83,17 @@ pub fn add(kit: &mut Kit, nvptx: &NvptxBuild) -> Result<()> {
     for p in PROGRAMS {
         let exe = kit.path(&format!("programs/{}", p.name))?;
         nvptx.compile(&util::root().join(p.source), &exe)?;
-        check_image(&exe, SM, p.device_symbols)?;
+        let holders: Vec<String> = p
+            .indirect_functions
+            .iter()
+            .map(|function| holder::macro_name(function))
+            .collect();
+        let symbols: Vec<&str> = holders
+            .iter()
+            .map(String::as_str)
+            .chain(p.device_symbols.iter().copied())
+            .collect();
+        check_image(&exe, SM, &symbols)?;
         programs.push(json!({
             "name": p.name,
             "exe": relative(kit, &exe)?,
