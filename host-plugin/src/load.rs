@@ -1,9 +1,9 @@
 //! Loading one image on one device, as one straight sequence (nextgen's `loadBinary`):
 //!
-//! 1. the device's code out of the image ([`Backend::device_code`]);
-//! 2. its checks, with the backend's staging beside them ([`Backend::inspect_image`],
-//!    [`Backend::stage_image`]);
-//! 3. the backend loads it ([`Backend::load_image`]) and, on a GPU, the device
+//! 1. the device's code out of the image ([`Backend::device_code`](crate::Backend::device_code));
+//! 2. its checks, with the backend's staging beside them ([`Backend::inspect_image`](crate::Backend::inspect_image),
+//!    [`Backend::stage_image`](crate::Backend::stage_image));
+//! 3. the backend loads it ([`Backend::load_image`](crate::Backend::load_image)) and, on a GPU, the device
 //!    environment is written ([`crate::device_env`]);
 //! 4. its entries resolve ([`crate::resolve`]);
 //! 5. the indirect function table is built from their rows and installed
@@ -175,16 +175,13 @@ impl Device {
         })
     }
 
-    /// The image's checks ([`Backend::inspect_image`]) and the work the backend can do
-    /// on it meanwhile ([`Backend::stage_image`]): for an image of
+    /// The image's checks ([`Backend::inspect_image`](crate::Backend::inspect_image)) and the work the backend can do
+    /// on it meanwhile ([`Backend::stage_image`](crate::Backend::stage_image)): for an image of
     /// [`STAGE_ALONGSIDE_BYTES`] or more, the staging runs on a second thread while the
     /// checks run (the host writes the image file; docs/BENCHMARKS.md 1d times the file
     /// write with dlopen at 0.45 and 48 ms, the checks at 0.17 and 18 ms, for 10k and 1M
     /// entries); smaller ones do both in turn. Nothing is loaded before the checks pass:
     /// the caller loads only then.
-    ///
-    /// [`Backend::inspect_image`]: crate::Backend::inspect_image
-    /// [`Backend::stage_image`]: crate::Backend::stage_image
     #[allow(clippy::type_complexity)]
     fn inspect_and_stage<'i>(
         &self,

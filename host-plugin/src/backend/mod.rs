@@ -258,7 +258,7 @@ pub trait LoadedModule: Send + Sync {
 }
 
 /// What a backend prepared for an image before its checks finished
-/// ([`Backend::stage_image`]), handed back to [`Backend::load_staged`]; dropping it
+/// ([`Backend::stage_image`]), handed back to [`Backend::load_image`]; dropping it
 /// undoes the preparation.
 pub type StagedImage = Box<dyn std::any::Any + Send>;
 
