@@ -55,27 +55,29 @@ pub enum BackendError {
     Io(#[from] std::io::Error),
 }
 
-/// LLVM 16's `TargetAllocTy`: where `__tgt_rtl_data_alloc` puts an allocation.
+/// LLVM 16's `TargetAllocTy` (omptarget.h: `TARGET_ALLOC_DEVICE = 0, TARGET_ALLOC_HOST,
+/// TARGET_ALLOC_SHARED, TARGET_ALLOC_DEFAULT`): where `__tgt_rtl_data_alloc` puts an
+/// allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AllocKind {
-    /// TARGET_ALLOC_DEFAULT: the device's choice (device memory).
-    Default,
-    /// TARGET_ALLOC_HOST: page-locked host memory the device can reach.
-    Host,
-    /// TARGET_ALLOC_SHARED: managed memory that migrates between host and device.
-    Shared,
-    /// TARGET_ALLOC_DEVICE: device memory.
+    /// TARGET_ALLOC_DEVICE (0): device memory.
     Device,
+    /// TARGET_ALLOC_HOST (1): page-locked host memory the device can reach.
+    Host,
+    /// TARGET_ALLOC_SHARED (2): managed memory that migrates between host and device.
+    Shared,
+    /// TARGET_ALLOC_DEFAULT (3): the device's choice (device memory).
+    Default,
 }
 
 impl AllocKind {
     /// The kind from its LLVM 16 value, None for anything else.
     pub fn from_raw(kind: i32) -> Option<Self> {
         match kind {
-            0 => Some(AllocKind::Default),
+            0 => Some(AllocKind::Device),
             1 => Some(AllocKind::Host),
             2 => Some(AllocKind::Shared),
-            3 => Some(AllocKind::Device),
+            3 => Some(AllocKind::Default),
             _ => None,
         }
     }
@@ -549,6 +551,18 @@ mod tests {
         refused(host.event_wait(0, 0x77, None));
         refused(host.event_sync(0, 0x77));
         refused(host.event_destroy(0, 0x77));
+    }
+
+    /// The values of LLVM 16's `TargetAllocTy`, device first (a swap went unnoticed
+    /// once: every backend gives device memory for both DEVICE and DEFAULT).
+    #[test]
+    fn alloc_kinds_have_llvm_16s_values() {
+        assert_eq!(AllocKind::from_raw(0), Some(AllocKind::Device));
+        assert_eq!(AllocKind::from_raw(1), Some(AllocKind::Host));
+        assert_eq!(AllocKind::from_raw(2), Some(AllocKind::Shared));
+        assert_eq!(AllocKind::from_raw(3), Some(AllocKind::Default));
+        assert_eq!(AllocKind::from_raw(4), None);
+        assert_eq!(AllocKind::from_raw(-1), None);
     }
 
     #[test]
