@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::reader::Reader;
 use crate::target_id::{is_known_offload_arch, TargetId};
 use crate::triple::bundler_normal_form;
+use std::io::Read as _;
 
 pub const MAGIC: &[u8; 24] = b"__CLANG_OFFLOAD_BUNDLE__";
 const CONTAINER: &str = "offload bundle";
@@ -101,6 +102,23 @@ impl<'a> Bundle<'a> {
 /// object starting at a multiple of `align` (1 = packed; zero bytes pad). Produces the
 /// same bytes as clang-offload-bundler 22 for the same (normalized) IDs and alignment.
 pub fn write(entries: &[(&str, &[u8])], align: u64) -> Vec<u8> {
+    let sizes: Vec<(&str, u64)> = entries
+        .iter()
+        .map(|(id, data)| (*id, data.len() as u64))
+        .collect();
+    let (mut out, offsets) = header(&sizes, align);
+    for ((_, data), offset) in entries.iter().zip(&offsets) {
+        out.resize(*offset as usize, 0);
+        out.extend_from_slice(data);
+    }
+    out
+}
+
+/// The header of a bundle of `(entry ID, code object size)` pairs and the offset of
+/// each code object: what [`write`] puts before the code objects, computed from the
+/// sizes alone so a writer can stream the code objects after it (zero bytes pad each
+/// one up to its offset).
+pub fn header(entries: &[(&str, u64)], align: u64) -> (Vec<u8>, Vec<u64>) {
     let align = align.max(1);
     let align_to = |v: u64| v.div_ceil(align) * align;
     let mut header_len = MAGIC.len() as u64 + 8;
@@ -109,25 +127,139 @@ pub fn write(entries: &[(&str, &[u8])], align: u64) -> Vec<u8> {
     }
     let mut offsets = Vec::with_capacity(entries.len());
     let mut next = header_len;
-    for (_, data) in entries {
+    for (_, size) in entries {
         next = align_to(next);
         offsets.push(next);
-        next += data.len() as u64;
+        next += size;
     }
-    let mut out = Vec::with_capacity(next as usize);
+    let mut out = Vec::with_capacity(header_len as usize);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    for ((id, data), offset) in entries.iter().zip(&offsets) {
+    for ((id, size), offset) in entries.iter().zip(&offsets) {
         out.extend_from_slice(&offset.to_le_bytes());
-        out.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        out.extend_from_slice(&size.to_le_bytes());
         out.extend_from_slice(&(id.len() as u64).to_le_bytes());
         out.extend_from_slice(id.as_bytes());
     }
-    for ((_, data), offset) in entries.iter().zip(&offsets) {
-        out.resize(*offset as usize, 0);
-        out.extend_from_slice(data);
+    (out, offsets)
+}
+
+/// Where one code object lies in a bundle file, read by [`read_entry_table`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryRange {
+    pub id: String,
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// Read the header and entry table of a bundle of `len` bytes from `input`, positioned
+/// at its start, without reading the code objects: the streaming form of
+/// [`Bundle::parse`], with the same checks in the same order and so the same errors
+/// (a field past `len` is `Truncated`, a code object outside `len` is invalid). The
+/// outer error is an I/O failure, or `input` holding fewer than `len` bytes; the IDs are
+/// the only part held in memory.
+pub fn read_entry_table<R: std::io::Read>(
+    input: &mut R,
+    len: u64,
+) -> std::io::Result<Result<Vec<EntryRange>>> {
+    let mut seq = Sequential { input, at: 0, len };
+    macro_rules! field {
+        ($e:expr) => {
+            match $e? {
+                Ok(v) => v,
+                Err(e) => return Ok(Err(e)),
+            }
+        };
     }
-    out
+    if field!(seq.bytes(MAGIC.len() as u64, "magic")) != MAGIC {
+        return Ok(Err(Error::BadMagic {
+            container: CONTAINER,
+            offset: 0,
+        }));
+    }
+    let count = field!(seq.u64("number of bundle entries"));
+    if count > len.saturating_sub(32) / ENTRY_FIXED {
+        return Ok(Err(Error::InvalidField {
+            container: CONTAINER,
+            field: "number of bundle entries",
+            offset: 24,
+            value: count,
+            reason: "more entries than the header could hold",
+        }));
+    }
+    let mut entries = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let at = seq.at;
+        let offset = field!(seq.u64("code object offset"));
+        let size = field!(seq.u64("code object size"));
+        let id_len = field!(seq.u64("entry ID length"));
+        let id = match String::from_utf8(field!(seq.bytes(id_len, "entry ID"))) {
+            Ok(id) => id,
+            Err(_) => {
+                return Ok(Err(Error::BadString {
+                    container: CONTAINER,
+                    field: "entry ID",
+                    offset: at + 24,
+                }))
+            }
+        };
+        if offset > len || size > len - offset {
+            return Ok(Err(Error::InvalidField {
+                container: CONTAINER,
+                field: "code object offset",
+                offset: at,
+                value: offset,
+                reason: "code object (offset + size) lies outside the bundle",
+            }));
+        }
+        entries.push(EntryRange { id, offset, size });
+    }
+    Ok(Ok(entries))
+}
+
+/// Sequential reads of a container of known length, failing the way [`Reader`] does.
+struct Sequential<'r, R> {
+    input: &'r mut R,
+    at: u64,
+    len: u64,
+}
+
+impl<R: std::io::Read> Sequential<'_, R> {
+    fn bytes(&mut self, n: u64, field: &'static str) -> std::io::Result<Result<Vec<u8>>> {
+        let available = self.len.saturating_sub(self.at);
+        if n > available {
+            return Ok(Err(Error::Truncated {
+                container: CONTAINER,
+                field,
+                offset: self.at,
+                needed: n,
+                available,
+            }));
+        }
+        // Grows with what is read, not with what the header claims.
+        let mut buf = Vec::new();
+        std::io::Read::take(&mut *self.input, n).read_to_end(&mut buf)?;
+        if buf.len() as u64 != n {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "ended at byte {} but is {} bytes long (did it change while being read?)",
+                    self.at + buf.len() as u64,
+                    self.len
+                ),
+            ));
+        }
+        self.at += n;
+        Ok(Ok(buf))
+    }
+
+    fn u64(&mut self, field: &'static str) -> std::io::Result<Result<u64>> {
+        Ok(self.bytes(8, field)?.map(|b| {
+            let mut v = [0u8; 8];
+            v.copy_from_slice(&b);
+            u64::from_le_bytes(v)
+        }))
+    }
 }
 
 /// Offload kinds clang-offload-bundler 22 accepts.
@@ -315,6 +447,48 @@ mod tests {
         }
     }
 
+    /// The streaming table reader fails exactly as `Bundle::parse` does, on every
+    /// truncation and on corrupted fields, and finds the same ranges otherwise.
+    #[test]
+    fn entry_table_matches_parse() {
+        let good = write(
+            &[
+                ("host-x86_64-unknown-linux-gnu-", b"abc"),
+                ("openmp-x-y-z-w-", b"defg"),
+            ],
+            8,
+        );
+        let mut cases: Vec<Vec<u8>> = (0..=good.len()).map(|n| good[..n].to_vec()).collect();
+        for (at, byte) in [
+            (0, b'x'),
+            (24, 0xff),
+            (32, 0xff),
+            (40, 0xff),
+            (48, 0xff),
+            (56, 0xff),
+        ] {
+            let mut bad = good.clone();
+            bad[at] = byte;
+            cases.push(bad);
+        }
+        for data in &cases {
+            let streamed = read_entry_table(&mut &data[..], data.len() as u64).unwrap();
+            let parsed = Bundle::parse(data).map(|b| {
+                b.entries
+                    .iter()
+                    .map(|e| EntryRange {
+                        id: e.id.to_owned(),
+                        offset: e.offset,
+                        size: e.data.len() as u64,
+                    })
+                    .collect::<Vec<_>>()
+            });
+            assert_eq!(streamed, parsed, "{data:?}");
+        }
+        // An input shorter than the length it was given is an I/O error, not a result.
+        assert!(read_entry_table(&mut &good[..40], good.len() as u64).is_err());
+    }
+
     #[test]
     fn huge_count_is_rejected_without_allocating() {
         let mut bytes = MAGIC.to_vec();
@@ -351,9 +525,15 @@ pub mod text {
         )
     }
 
+    /// The start and end markers, each followed by an entry ID and `\n` in a bundle:
+    /// `start id \n code end id \n` for each entry is what [`write`] writes.
+    pub fn markers(comment: &str) -> (String, String) {
+        (marker(comment, "START"), marker(comment, "END"))
+    }
+
     /// Write a text bundle.
     pub fn write(entries: &[(&str, &[u8])], comment: &str) -> Vec<u8> {
-        let (start, end) = (marker(comment, "START"), marker(comment, "END"));
+        let (start, end) = markers(comment);
         let mut out = Vec::new();
         for (id, data) in entries {
             out.extend_from_slice(start.as_bytes());
