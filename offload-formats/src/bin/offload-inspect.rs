@@ -88,13 +88,239 @@ fn io_message(e: &std::io::Error) -> String {
 }
 
 fn write_file(path: &str, data: &[u8]) -> CliResult {
-    if path == "-" {
-        use std::io::Write;
-        return std::io::stdout()
-            .write_all(data)
-            .map_err(|e| Failure(format!("'{path}': {}", io_message(&e))));
+    let mut out = Output::create(path)?;
+    out.write_all(data)?;
+    out.commit()
+}
+
+/// An output file that appears whole or not at all: written to a temporary file beside
+/// it and renamed over it by [`Output::commit`]; dropped uncommitted (an error on the
+/// way), the temporary file is removed. Written directly instead when `path` is `-`
+/// (stdout), exists and is not a regular file (a device or FIFO, which a rename would
+/// replace), or its folder does not let us create a file there.
+struct Output {
+    path: String,
+    sink: Sink,
+    /// The temporary file, until it is renamed.
+    temp: Option<std::path::PathBuf>,
+}
+
+enum Sink {
+    File(std::fs::File),
+    Stdout(std::io::StdoutLock<'static>),
+}
+
+impl Output {
+    fn create(path: &str) -> CliResult<Output> {
+        let err = |e: std::io::Error| Failure(format!("'{path}': {}", io_message(&e)));
+        if path == "-" {
+            return Ok(Output {
+                path: path.to_owned(),
+                sink: Sink::Stdout(std::io::stdout().lock()),
+                temp: None,
+            });
+        }
+        let existing = std::fs::metadata(path).ok();
+        let direct = || -> CliResult<Output> {
+            Ok(Output {
+                path: path.to_owned(),
+                sink: Sink::File(std::fs::File::create(path).map_err(err)?),
+                temp: None,
+            })
+        };
+        if existing.as_ref().is_some_and(|m| !m.is_file()) {
+            return direct();
+        }
+        let target = std::path::Path::new(path);
+        let dir = match target.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        let name = target.file_name().map_or_else(
+            || std::ffi::OsString::from("output"),
+            std::ffi::OsStr::to_os_string,
+        );
+        for n in 0u32.. {
+            let mut temp_name = std::ffi::OsString::from(".");
+            temp_name.push(&name);
+            temp_name.push(format!(".offload-inspect-{}-{n}.tmp", std::process::id()));
+            let temp = dir.join(temp_name);
+            match std::fs::File::options()
+                .write(true)
+                .create_new(true)
+                .open(&temp)
+            {
+                Ok(file) => {
+                    // Replacing a file keeps its mode, as writing into it would.
+                    if let Some(m) = &existing {
+                        let _ = file.set_permissions(m.permissions());
+                    }
+                    return Ok(Output {
+                        path: path.to_owned(),
+                        sink: Sink::File(file),
+                        temp: Some(temp),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return direct(),
+                Err(e) => return Err(err(e)),
+            }
+        }
+        unreachable!("u32 temporary names exhausted")
     }
-    std::fs::write(path, data).map_err(|e| Failure(format!("'{path}': {}", io_message(&e))))
+
+    fn fail(&self, e: std::io::Error) -> Failure {
+        Failure(format!("'{}': {}", self.path, io_message(&e)))
+    }
+
+    fn write_all(&mut self, data: &[u8]) -> CliResult {
+        use std::io::Write;
+        match &mut self.sink {
+            Sink::File(f) => f.write_all(data),
+            Sink::Stdout(s) => s.write_all(data),
+        }
+        .map_err(|e| self.fail(e))
+    }
+
+    /// `n` zero bytes (alignment padding), through a fixed buffer.
+    fn write_zeros(&mut self, n: u64) -> CliResult {
+        let zeros = [0u8; 4096];
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(zeros.len() as u64) as usize;
+            self.write_all(&zeros[..k])?;
+            left -= k as u64;
+        }
+        Ok(())
+    }
+
+    /// Copy exactly `size` bytes of `input` (read from its current position) here.
+    /// `std::io::copy` from a `Take<&File>` into a `File` or stdout is done by the
+    /// kernel on Linux (`copy_file_range`, `sendfile` or `splice`, falling back to a
+    /// fixed buffer), so the bytes never pass through a buffer that grows with them.
+    fn copy_from(&mut self, input: &Source, size: u64) -> CliResult {
+        let copied = match (&input.kind, &mut self.sink) {
+            (SourceKind::Bytes(b), _) => {
+                let b = b.get(input.start as usize..).unwrap_or_default();
+                let b = &b[..b.len().min(size as usize)];
+                self.write_all(b)?;
+                b.len() as u64
+            }
+            (SourceKind::File(f), sink) => {
+                use std::io::Read;
+                let mut from = f.take(size);
+                match sink {
+                    Sink::File(out) => std::io::copy(&mut from, out),
+                    Sink::Stdout(out) => std::io::copy(&mut from, out),
+                }
+                .map_err(|e| {
+                    Failure(format!(
+                        "copying '{}' to '{}': {}",
+                        input.path,
+                        self.path,
+                        io_message(&e)
+                    ))
+                })?
+            }
+        };
+        if copied != size {
+            return fail(format!(
+                "'{}': ended after {copied} of the {size} bytes to copy (did it change while being read?)",
+                input.path
+            ));
+        }
+        Ok(())
+    }
+
+    /// Flush and rename the temporary file over the output.
+    fn commit(mut self) -> CliResult {
+        use std::io::Write;
+        match &mut self.sink {
+            Sink::File(_) => Ok(()),
+            Sink::Stdout(s) => s.flush(),
+        }
+        .map_err(|e| self.fail(e))?;
+        if let Some(temp) = self.temp.take() {
+            if let Err(e) = std::fs::rename(&temp, &self.path) {
+                let _ = std::fs::remove_file(&temp);
+                return Err(self.fail(e));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        if let Some(temp) = self.temp.take() {
+            let _ = std::fs::remove_file(temp);
+        }
+    }
+}
+
+/// An input read in place: a regular file, positioned at `start`, whose length comes
+/// from its metadata; anything else (a FIFO, a character device) is read into memory
+/// first, as it has no length to put in a header.
+struct Source {
+    path: String,
+    kind: SourceKind,
+    /// Where the next copy starts (for `Bytes`; a `File` keeps its own position).
+    start: u64,
+    len: u64,
+}
+
+enum SourceKind {
+    File(std::fs::File),
+    Bytes(Vec<u8>),
+}
+
+impl Source {
+    fn open(path: &str) -> CliResult<Source> {
+        let err = |e: std::io::Error| Failure(format!("'{path}': {}", io_message(&e)));
+        let file = std::fs::File::open(path).map_err(err)?;
+        let meta = file.metadata().map_err(err)?;
+        if meta.is_file() {
+            return Ok(Source {
+                path: path.to_owned(),
+                kind: SourceKind::File(file),
+                start: 0,
+                len: meta.len(),
+            });
+        }
+        let bytes = read(path)?;
+        Ok(Source {
+            path: path.to_owned(),
+            len: bytes.len() as u64,
+            kind: SourceKind::Bytes(bytes),
+            start: 0,
+        })
+    }
+
+    /// Position the next copy at `offset`.
+    fn seek(&mut self, offset: u64) -> CliResult {
+        use std::io::Seek;
+        self.start = offset;
+        if let SourceKind::File(f) = &mut self.kind {
+            f.seek(std::io::SeekFrom::Start(offset))
+                .map_err(|e| Failure(format!("'{}': {}", self.path, io_message(&e))))?;
+        }
+        Ok(())
+    }
+
+    /// Up to `n` bytes from the start (the magic), leaving the position at 0.
+    fn prefix(&mut self, n: usize) -> CliResult<Vec<u8>> {
+        use std::io::Read;
+        let mut buf = Vec::with_capacity(n);
+        if let SourceKind::File(f) = &mut self.kind {
+            f.take(n as u64)
+                .read_to_end(&mut buf)
+                .map_err(|e| Failure(format!("'{}': {}", self.path, io_message(&e))))?;
+        } else if let SourceKind::Bytes(b) = &self.kind {
+            buf.extend_from_slice(&b[..b.len().min(n)]);
+        }
+        self.seek(0)?;
+        Ok(buf)
+    }
 }
 
 /// clang-offload-bundler's options. LLVM's command line accepts `-name=value`,
@@ -291,36 +517,114 @@ fn bundle_files(
             "Cannot bundle inputs with conflicting targets: '{a}' and '{b}'"
         ));
     }
-    let contents: Vec<Vec<u8>> = o.inputs.iter().map(|p| read(p)).collect::<CliResult<_>>()?;
+    let mut sources: Vec<Source> = o
+        .inputs
+        .iter()
+        .map(|p| Source::open(p))
+        .collect::<CliResult<_>>()?;
     let host = ids.iter().position(BundleEntryId::is_host).unwrap_or(0);
-    if format.is_object_bundle(&contents[host]) {
+    if format.is_object_bundle(&sources[host].prefix(4)?) {
         // The bundler then writes an object with one section per code object (through
         // llvm-objcopy); we do not write objects.
         return fail("-type=o with an object-file host input (an object bundle) is not supported by offload-inspect bundle; use clang-offload-bundler");
     }
-    let entries: Vec<(&str, &[u8])> = normalized
-        .iter()
-        .map(String::as_str)
-        .zip(contents.iter().map(Vec::as_slice))
-        .collect();
-    let mut out = match format {
-        Format::Binary | Format::Object => bundle::write(&entries, o.bundle_align),
-        Format::Text(comment) => text::write(&entries, comment),
+    let size = if o.compress {
+        bundle_in_memory(o, format, &sources, normalized)?
+    } else {
+        bundle_streamed(o, format, &mut sources, normalized)?
     };
-    if o.compress {
-        out = compressed::compress(&out, compression_version(), Method::Zstd, zstd_level(o))?;
-    }
-    write_file(&o.outputs[0], &out)?;
     if json {
         let v = serde_json::json!({
             "output": o.outputs[0],
-            "size": out.len(),
+            "size": size,
             "compressed": o.compress,
             "entries": normalized,
         });
         println!("{v}");
     }
     Ok(())
+}
+
+/// Write a plain bundle without holding its code objects: the header, computed from
+/// the inputs' sizes, then each input copied in at its offset. Returns its size.
+fn bundle_streamed(
+    o: &BundlerOptions,
+    format: &Format,
+    sources: &mut [Source],
+    normalized: &[String],
+) -> CliResult<u64> {
+    let mut out = Output::create(&o.outputs[0])?;
+    let mut written = 0u64;
+    match format {
+        Format::Binary | Format::Object => {
+            let sizes: Vec<(&str, u64)> = normalized
+                .iter()
+                .map(String::as_str)
+                .zip(sources.iter().map(|s| s.len))
+                .collect();
+            let (header, offsets) = bundle::header(&sizes, o.bundle_align);
+            out.write_all(&header)?;
+            written += header.len() as u64;
+            for (source, offset) in sources.iter().zip(offsets) {
+                out.write_zeros(offset - written)?;
+                out.copy_from(source, source.len)?;
+                written = offset + source.len;
+            }
+        }
+        Format::Text(comment) => {
+            let (start, end) = text::markers(comment);
+            for (id, source) in normalized.iter().zip(sources.iter()) {
+                let start_line = format!("{start}{id}\n");
+                let end_line = format!("{end}{id}\n");
+                out.write_all(start_line.as_bytes())?;
+                out.copy_from(source, source.len)?;
+                out.write_all(end_line.as_bytes())?;
+                written += (start_line.len() + end_line.len()) as u64 + source.len;
+            }
+        }
+    }
+    out.commit()?;
+    Ok(written)
+}
+
+/// `-compress`: the plain bundle is built in memory and compressed in one piece.
+///
+/// Streaming it is possible but not done yet. The CCOB header comes first and holds the
+/// total (compressed) size, the uncompressed size and a hash (MD5) of the whole plain
+/// bundle; the uncompressed size and the header of the plain bundle are known from the
+/// inputs' sizes, the MD5 can be fed as the bundle streams, and zstd compresses a
+/// stream. But to match clang-offload-bundler byte for byte the zstd frame must be the
+/// one its one-shot `ZSTD_compress2` makes (content size in the frame header, long
+/// distance matching, window log 27): a streamed frame has to be told the content size
+/// up front and must be shown to give the same bytes; then the header is written last,
+/// by seeking back (so not to stdout). Reading a compressed bundle streams the same way
+/// (decompress, hash, and copy the wanted ranges in one pass). Until that is done and
+/// tested, `-compress` holds the inputs, the plain bundle and the compressed bundle.
+fn bundle_in_memory(
+    o: &BundlerOptions,
+    format: &Format,
+    sources: &[Source],
+    normalized: &[String],
+) -> CliResult<u64> {
+    let contents: Vec<Vec<u8>> = sources
+        .iter()
+        .map(|s| match &s.kind {
+            SourceKind::Bytes(b) => Ok(b.clone()),
+            SourceKind::File(_) => read(&s.path),
+        })
+        .collect::<CliResult<_>>()?;
+    let entries: Vec<(&str, &[u8])> = normalized
+        .iter()
+        .map(String::as_str)
+        .zip(contents.iter().map(Vec::as_slice))
+        .collect();
+    let out = match format {
+        Format::Binary | Format::Object => bundle::write(&entries, o.bundle_align),
+        Format::Text(comment) => text::write(&entries, comment),
+    };
+    let out = compressed::compress(&out, compression_version(), Method::Zstd, zstd_level(o))?;
+    write_file(&o.outputs[0], &out)?;
+    Ok(out.len() as u64)
 }
 
 /// The bundler's check (clang's `getConflictTargetIDCombination`) over the sorted set
@@ -453,8 +757,43 @@ fn unbundle_files(
     if o.outputs.len() != o.targets.len() {
         return fail("number of output files and targets should match in unbundling mode");
     }
-    let input = ParsedInput::load(&o.inputs[0])?;
-    let entries = input.entries(format)?;
+    let mut source = Source::open(&o.inputs[0])?;
+    let prefix = source.prefix(MAGIC_PREFIX)?;
+    // A plain binary bundle, or a file that is none (the host code object), is read in
+    // place; compressed, text and object-file bundles are read into memory.
+    let in_place = matches!(format, Format::Binary | Format::Object)
+        && !compressed::is_compressed_bundle(&prefix)
+        && !format.is_object_bundle(&prefix);
+    // Filled only when the input is read into memory.
+    let mut input = ParsedInput { bytes: Vec::new() };
+    let table;
+    let entries: Vec<(&str, Code)> = if in_place {
+        table = if bundle::is_bundle(&prefix) {
+            read_table(&mut source)?
+        } else {
+            Vec::new()
+        };
+        table
+            .iter()
+            .map(|e| {
+                (
+                    e.id.as_str(),
+                    Code::Range {
+                        offset: e.offset,
+                        size: e.size,
+                    },
+                )
+            })
+            .collect()
+    } else {
+        input = ParsedInput::load(&o.inputs[0])?;
+        input
+            .entries(format)?
+            .into_iter()
+            .map(|(id, data)| (id, Code::Bytes(data)))
+            .collect()
+    };
+    let object_bundle = !in_place && format.is_object_bundle(&input.bytes);
     // Work list of (wanted ID, output path) not yet satisfied.
     let mut pending: Vec<(&BundleEntryId, &str)> = wanted
         .iter()
@@ -462,7 +801,7 @@ fn unbundle_files(
         .collect();
     let mut written: Vec<serde_json::Value> = Vec::new();
     let mut found_host = false;
-    for (id_text, data) in &entries {
+    for (id_text, code) in &entries {
         if pending.is_empty() {
             break;
         }
@@ -476,14 +815,23 @@ fn unbundle_files(
             continue;
         };
         let (w, path) = pending.remove(pos);
-        if code_object.is_host() && format.is_object_bundle(&input.bytes) {
+        if code_object.is_host() && object_bundle {
             // The host code of an object bundle is the object minus the bundle sections,
             // which the bundler makes with llvm-objcopy.
             return fail("unbundling the host object of an object bundle (-type=o) is not supported by offload-inspect; use clang-offload-bundler");
         }
-        write_file(path, data)?;
+        let size = match code {
+            Code::Bytes(data) => {
+                write_file(path, data)?;
+                data.len() as u64
+            }
+            Code::Range { offset, size } => {
+                copy_range(&mut source, *offset, *size, path)?;
+                *size
+            }
+        };
         found_host |= code_object.is_host();
-        written.push(serde_json::json!({"target": w.to_bundler_string(), "bundle": id_text, "output": path, "size": data.len()}));
+        written.push(serde_json::json!({"target": w.to_bundler_string(), "bundle": id_text, "output": path, "size": size}));
     }
     if !pending.is_empty() && !o.allow_missing_bundles {
         let mut missing: Vec<String> = pending.iter().map(|(w, _)| w.to_bundler_string()).collect();
@@ -495,7 +843,12 @@ fn unbundle_files(
     for (w, path) in &pending {
         // No bundle at all: the input is taken to be the host code object.
         if nothing_found && w.is_host() {
-            write_file(path, &input.bytes)?;
+            if in_place {
+                let len = source.len;
+                copy_range(&mut source, 0, len, path)?;
+            } else {
+                write_file(path, &input.bytes)?;
+            }
         } else {
             write_file(path, &[])?;
         }
@@ -508,6 +861,38 @@ fn unbundle_files(
         println!("{}", serde_json::json!({ "unbundled": written }));
     }
     Ok(())
+}
+
+/// Enough of the start of an input to tell its kind (bundle, CCOB or ELF magic).
+const MAGIC_PREFIX: usize = bundle::MAGIC.len();
+
+/// Where an entry's code object is: in memory, or a range of the input file.
+enum Code<'a> {
+    Bytes(&'a [u8]),
+    Range { offset: u64, size: u64 },
+}
+
+/// The entry table of the plain bundle `source` (read from its start), with the errors
+/// `Bundle::parse` gives.
+fn read_table(source: &mut Source) -> CliResult<Vec<bundle::EntryRange>> {
+    let io = |e: std::io::Error| Failure(format!("'{}': {}", source.path, io_message(&e)));
+    let table = match &source.kind {
+        SourceKind::File(f) => {
+            // Buffered: the table is read field by field.
+            let mut r = std::io::BufReader::new(f);
+            bundle::read_entry_table(&mut r, source.len).map_err(io)?
+        }
+        SourceKind::Bytes(b) => bundle::read_entry_table(&mut &b[..], source.len).map_err(io)?,
+    };
+    Ok(table?)
+}
+
+/// Copy `size` bytes at `offset` of `source` into the output `path`.
+fn copy_range(source: &mut Source, offset: u64, size: u64, path: &str) -> CliResult {
+    source.seek(offset)?;
+    let mut out = Output::create(path)?;
+    out.copy_from(source, size)?;
+    out.commit()
 }
 
 /// " a", " a and b", " a, b, and c": the bundler's wording for its missing list.
