@@ -3,7 +3,9 @@
 //! * `offload-inspect bundle|unbundle|list <clang-offload-bundler options>`: a drop-in
 //!   for clang-offload-bundler (same options, same bytes out, same listing, exit 1 on
 //!   error) for the binary (`bc`, `gch`, `ast`, `o` with a non-object input) and text
-//!   (`ll`, `s`, `i`, `ii`, `cui`, `hipi`, `d`) types.
+//!   (`ll`, `s`, `i`, `ii`, `cui`, `hipi`, `d`) types. Plain bundles stream: inputs are
+//!   copied into the bundle, and code objects out of it, without being held in memory
+//!   (`Output`, `Source`); every output appears whole or not at all.
 //! * `offload-inspect entries FILE`: the host offload entries of an executable/object.
 //! * `offload-inspect images FILE`: every embedded device image.
 //!
