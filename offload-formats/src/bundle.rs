@@ -156,8 +156,9 @@ pub struct EntryRange {
 /// at its start, without reading the code objects: the streaming form of
 /// [`Bundle::parse`], with the same checks in the same order and so the same errors
 /// (a field past `len` is `Truncated`, a code object outside `len` is invalid). The
-/// outer error is an I/O failure, or `input` holding fewer than `len` bytes; the IDs are
-/// the only part held in memory.
+/// outer error is an I/O failure, or `input` holding fewer than `len` bytes. The IDs
+/// are the only part held in memory (so memory grows with the IDs' total length, which
+/// the header states and `len` bounds; real bundles have IDs of tens of bytes).
 pub fn read_entry_table<R: std::io::Read>(
     input: &mut R,
     len: u64,
@@ -187,7 +188,9 @@ pub fn read_entry_table<R: std::io::Read>(
             reason: "more entries than the header could hold",
         }));
     }
-    let mut entries = Vec::with_capacity(count as usize);
+    // The count is bounded by the file's length, not by memory already held: reserve
+    // little and grow with the entries actually read.
+    let mut entries = Vec::with_capacity(count.min(64) as usize);
     for _ in 0..count {
         let at = seq.at;
         let offset = field!(seq.u64("code object offset"));

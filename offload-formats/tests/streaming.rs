@@ -102,8 +102,8 @@ fn unbundle_cmd(tool: &Path, ours_cmd: bool, ty: &str, input: &str, outs: &[&str
     c
 }
 
-/// 1 GiB in (two 512 MiB images): bundling and unbundling stay under 64 MiB of peak
-/// RSS, and the bundle unbundles back to the inputs.
+/// 1 GiB in (two 512 MiB images): bundling, listing and unbundling stay under 64 MiB
+/// of peak RSS, and the bundle unbundles back to the inputs.
 #[test]
 fn peak_memory_stays_under_64_mib() {
     const LIMIT_KIB: u64 = 64 << 10;
@@ -116,6 +116,19 @@ fn peak_memory_stays_under_64_mib() {
         &mut bundle_cmd(&ours(), true, "bc", &[&host, &dev], &bundled, 1),
     );
     assert!(peak < LIMIT_KIB, "bundle peak RSS {peak} KiB");
+    let list = || {
+        let mut c = Command::new(ours());
+        c.args(["list", "-type=bc", &format!("-input={bundled}")]);
+        c
+    };
+    let peak = peak_kib(&dir, &mut list());
+    assert!(peak < LIMIT_KIB, "list peak RSS {peak} KiB");
+    let listed = run_ok(&mut list()).stdout;
+    assert_eq!(
+        String::from_utf8_lossy(&listed).lines().count(),
+        2,
+        "{listed:?}"
+    );
     let outs = [
         dir.join("host.out").to_str().unwrap().to_owned(),
         dir.join("dev.out").to_str().unwrap().to_owned(),

@@ -17,6 +17,7 @@ use offload_formats::bundle::{self, text, Bundle, BundleEntryId};
 use offload_formats::compressed::{self, CompressedBundle, Method};
 use offload_formats::entries::{self, read_host_entries};
 use offload_formats::image::{self, find_images};
+use offload_formats::string_map_order::string_map_order;
 use std::process::ExitCode;
 
 /// A failure reported as `offload-inspect: error: <message>` with exit status 1.
@@ -719,23 +720,38 @@ impl ParsedInput {
 }
 
 fn list(path: &str, format: &Format, json: bool) -> CliResult {
-    let input = ParsedInput::load(path)?;
-    let ids: Vec<&str> = match format {
+    let mut source = Source::open(path)?;
+    let prefix = source.prefix(MAGIC_PREFIX)?;
+    let ids: Vec<String> = if reads_in_place(format, &prefix) {
         // The binary handler keeps IDs in a StringMap: list in its order.
-        Format::Binary | Format::Object
-            if bundle::is_bundle(&input.bytes) && !format.is_object_bundle(&input.bytes) =>
-        {
-            Bundle::parse(&input.bytes)?
-                .listing_order()
-                .into_iter()
-                .map(|e| e.id)
-                .collect()
-        }
-        _ => input
-            .entries(format)?
+        let table = if bundle::is_bundle(&prefix) {
+            read_table(&mut source)?
+        } else {
+            Vec::new()
+        };
+        let ids: Vec<&str> = table.iter().map(|e| e.id.as_str()).collect();
+        string_map_order(&ids)
             .into_iter()
-            .map(|(id, _)| id)
-            .collect(),
+            .map(|i| ids[i].to_owned())
+            .collect()
+    } else {
+        let input = ParsedInput::load(path)?;
+        match format {
+            Format::Binary | Format::Object
+                if bundle::is_bundle(&input.bytes) && !format.is_object_bundle(&input.bytes) =>
+            {
+                Bundle::parse(&input.bytes)?
+                    .listing_order()
+                    .into_iter()
+                    .map(|e| e.id.to_owned())
+                    .collect()
+            }
+            _ => input
+                .entries(format)?
+                .into_iter()
+                .map(|(id, _)| id.to_owned())
+                .collect(),
+        }
     };
     if json {
         println!("{}", serde_json::json!(ids));
@@ -763,9 +779,7 @@ fn unbundle_files(
     let prefix = source.prefix(MAGIC_PREFIX)?;
     // A plain binary bundle, or a file that is none (the host code object), is read in
     // place; compressed, text and object-file bundles are read into memory.
-    let in_place = matches!(format, Format::Binary | Format::Object)
-        && !compressed::is_compressed_bundle(&prefix)
-        && !format.is_object_bundle(&prefix);
+    let in_place = reads_in_place(format, &prefix);
     // Filled only when the input is read into memory.
     let mut input = ParsedInput { bytes: Vec::new() };
     let table;
@@ -867,6 +881,14 @@ fn unbundle_files(
 
 /// Enough of the start of an input to tell its kind (bundle, CCOB or ELF magic).
 const MAGIC_PREFIX: usize = bundle::MAGIC.len();
+
+/// Is an input starting with `prefix` read in place (a plain binary bundle, or no
+/// bundle at all), rather than into memory (compressed, text, object-file bundles)?
+fn reads_in_place(format: &Format, prefix: &[u8]) -> bool {
+    matches!(format, Format::Binary | Format::Object)
+        && !compressed::is_compressed_bundle(prefix)
+        && !format.is_object_bundle(prefix)
+}
 
 /// Where an entry's code object is: in memory, or a range of the input file.
 enum Code<'a> {
