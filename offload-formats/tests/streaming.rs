@@ -103,43 +103,49 @@ fn unbundle_cmd(tool: &Path, ours_cmd: bool, ty: &str, input: &str, outs: &[&str
 }
 
 /// 1 GiB in (two 512 MiB images): bundling, listing and unbundling stay under 64 MiB
-/// of peak RSS, and the bundle unbundles back to the inputs.
+/// of peak RSS, for a binary and a text type, and the bundle unbundles back to the
+/// inputs.
 #[test]
 fn peak_memory_stays_under_64_mib() {
     const LIMIT_KIB: u64 = 64 << 10;
     let dir = scratch("stream_peak");
     let host = sparse(&dir, "host", 512 << 20, 1);
     let dev = sparse(&dir, "dev", 512 << 20, 2);
-    let bundled = dir.join("b.bc").to_str().unwrap().to_owned();
-    let peak = peak_kib(
-        &dir,
-        &mut bundle_cmd(&ours(), true, "bc", &[&host, &dev], &bundled, 1),
-    );
-    assert!(peak < LIMIT_KIB, "bundle peak RSS {peak} KiB");
-    let list = || {
-        let mut c = Command::new(ours());
-        c.args(["list", "-type=bc", &format!("-input={bundled}")]);
-        c
-    };
-    let peak = peak_kib(&dir, &mut list());
-    assert!(peak < LIMIT_KIB, "list peak RSS {peak} KiB");
-    let listed = run_ok(&mut list()).stdout;
-    assert_eq!(
-        String::from_utf8_lossy(&listed).lines().count(),
-        2,
-        "{listed:?}"
-    );
-    let outs = [
-        dir.join("host.out").to_str().unwrap().to_owned(),
-        dir.join("dev.out").to_str().unwrap().to_owned(),
-    ];
-    let peak = peak_kib(
-        &dir,
-        &mut unbundle_cmd(&ours(), true, "bc", &bundled, &[&outs[0], &outs[1]]),
-    );
-    assert!(peak < LIMIT_KIB, "unbundle peak RSS {peak} KiB");
-    assert!(same_bytes(&outs[0], &host), "host image differs");
-    assert!(same_bytes(&outs[1], &dev), "device image differs");
+    for ty in ["bc", "ll"] {
+        let bundled = dir.join("bundle").to_str().unwrap().to_owned();
+        let peak = peak_kib(
+            &dir,
+            &mut bundle_cmd(&ours(), true, ty, &[&host, &dev], &bundled, 1),
+        );
+        assert!(peak < LIMIT_KIB, "{ty}: bundle peak RSS {peak} KiB");
+        let list = || {
+            let mut c = Command::new(ours());
+            c.args(["list", &format!("-type={ty}"), &format!("-input={bundled}")]);
+            c
+        };
+        let peak = peak_kib(&dir, &mut list());
+        assert!(peak < LIMIT_KIB, "{ty}: list peak RSS {peak} KiB");
+        let listed = run_ok(&mut list()).stdout;
+        assert_eq!(
+            String::from_utf8_lossy(&listed).lines().count(),
+            2,
+            "{ty}: {listed:?}"
+        );
+        let outs = [
+            dir.join("host.out").to_str().unwrap().to_owned(),
+            dir.join("dev.out").to_str().unwrap().to_owned(),
+        ];
+        let peak = peak_kib(
+            &dir,
+            &mut unbundle_cmd(&ours(), true, ty, &bundled, &[&outs[0], &outs[1]]),
+        );
+        assert!(peak < LIMIT_KIB, "{ty}: unbundle peak RSS {peak} KiB");
+        assert!(same_bytes(&outs[0], &host), "{ty}: host image differs");
+        assert!(same_bytes(&outs[1], &dev), "{ty}: device image differs");
+        for f in [&bundled, &outs[0], &outs[1]] {
+            std::fs::remove_file(f).unwrap();
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -723,17 +723,17 @@ fn list(path: &str, format: &Format, json: bool) -> CliResult {
     let mut source = Source::open(path)?;
     let prefix = source.prefix(MAGIC_PREFIX)?;
     let ids: Vec<String> = if reads_in_place(format, &prefix) {
-        // The binary handler keeps IDs in a StringMap: list in its order.
-        let table = if bundle::is_bundle(&prefix) {
-            read_table(&mut source)?
-        } else {
-            Vec::new()
-        };
+        let table = read_table(&mut source, format, &prefix)?;
         let ids: Vec<&str> = table.iter().map(|e| e.id.as_str()).collect();
-        string_map_order(&ids)
-            .into_iter()
-            .map(|i| ids[i].to_owned())
-            .collect()
+        if let Format::Text(_) = format {
+            ids.iter().map(|id| (*id).to_owned()).collect()
+        } else {
+            // The binary handler keeps IDs in a StringMap: list in its order.
+            string_map_order(&ids)
+                .into_iter()
+                .map(|i| ids[i].to_owned())
+                .collect()
+        }
     } else {
         let input = ParsedInput::load(path)?;
         match format {
@@ -777,18 +777,14 @@ fn unbundle_files(
     }
     let mut source = Source::open(&o.inputs[0])?;
     let prefix = source.prefix(MAGIC_PREFIX)?;
-    // A plain binary bundle, or a file that is none (the host code object), is read in
-    // place; compressed, text and object-file bundles are read into memory.
+    // A plain binary or text bundle, or a file that is none (the host code object), is
+    // read in place; compressed and object-file bundles are read into memory.
     let in_place = reads_in_place(format, &prefix);
     // Filled only when the input is read into memory.
     let mut input = ParsedInput { bytes: Vec::new() };
     let table;
     let entries: Vec<(&str, Code)> = if in_place {
-        table = if bundle::is_bundle(&prefix) {
-            read_table(&mut source)?
-        } else {
-            Vec::new()
-        };
+        table = read_table(&mut source, format, &prefix)?;
         table
             .iter()
             .map(|e| {
@@ -882,12 +878,10 @@ fn unbundle_files(
 /// Enough of the start of an input to tell its kind (bundle, CCOB or ELF magic).
 const MAGIC_PREFIX: usize = bundle::MAGIC.len();
 
-/// Is an input starting with `prefix` read in place (a plain binary bundle, or no
-/// bundle at all), rather than into memory (compressed, text, object-file bundles)?
+/// Is an input starting with `prefix` read in place (a plain binary or text bundle, or
+/// no bundle at all), rather than into memory (compressed and object-file bundles)?
 fn reads_in_place(format: &Format, prefix: &[u8]) -> bool {
-    matches!(format, Format::Binary | Format::Object)
-        && !compressed::is_compressed_bundle(prefix)
-        && !format.is_object_bundle(prefix)
+    !compressed::is_compressed_bundle(prefix) && !format.is_object_bundle(prefix)
 }
 
 /// Where an entry's code object is: in memory, or a range of the input file.
@@ -896,17 +890,31 @@ enum Code<'a> {
     Range { offset: u64, size: u64 },
 }
 
-/// The entry table of the plain bundle `source` (read from its start), with the errors
-/// `Bundle::parse` gives.
-fn read_table(source: &mut Source) -> CliResult<Vec<bundle::EntryRange>> {
+/// Where the code objects of `source` (a plain binary or text bundle, read from its
+/// start; `prefix` its first bytes) lie, with the errors `Bundle::parse` and
+/// `text::parse` give; none when a binary input is no bundle.
+fn read_table(
+    source: &mut Source,
+    format: &Format,
+    prefix: &[u8],
+) -> CliResult<Vec<bundle::EntryRange>> {
     let io = |e: std::io::Error| Failure(format!("'{}': {}", source.path, io_message(&e)));
-    let table = match &source.kind {
-        SourceKind::File(f) => {
+    let len = source.len;
+    let table = match (format, &source.kind) {
+        (Format::Text(comment), SourceKind::File(f)) => {
+            let mut f: &std::fs::File = f;
+            text::scan(&mut f, len, comment).map_err(io)?
+        }
+        (Format::Text(comment), SourceKind::Bytes(b)) => {
+            text::scan(&mut std::io::Cursor::new(&b[..]), len, comment).map_err(io)?
+        }
+        _ if !bundle::is_bundle(prefix) => Ok(Vec::new()),
+        (_, SourceKind::File(f)) => {
             // Buffered: the table is read field by field.
             let mut r = std::io::BufReader::new(f);
-            bundle::read_entry_table(&mut r, source.len).map_err(io)?
+            bundle::read_entry_table(&mut r, len).map_err(io)?
         }
-        SourceKind::Bytes(b) => bundle::read_entry_table(&mut &b[..], source.len).map_err(io)?,
+        (_, SourceKind::Bytes(b)) => bundle::read_entry_table(&mut &b[..], len).map_err(io)?,
     };
     Ok(table?)
 }
