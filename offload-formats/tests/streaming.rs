@@ -227,7 +227,8 @@ fn listing(dir: &Path) -> Vec<String> {
 }
 
 /// A failed run leaves the outputs as they were and no temporary file beside them; a
-/// successful one replaces an existing output and keeps its mode.
+/// successful one replaces an existing output and keeps its mode, and writes through a
+/// symbolic link.
 #[test]
 fn failures_leave_outputs_untouched() {
     use std::os::unix::fs::PermissionsExt;
@@ -292,6 +293,23 @@ fn failures_leave_outputs_untouched() {
         }
         assert_eq!(listing(&dir), before, "{what}: files left behind");
     }
+    // An output that is a symbolic link is written through it, as the bundler does.
+    let link = dir.join("link").to_str().unwrap().to_owned();
+    std::os::unix::fs::symlink("out1", &link).unwrap();
+    run_ok(&mut bundle_cmd(
+        &ours(),
+        true,
+        "bc",
+        &[&host, &dev],
+        &link,
+        1,
+    ));
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(&outs[1]).unwrap(), good_bytes);
+    std::fs::remove_file(&link).unwrap();
     std::fs::set_permissions(&outs[0], std::fs::Permissions::from_mode(0o600)).unwrap();
     run_ok(&mut bundle_cmd(
         &ours(),

@@ -106,6 +106,8 @@ struct Output {
     sink: Sink,
     /// The temporary file, until it is renamed.
     temp: Option<std::path::PathBuf>,
+    /// What the temporary file becomes: `path`, or the file a link at `path` names.
+    rename_to: std::path::PathBuf,
 }
 
 enum Sink {
@@ -121,6 +123,7 @@ impl Output {
                 path: path.to_owned(),
                 sink: Sink::Stdout(std::io::stdout().lock()),
                 temp: None,
+                rename_to: path.into(),
             });
         }
         let existing = std::fs::metadata(path).ok();
@@ -129,12 +132,21 @@ impl Output {
                 path: path.to_owned(),
                 sink: Sink::File(std::fs::File::create(path).map_err(err)?),
                 temp: None,
+                rename_to: path.into(),
             })
         };
         if existing.as_ref().is_some_and(|m| !m.is_file()) {
             return direct();
         }
-        let target = std::path::Path::new(path);
+        // A symbolic link is written through, as before: the rename goes to its target.
+        let resolved = match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() => match std::fs::canonicalize(path) {
+                Ok(real) => real,
+                Err(_) => return direct(),
+            },
+            _ => std::path::PathBuf::from(path),
+        };
+        let target = resolved.as_path();
         let dir = match target.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => std::path::Path::new("."),
@@ -162,6 +174,7 @@ impl Output {
                         path: path.to_owned(),
                         sink: Sink::File(file),
                         temp: Some(temp),
+                        rename_to: resolved,
                     });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -244,7 +257,7 @@ impl Output {
         }
         .map_err(|e| self.fail(e))?;
         if let Some(temp) = self.temp.take() {
-            if let Err(e) = std::fs::rename(&temp, &self.path) {
+            if let Err(e) = std::fs::rename(&temp, &self.rename_to) {
                 let _ = std::fs::remove_file(&temp);
                 return Err(self.fail(e));
             }
