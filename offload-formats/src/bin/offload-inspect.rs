@@ -603,19 +603,22 @@ fn bundle_streamed(
     Ok(written)
 }
 
-/// `-compress`: the plain bundle is built in memory and compressed in one piece.
+/// `-compress`: the plain bundle is built in memory and compressed in one piece, and
+/// `unbundle` / `list` decompress a compressed bundle whole (`ParsedInput::load`).
 ///
-/// Streaming it is possible but not done yet. The CCOB header comes first and holds the
-/// total (compressed) size, the uncompressed size and a hash (MD5) of the whole plain
-/// bundle; the uncompressed size and the header of the plain bundle are known from the
-/// inputs' sizes, the MD5 can be fed as the bundle streams, and zstd compresses a
-/// stream. But to match clang-offload-bundler byte for byte the zstd frame must be the
-/// one its one-shot `ZSTD_compress2` makes (content size in the frame header, long
-/// distance matching, window log 27): a streamed frame has to be told the content size
-/// up front and must be shown to give the same bytes; then the header is written last,
-/// by seeking back (so not to stdout). Reading a compressed bundle streams the same way
-/// (decompress, hash, and copy the wanted ranges in one pass). Until that is done and
-/// tested, `-compress` holds the inputs, the plain bundle and the compressed bundle.
+/// Both could stream; it is not done yet. Writing: the CCOB header comes before the
+/// payload and holds the total (compressed) size, the uncompressed size and the MD5 of
+/// the whole plain bundle. The uncompressed size follows from the inputs' sizes and the
+/// MD5 can be fed as the plain bundle streams into a zstd stream, but the total size is
+/// known only at the end: the header must be written last by seeking back (a file, not
+/// stdout) or the compressed payload held. And a streamed zstd frame (pledged content
+/// size, long-distance matching, window log 27) should first be shown to give the bytes
+/// this one-shot `ZSTD_compress2` gives (no test pins our compressed bytes today; the
+/// README says they match clang-offload-bundler's only for small inputs). Reading:
+/// every output has to stay a temporary file until the hash at the end matches, which
+/// `Output` allows but which needs all outputs open at once. Until then `-compress`
+/// holds the inputs, the plain bundle and the compressed bundle, and reading holds
+/// both forms.
 fn bundle_in_memory(
     o: &BundlerOptions,
     format: &Format,
