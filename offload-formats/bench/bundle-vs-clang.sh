@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Wall time and peak RSS of `bundle` and `unbundle -type=bc` on two images, for up to
-# two builds of offload-inspect (before, after) and clang-offload-bundler-22, run
+# Wall time and peak RSS of `bundle` and `unbundle` (-type=bc unless --type) on two
+# images, for up to two builds of offload-inspect (before, after) and clang-offload-bundler-22, run
 # interleaved in one go (docs/BENCHMARKS.md, section 1f). GNU time gives both numbers
 # (%e, %M: the peak RSS wait4 reports).
 #
-#   offload-formats/bench/bundle-vs-clang.sh [--mib N] [--rounds N] [--sparse]
+#   offload-formats/bench/bundle-vs-clang.sh [--mib N] [--rounds N] [--sparse] [--type T]
 #       [--before PATH] [--after PATH] [--dir DIR]
 #
 # Inputs are random (dense) unless --sparse; they, the bundles and the unbundled images
@@ -12,12 +12,13 @@
 # input size on disk while it runs, removed at the end.
 set -euo pipefail
 
-mib=512 rounds=5 sparse=0 before="" after="" dir=""
+mib=512 rounds=5 sparse=0 before="" after="" dir="" ty=bc
 while [ $# -gt 0 ]; do
     case "$1" in
         --mib) mib=$2; shift 2 ;;
         --rounds) rounds=$2; shift 2 ;;
         --sparse) sparse=1; shift ;;
+        --type) ty=$2; shift 2 ;;
         --before) before=$2; shift 2 ;;
         --after) after=$2; shift 2 ;;
         --dir) dir=$2; shift 2 ;;
@@ -44,7 +45,7 @@ for i in host dev; do
 done
 targets=host-x86_64-unknown-linux-gnu,openmp-nvptx64-nvidia-cuda--sm_90
 # The bundle every tool unbundles: clang's.
-"$clang_bundler" -type=bc -targets=$targets -input="$dir/host" -input="$dir/dev" -output="$dir/ref.bc"
+"$clang_bundler" -type=$ty -targets=$targets -input="$dir/host" -input="$dir/dev" -output="$dir/ref.bc"
 
 tools=(clang)
 [ -n "$before" ] && tools+=(before)
@@ -58,9 +59,9 @@ run() { # tool mode
     esac
     rm -f "$dir/out.bc" "$dir/out.host" "$dir/out.dev"
     if [ "$mode" = bundle ]; then
-        args+=(-type=bc -targets=$targets -input="$dir/host" -input="$dir/dev" -output="$dir/out.bc")
+        args+=(-type=$ty -targets=$targets -input="$dir/host" -input="$dir/dev" -output="$dir/out.bc")
     else
-        args+=(-type=bc -targets=$targets -input="$dir/ref.bc" -output="$dir/out.host" -output="$dir/out.dev")
+        args+=(-type=$ty -targets=$targets -input="$dir/ref.bc" -output="$dir/out.host" -output="$dir/out.dev")
     fi
     /usr/bin/time -f "%e %M" -o "$dir/time" "$exe" "${args[@]}"
     # Every run's output is checked: the bundle against clang's, the images against the inputs.
@@ -73,7 +74,7 @@ run() { # tool mode
     echo "$tool $mode $(cat "$dir/time")" >> "$dir/results"
 }
 
-echo "$(nproc) CPUs, $(uname -m); load before: $(cut -d' ' -f1-3 /proc/loadavg); inputs 2 x $mib MiB ($([ $sparse = 1 ] && echo sparse || echo random)); $rounds rounds"
+echo "-type=$ty; $(nproc) CPUs, $(uname -m); load before: $(cut -d' ' -f1-3 /proc/loadavg); inputs 2 x $mib MiB ($([ $sparse = 1 ] && echo sparse || echo random)); $rounds rounds"
 for r in $(seq "$rounds"); do
     # Rotate the order so no tool always runs first (cold cache, writeback of the last).
     n=${#tools[@]}
