@@ -82,6 +82,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "python3-pip",
     // The GPU kit's proof: a bare Debian root to run it in.
     "debootstrap",
+    // offload-formats/tests/streaming.rs: the peak memory of a run (GNU time's %M).
+    "time",
 ];
 
 /// Where `cargo xtask test` installs (tests/tests/compiler_plugin.rs reads it).
