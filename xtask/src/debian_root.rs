@@ -29,6 +29,10 @@ pub struct RootSpec<'a> {
     pub codename: &'a str,
     /// Packages debootstrap includes (`--include`), besides minbase.
     pub include: &'a [&'a str],
+    /// What the set-up makes, written into the stamp: a cached root whose stamp does
+    /// not end with it (a different package list) is made anew. Empty: any complete
+    /// root will do.
+    pub describe: &'a str,
     /// Set-up inside the new root before it counts as complete (e.g. `apt-get install`).
     pub setup: &'a dyn Fn(&Path) -> Result<()>,
 }
@@ -38,9 +42,18 @@ pub struct RootSpec<'a> {
 pub fn cached(spec: &RootSpec) -> Result<(PathBuf, Option<f64>)> {
     util::ensure_debian_packages(&["debootstrap"])?;
     let root = util::target_dir().join(spec.dir);
-    if root.join(STAMP).is_file() {
-        eprintln!("debian root: using {}", root.display());
-        return Ok((root, None));
+    let stamp = root.join(STAMP);
+    if let Ok(text) = fs::read_to_string(&stamp) {
+        if text.trim_end().ends_with(spec.describe) {
+            eprintln!("debian root: using {}", root.display());
+            return Ok((root, None));
+        }
+        eprintln!(
+            "debian root: {} was made for `{}`, not `{}`: making it anew",
+            root.display(),
+            text.trim_end(),
+            spec.describe
+        );
     }
     if root.exists() {
         // Interrupted: nothing may be mounted in it before it goes.
@@ -64,8 +77,13 @@ pub fn cached(spec: &RootSpec) -> Result<(PathBuf, Option<f64>)> {
     .run()
     .context("debootstrap failed")?;
     (spec.setup)(&root).with_context(|| format!("setting up {}", root.display()))?;
-    fs::write(root.join(STAMP), format!("{codename} from {mirror}\n"))?;
-    Ok((root, Some(start.elapsed().as_secs_f64())))
+    fs::write(
+        &stamp,
+        format!("{codename} from {mirror}; {}\n", spec.describe),
+    )?;
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("debian root: {} made in {secs:.0} s", root.display());
+    Ok((root, Some(secs)))
 }
 
 /// This machine's release (`VERSION_CODENAME` of /etc/os-release).
@@ -98,6 +116,16 @@ fn archive_in_policy(policy: &str, codename: &str) -> Option<String> {
         (is_archive && f[2] == wanted && f[1].contains("://"))
             .then(|| f[1].trim_end_matches('/').to_owned())
     })
+}
+
+/// `chroot <root> /usr/bin/env -i PATH=... HOME=/root LANG=C.UTF-8 <args...>`: a clean
+/// environment, so nothing of this machine's (LD_LIBRARY_PATH, PATH to toolchains)
+/// reaches the root.
+pub fn chroot_cmd<'a>(sh: &'a Shell, root: &Path, args: &[&str]) -> xshell::Cmd<'a> {
+    cmd!(
+        sh,
+        "chroot {root} /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive {args...}"
+    )
 }
 
 /// What is mounted inside the root for one run; unmounted when dropped, in reverse.

@@ -143,6 +143,7 @@ fn bare_root() -> Result<(PathBuf, Option<f64>)> {
         dir: &dir,
         codename: &codename,
         include: &["python3"],
+        describe: "",
         setup: &|_| Ok(()),
     })
 }
