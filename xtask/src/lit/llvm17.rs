@@ -16,8 +16,9 @@
 //!   wins, and the load proof is the same as for 16.
 //! - Results in `target/lit/llvm17-llvm/` and `target/lit/llvm17-ours/`.
 //!
-//! Passes when both runs' load proofs hold and every test that passes through LLVM 17's
-//! plugin passes through ours; tests passing through ours only are reported.
+//! Passes when both runs' load proofs hold and the tests that pass through LLVM 17's
+//! plugin but not through ours are exactly [`KNOWN_DIFFERENCES`] (with a `--filter`, the
+//! listed tests that ran); tests passing through ours only are reported.
 
 use super::{debian_source, run, Args, LitSummary, Llvm, Options};
 use crate::{debian_root, plugin, util};
@@ -43,6 +44,20 @@ pub const PACKAGES: &[&str] = &[
     "llvm-17-tools",
     "python3",
 ];
+
+/// Tests of LLVM 17's suite that pass through LLVM 17's plugin and not through ours, and
+/// why. A listed test that passes through both makes the list stale (an error).
+pub const KNOWN_DIFFERENCES: &[(&str, &str)] = &[(
+    "mapping/low_alignment.c",
+    "passes through LLVM's plugin by chance: its second region maps only `t.a` (4 bytes) \
+     but writes `t.i` and `t.j`, 16 and 20 bytes past that device buffer, and `PASS 2` \
+     reads them back from the enclosing `target data map(from: t.i, t.j)` buffer, which \
+     the kernel never wrote. LLVM 17's plugin memory manager hands that 8-byte buffer \
+     the one freed by the first part (struct S, where the kernel wrote 21 and 31), so \
+     the expected values come back; our plugin gives a fresh buffer (seen with \
+     LIBOMPTARGET_INFO=-1: same device address for both 8-byte buffers under LLVM's, \
+     different under ours)",
+)];
 
 pub fn main(args: &Args) -> Result<()> {
     ensure!(
@@ -85,18 +100,26 @@ pub fn main(args: &Args) -> Result<()> {
         eprintln!("{name:17} {}", one_line(s));
     }
     eprintln!("{}", comparison.report());
-    if !comparison.only_theirs.is_empty() {
-        bail!(
-            "{} test(s) pass through LLVM 17's plugin but not through ours: {:?}",
-            comparison.only_theirs.len(),
-            comparison.only_theirs
-        );
+    for (test, why) in KNOWN_DIFFERENCES {
+        if comparison.only_theirs.iter().any(|t| t == test) {
+            eprintln!("known difference {test}: {why}");
+        }
     }
-    if args.filter.is_some() && ours.failed != 0 {
+    let ran: BTreeSet<&str> = theirs.results.iter().map(|r| r.path()).collect();
+    let known: BTreeSet<&str> = KNOWN_DIFFERENCES
+        .iter()
+        .map(|(t, _)| *t)
+        .filter(|t| ran.contains(t))
+        .collect();
+    let got: BTreeSet<&str> = comparison.only_theirs.iter().map(String::as_str).collect();
+    if got != known {
         bail!(
-            "{} test(s) failed through ours: {:?}",
-            ours.failed,
-            ours.failed_tests()
+            "tests passing through LLVM 17's plugin but not through ours: {:?}; expected \
+             exactly the known differences {:?} (new: {:?}; listed but not differing: {:?})",
+            got,
+            known,
+            got.difference(&known).collect::<Vec<_>>(),
+            known.difference(&got).collect::<Vec<_>>()
         );
     }
     Ok(())
