@@ -1,5 +1,7 @@
 //! `cargo xtask lit`: LLVM 16's own libomptarget lit suite for x86_64-pc-linux-gnu,
-//! run through our plugin (or LLVM's, for the baseline).
+//! run through our plugin (or LLVM's, for the baseline). `--llvm 17`: LLVM 17's suite in
+//! a Debian 13 root, through both plugins, compared ([`llvm17`]); what follows describes
+//! 16, and 17 runs the same way, chrooted ([`Llvm`]).
 //!
 //! - The tests come from Debian's `llvm-toolchain-16` source package ([`debian_source`]),
 //!   the configuration from `tests/lit/lit.site.cfg.in` ([`site_config`]), and lit is
