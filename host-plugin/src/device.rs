@@ -14,6 +14,7 @@ use crate::diag;
 use crate::error::{backend_err, backend_err_with, PluginError};
 use crate::fptr::{self, FptrMapEntry};
 use crate::kernels::{KernelRecord, KernelRegistry, LaunchPlan};
+use crate::launch_shape::ExecMode;
 use crate::locking::lock;
 use crate::plugin_kind::PluginKind;
 use std::sync::{Arc, Mutex, RwLock};
@@ -266,7 +267,7 @@ impl Device {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(&kernel)
-            .copied();
+            .cloned();
         record.ok_or_else(|| PluginError::Invalid {
             device: self.id(),
             what: format!("{kernel:#x} is not a kernel of any image loaded on it"),
@@ -349,6 +350,29 @@ impl Device {
             LaunchPlan::Once => None,
             LaunchPlan::Shaped(_, shape) => Some(shape),
         };
+        // What LLVM's plugins print (`GenericKernelTy::printLaunchInfo`), which LLVM 17's
+        // lit tests check (api/omp_env_vars.c, offloading/info.c). A kernel run once (the
+        // host) is what LLVM's host plugin says of every kernel: 1 block of 1 thread, in
+        // Generic mode (`GenELF64KernelTy` is made with OMP_TGT_EXEC_MODE_GENERIC).
+        diag::info(diag::INFO_PLUGIN, || {
+            let (blocks, threads) = shape.map_or((1, 1), |s| (u64::from(s.blocks), s.threads));
+            let mode = match plan {
+                LaunchPlan::Shaped(mode, _) => mode,
+                LaunchPlan::Once => record.mode.unwrap_or(ExecMode::Generic),
+            };
+            let mode = match mode {
+                ExecMode::Generic => "Generic",
+                ExecMode::Spmd => "SPMD",
+                ExecMode::GenericSpmd => "Generic-SPMD",
+            };
+            let name = record.name.as_ref().map_or_else(
+                || format!("{kernel:#x}"),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            format!(
+                "Launching kernel {name} with {blocks} blocks and {threads} threads in {mode} mode"
+            )
+        });
         // SAFETY: `kernel` is a kernel of an image loaded on this device (its record was
         // found); the caller vouches for the arguments and the queue.
         unsafe { self.backend.launch(self.index, kernel, args, shape, queue) }.map_err(
@@ -788,6 +812,7 @@ mod tests {
             KernelRecord {
                 mode: None,
                 limits: None,
+                name: None,
             },
         );
         device

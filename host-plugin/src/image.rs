@@ -118,6 +118,39 @@ mod tests {
         }
     }
 
+    /// clang 17's linker wrapper links x86_64 device images with `-Bsymbolic`
+    /// (DT_SYMBOLIC); libomptarget 17's lit suite failed on every image before it was
+    /// accepted.
+    #[test]
+    fn accepts_a_bsymbolic_shared_object() {
+        let dir =
+            std::env::temp_dir().join(format!("omptarget-rs-bsymbolic-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (src, so) = (dir.join("k.c"), dir.join("k.so"));
+        std::fs::write(&src, "int answer = 42;\nint get(void) { return answer; }\n").unwrap();
+        let status = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-Wl,-Bsymbolic", "-o"])
+            .arg(&so)
+            .arg(&src)
+            .status()
+            .expect("cc runs");
+        assert!(status.success());
+        let bytes = std::fs::read(&so).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        use object::read::elf::{Dyn, FileHeader, ProgramHeader};
+        let le = object::LittleEndian;
+        let elf = object::elf::FileHeader64::<object::LittleEndian>::parse(&*bytes).unwrap();
+        let symbolic = elf
+            .program_headers(le, &*bytes)
+            .unwrap()
+            .iter()
+            .filter_map(|ph| ph.dynamic(le, &*bytes).ok().flatten())
+            .flatten()
+            .any(|d| d.d_tag(le) == u64::from(object::elf::DT_SYMBOLIC));
+        assert!(symbolic, "cc -Wl,-Bsymbolic made no DT_SYMBOLIC");
+        inspect_shared_object(&bytes, object::elf::EM_X86_64).expect("a -Bsymbolic image loads");
+    }
+
     #[test]
     fn rejects_non_elf_and_truncated() {
         assert!(matches!(

@@ -9,12 +9,14 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// What a launch needs to know about a kernel, recorded once, when its image is loaded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelRecord {
     /// From `<kernel>_exec_mode` (read by the core, [`launch_shape::read_exec_mode`]);
     /// for a kernel without it, the vendor's choice
     /// ([`crate::Backend::untagged_kernel_mode`]); None on the host, which reads none.
     pub mode: Option<ExecMode>,
+    /// The kernel's symbol, for the launch's info line (None in unit tests).
+    pub name: Option<std::sync::Arc<std::ffi::CStr>>,
     /// The device's and the kernel's limits ([`crate::backend::LoadedModule::kernel_limits`]);
     /// None where launches have no geometry (the host runs a kernel once).
     pub limits: Option<Limits>,
@@ -105,6 +107,7 @@ mod tests {
         let host = KernelRecord {
             mode: None,
             limits: None,
+            name: None,
         };
         assert_eq!(host.plan(None), LaunchPlan::Once);
         assert_eq!(host.plan(request(4, 64)), LaunchPlan::Once);
@@ -115,6 +118,7 @@ mod tests {
         let generic = KernelRecord {
             mode: Some(ExecMode::Generic),
             limits: Some(LIMITS),
+            name: None,
         };
         let shaped =
             |blocks, threads| LaunchPlan::Shaped(ExecMode::Generic, Shape { blocks, threads });
@@ -128,6 +132,7 @@ mod tests {
         let plain = KernelRecord {
             mode: None,
             limits: Some(LIMITS),
+            name: None,
         };
         assert_eq!(plain.plan(None), LaunchPlan::Once);
         assert_eq!(

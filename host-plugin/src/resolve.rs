@@ -189,11 +189,16 @@ impl<'a> EntryResolver<'a> {
                 // SAFETY: `addr` is what `module.function` returned for this entry's name.
                 let limits = unsafe { module.kernel_limits(addr, entry.name()) }
                     .map_err(|e| self.entry_err(entry, e.to_string()))?;
-                KernelRecord { mode, limits }
+                KernelRecord {
+                    mode,
+                    limits,
+                    name: Some(entry.name().into()),
+                }
             }
             _ => KernelRecord {
                 mode: None,
                 limits: None,
+                name: Some(entry.name().into()),
             },
         };
         lock(&self.kernel_records).push((addr, record));

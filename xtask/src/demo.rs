@@ -262,7 +262,8 @@ fn run(exe: &Path, plugins: &Path, out_dir: &Path, kind: &str, target: &Target) 
     let sh = Shell::new()?;
     let program = cmd!(sh, "{exe}")
         .env("LD_LIBRARY_PATH", plugins)
-        // Bit 0x10 (plugin information): our plugin prints the table it installed.
+        // Bit 0x10 (plugin information): our plugin prints the table it installed and,
+        // as LLVM's plugins do, each kernel launch.
         .env("LIBOMPTARGET_INFO", "16")
         .env("OMPTARGET_RS_LOAD_MARKER", &marker);
     let isolated = matches!(target, Target::Host { isolated: true });

@@ -1,5 +1,7 @@
 //! `cargo xtask lit`: LLVM 16's own libomptarget lit suite for x86_64-pc-linux-gnu,
-//! run through our plugin (or LLVM's, for the baseline).
+//! run through our plugin (or LLVM's, for the baseline). `--llvm 17`: LLVM 17's suite in
+//! a Debian 13 root, through both plugins, compared ([`llvm17`]); what follows describes
+//! 16, and 17 runs the same way, chrooted ([`Llvm`]).
 //!
 //! - The tests come from Debian's `llvm-toolchain-16` source package ([`debian_source`]),
 //!   the configuration from `tests/lit/lit.site.cfg.in` ([`site_config`]), and lit is
@@ -24,11 +26,12 @@
 //! applies it (without a `--filter`; with one, it requires no failures only).
 
 pub(crate) mod debian_source;
+mod llvm17;
 mod load_proof;
 pub(crate) mod results;
 mod site_config;
 
-use crate::{plugin, util};
+use crate::{debian_root, plugin, util};
 use anyhow::{bail, Context, Result};
 use results::{Status, TestResult};
 use site_config::SiteConfig;
@@ -64,6 +67,10 @@ pub struct Args {
     /// Run our x86_64 device in its own process (`OMPTARGET_RS_ISOLATED=1`).
     #[arg(long, requires = "ours")]
     pub isolated: bool,
+    /// Which LLVM's suite: 16 (this machine's) or 17 (in a cached Debian 13 root, run
+    /// through LLVM 17's plugin and through ours, and compared).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(16..=17))]
+    pub llvm: u32,
 }
 
 /// What one run of the suite gave.
@@ -95,6 +102,9 @@ impl LitSummary {
 }
 
 pub fn main(args: Args) -> Result<()> {
+    if args.llvm == 17 {
+        return llvm17::main(&args);
+    }
     let plugin_dir = match (&args.plugin_dir, args.ours) {
         (Some(dir), _) => Some(dir.clone()),
         (None, true) => Some(plugin::build_plugins()?),
@@ -106,7 +116,7 @@ pub fn main(args: Args) -> Result<()> {
         jobs: args.jobs,
         isolated: args.isolated,
     };
-    let summary = run(&options)?;
+    let summary = run(&llvm16()?, &options)?;
     if options.isolated && options.filter.is_none() {
         return assert_isolated_matches(&summary);
     }
@@ -126,23 +136,29 @@ pub fn main(args: Args) -> Result<()> {
 
 /// Runs the whole suite (all CPUs) through the plugins in `plugin_dir`, or LLVM's.
 pub fn run_suite(plugin_dir: Option<&Path>) -> Result<LitSummary> {
-    run(&Options {
-        plugin_dir,
-        filter: None,
-        jobs: None,
-        isolated: false,
-    })
+    run(
+        &llvm16()?,
+        &Options {
+            plugin_dir,
+            filter: None,
+            jobs: None,
+            isolated: false,
+        },
+    )
 }
 
 /// Runs the whole suite through our plugins in `plugin_dir` with the x86_64 device in its
 /// own process (`OMPTARGET_RS_ISOLATED=1`).
 pub fn run_suite_isolated(plugin_dir: &Path) -> Result<LitSummary> {
-    run(&Options {
-        plugin_dir: Some(plugin_dir),
-        filter: None,
-        jobs: None,
-        isolated: true,
-    })
+    run(
+        &llvm16()?,
+        &Options {
+            plugin_dir: Some(plugin_dir),
+            filter: None,
+            jobs: None,
+            isolated: true,
+        },
+    )
 }
 
 /// The tests that pass through our plugin in-process but fail on the isolated host
@@ -228,8 +244,57 @@ struct Options<'a> {
     isolated: bool,
 }
 
-fn run(options: &Options) -> Result<LitSummary> {
-    util::section("lit: LLVM 16 libomptarget suite (x86_64-pc-linux-gnu)");
+/// The LLVM whose suite runs, and where.
+pub(crate) struct Llvm {
+    pub major: u32,
+    /// `/usr/lib/llvm-N`, as the tests see it.
+    pub prefix: PathBuf,
+    /// The Debian root the suite runs in (chrooted), or None for this machine.
+    pub root: Option<PathBuf>,
+    /// `openmp/libomptarget/test` of the matching source package.
+    pub tests: PathBuf,
+    /// Host folders the chrooted run needs at the same path inside the root.
+    pub binds: Vec<PathBuf>,
+}
+
+impl Llvm {
+    /// Where a path as the tests see it lies on this machine.
+    fn host_path(&self, p: &Path) -> PathBuf {
+        match &self.root {
+            Some(root) => root.join(p.strip_prefix("/").unwrap_or(p)),
+            None => p.to_path_buf(),
+        }
+    }
+
+    /// The root the tests' paths are relative to ("/" for this machine).
+    fn fs_root(&self) -> &Path {
+        self.root.as_deref().unwrap_or(Path::new("/"))
+    }
+
+    /// `program args...`, run in the root when there is one.
+    fn command<'a>(&self, sh: &'a Shell, program: &Path, args: &[&str]) -> Cmd<'a> {
+        match &self.root {
+            Some(root) => {
+                let mut all = vec![program.to_str().unwrap_or_default()];
+                all.extend_from_slice(args);
+                debian_root::chroot_cmd(sh, root, &all)
+            }
+            None => cmd!(sh, "{program} {args...}"),
+        }
+    }
+
+    /// `target/lit/<label>` for 16 (as always), `target/lit/llvm<N>-<label>` otherwise.
+    fn run_dir_name(&self, label: &str) -> String {
+        if self.major == 16 {
+            label.to_owned()
+        } else {
+            format!("llvm{}-{label}", self.major)
+        }
+    }
+}
+
+/// LLVM 16 on this machine (its packages installed, its tests fetched when missing).
+fn llvm16() -> Result<Llvm> {
     util::ensure_debian_packages(&[
         "clang-16",
         "libomp-16-dev",
@@ -237,20 +302,55 @@ fn run(options: &Options) -> Result<LitSummary> {
         "llvm-16-tools",
         "python3",
     ])?;
-    let lit_py = Path::new(LLVM16_PREFIX).join("build/utils/lit/lit.py");
-    if !lit_py.is_file() {
-        bail!("{} not found (package llvm-16-tools)", lit_py.display());
-    }
-    let tests = debian_source::libomptarget_tests()?;
-    let llvm_plugin_dir = Path::new(LLVM16_PREFIX).join("lib");
+    Ok(Llvm {
+        major: 16,
+        prefix: PathBuf::from(LLVM16_PREFIX),
+        root: None,
+        tests: debian_source::libomptarget_tests()?,
+        binds: Vec::new(),
+    })
+}
 
-    let (label, plugin_dir) = match options.plugin_dir {
-        Some(dir) if options.isolated => ("ours-isolated", canonical_dir(dir)?),
-        Some(dir) => ("ours", canonical_dir(dir)?),
-        None => ("llvm", canonical_dir(&llvm_plugin_dir)?),
+fn run(llvm: &Llvm, options: &Options) -> Result<LitSummary> {
+    let major = llvm.major;
+    util::section(&format!(
+        "lit: LLVM {major} libomptarget suite ({TARGET}){}",
+        llvm.root
+            .as_ref()
+            .map(|r| format!(" in {}", r.display()))
+            .unwrap_or_default()
+    ));
+    let lit_py = llvm.prefix.join("build/utils/lit/lit.py");
+    if !llvm.host_path(&lit_py).is_file() {
+        bail!(
+            "{} not found (package llvm-{major}-tools)",
+            lit_py.display()
+        );
+    }
+    let tests = llvm.tests.clone();
+    let llvm_plugin_dir = llvm.prefix.join("lib");
+    let fs_root = llvm.fs_root();
+    let canonical_dir = |dir: &Path| -> Result<PathBuf> {
+        load_proof::canonical_in(fs_root, dir)
+            .with_context(|| format!("{} does not exist", llvm.host_path(dir).display()))
+    };
+
+    // Our plugin folder is this machine's (bind-mounted at its own path into a root);
+    // LLVM's is the tests' own.
+    let host_dir = |dir: &Path| {
+        fs::canonicalize(dir).with_context(|| format!("{} does not exist", dir.display()))
+    };
+    let (label, plugin_dir, plugin_dir_here) = match options.plugin_dir {
+        Some(dir) if options.isolated => ("ours-isolated", host_dir(dir)?, host_dir(dir)?),
+        Some(dir) => ("ours", host_dir(dir)?, host_dir(dir)?),
+        None => {
+            let dir = canonical_dir(&llvm_plugin_dir)?;
+            let here = llvm.host_path(&dir);
+            ("llvm", dir, here)
+        }
     };
     let ours = options.plugin_dir.is_some();
-    let has = |name: &str| plugin_dir.join(name).is_file();
+    let has = |name: &str| plugin_dir_here.join(name).is_file();
     let x86_64_names = [
         "libomptarget.rtl.x86_64.so",
         "libomptarget.rtl.x86_64.nextgen.so",
@@ -272,7 +372,7 @@ fn run(options: &Options) -> Result<LitSummary> {
         lock.lock()?;
     }
     // A fresh directory per run: stale loader logs or markers would void the proof.
-    let run_dir = lit_dir.join(label);
+    let run_dir = lit_dir.join(llvm.run_dir_name(label));
     if run_dir.exists() {
         fs::remove_dir_all(&run_dir).with_context(|| format!("clearing {}", run_dir.display()))?;
     }
@@ -280,29 +380,55 @@ fn run(options: &Options) -> Result<LitSummary> {
     let ld_debug_dir = run_dir.join("ld-debug");
     fs::create_dir_all(&exec_root)?;
     fs::create_dir_all(&ld_debug_dir)?;
-    let exec_root = canonical_dir(&exec_root)?;
-    let ld_debug_dir = canonical_dir(&ld_debug_dir)?;
+    let exec_root = fs::canonicalize(&exec_root)?;
+    let ld_debug_dir = fs::canonicalize(&ld_debug_dir)?;
     let marker = run_dir.join("plugin-load-marker.txt");
+    // A chrooted run sees these at the same paths as this machine: the run's folder
+    // (programs, logs, marker), the tests, our plugins.
+    let _mounts = match &llvm.root {
+        Some(root) => {
+            let mut binds: Vec<&Path> = vec![&run_dir];
+            binds.extend(llvm.binds.iter().map(PathBuf::as_path));
+            if ours {
+                binds.push(&plugin_dir);
+            }
+            Some(debian_root::Mounts::new(root, &binds)?)
+        }
+        None => None,
+    };
 
-    let mut environment = test_environment(ours.then_some(&*plugin_dir), &ld_debug_dir, &marker)?;
+    // Debian 13's libLLVM-17.so.1 (where libomptarget 17's bare-name dlopen of its
+    // plugins is called from) lives in /usr/lib/x86_64-linux-gnu with RUNPATH
+    // `$ORIGIN/../lib`, and the plugins in /usr/lib/llvm-17/lib: without a search path
+    // libomptarget 17 finds no plugin at all and every region silently runs on the
+    // host fallback. So LLVM's own plugins get their folder on the search path too.
+    let search_dir = (ours || major >= 17).then_some(&*plugin_dir);
+    let mut environment = test_environment(search_dir, major, &ld_debug_dir, &marker)?;
     if options.isolated {
         environment.push(("OMPTARGET_RS_ISOLATED".to_owned(), "1".to_owned()));
     }
-    let clang = util::llvm16("clang")?;
     let sh = Shell::new()?;
-    let clang_version = util::read(cmd!(sh, "{clang} -dumpversion"))?;
+    let clang = llvm.prefix.join("bin/clang");
+    let clang_version = util::read(llvm.command(&sh, &clang, &["-dumpversion"]))?;
     let site = SiteConfig {
+        prefix: &llvm.prefix,
         tests: &tests,
         exec_root: &exec_root,
         clang_version: clang_version.trim(),
         environment: &environment,
     };
     for f in site.required_files() {
-        if !f.exists() {
-            bail!("{} is missing: is LLVM 16 fully installed?", f.display());
+        if !llvm.host_path(&f).exists() {
+            bail!(
+                "{} is missing: is LLVM {major} fully installed?",
+                f.display()
+            );
         }
     }
-    let template_path = util::root().join("tests/lit/lit.site.cfg.in");
+    let template_path = util::root().join(match major {
+        16 => "tests/lit/lit.site.cfg.in".to_owned(),
+        n => format!("tests/lit/lit.site.cfg.{n}.in"),
+    });
     let template = fs::read_to_string(&template_path)
         .with_context(|| format!("reading {}", template_path.display()))?;
     fs::write(exec_root.join("lit.site.cfg"), site.render(&template)?)?;
@@ -313,7 +439,15 @@ fn run(options: &Options) -> Result<LitSummary> {
             .unwrap_or(2)
     });
     let report_path = run_dir.join("results.json");
-    let lit = lit_command(&sh, &lit_py, jobs, options.filter, &exec_root, &report_path);
+    let lit = lit_command(
+        llvm,
+        &sh,
+        &lit_py,
+        jobs,
+        options.filter,
+        &exec_root,
+        &report_path,
+    );
     eprintln!(
         "lit: plugins from {} ({label}), {jobs} workers",
         plugin_dir.display()
@@ -339,6 +473,7 @@ fn run(options: &Options) -> Result<LitSummary> {
         &ld_debug_dir,
         &marker,
         &load_proof::Expectation {
+            root: fs_root,
             plugin_dir: &plugin_dir,
             llvm_plugin_dir: &llvm_plugin_dir,
             ours,
@@ -364,10 +499,11 @@ fn run(options: &Options) -> Result<LitSummary> {
 }
 
 /// What every test command gets (lit hands tests a cleaned environment): the loader's
-/// log for the load proof, our plugin's marker, and, for our plugins, the search path
+/// log for the load proof, our plugin's marker, and, for our plugins (and LLVM 17's), the search path
 /// that makes libomptarget's bare-name dlopen find them first.
 fn test_environment(
-    our_plugin_dir: Option<&Path>,
+    plugin_search_dir: Option<&Path>,
+    major: u32,
     ld_debug_dir: &Path,
     marker: &Path,
 ) -> Result<Vec<(String, String)>> {
@@ -379,9 +515,10 @@ fn test_environment(
         ),
         ("OMPTARGET_RS_LOAD_MARKER".to_owned(), path_string(marker)?),
     ];
-    if let Some(dir) = our_plugin_dir {
+    if let Some(dir) = plugin_search_dir {
         env.push(("LD_LIBRARY_PATH".to_owned(), path_string(dir)?));
-        if !dir.join("libomptarget.rtl.x86_64.nextgen.so").is_file() {
+        // Only 16 tries `.nextgen.so` names (a folder in a root: it has none).
+        if major == 16 && !dir.join("libomptarget.rtl.x86_64.nextgen.so").is_file() {
             // Otherwise libomptarget would find LLVM's .nextgen.so before our .so.
             env.push(("LIBOMPTARGET_NEXTGEN_PLUGINS".to_owned(), "0".to_owned()));
         }
@@ -392,6 +529,7 @@ fn test_environment(
 /// lit -v (for the log: one `STATUS: name (i of n)` line per test, each failure's
 /// output) with its JSON report `-o` (for us: every test's result code and output).
 fn lit_command<'a>(
+    llvm: &Llvm,
     sh: &'a Shell,
     lit_py: &Path,
     jobs: usize,
@@ -401,6 +539,18 @@ fn lit_command<'a>(
 ) -> Cmd<'a> {
     let jobs = jobs.to_string();
     let filter: Vec<&str> = filter.into_iter().flat_map(|f| ["--filter", f]).collect();
+    if llvm.root.is_some() {
+        // chroot_cmd starts from an empty environment.
+        let (lit_py, report, exec_root) = (
+            lit_py.to_str().unwrap_or_default(),
+            report.to_str().unwrap_or_default(),
+            exec_root.to_str().unwrap_or_default(),
+        );
+        let mut args = vec![lit_py, "-v", "--no-progress-bar", "-j", &jobs, "-o", report];
+        args.extend(filter.iter().copied());
+        args.push(exec_root);
+        return llvm.command(sh, Path::new("python3"), &args);
+    }
     cmd!(
         sh,
         "python3 {lit_py} -v --no-progress-bar -j {jobs} -o {report} {filter...} {exec_root}"
@@ -470,10 +620,6 @@ fn report(s: &LitSummary) {
     for name in s.failed_tests() {
         eprintln!("FAILED: {name}");
     }
-}
-
-fn canonical_dir(dir: &Path) -> Result<PathBuf> {
-    fs::canonicalize(dir).with_context(|| format!("{} does not exist", dir.display()))
 }
 
 fn path_string(p: &Path) -> Result<String> {

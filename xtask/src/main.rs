@@ -2,6 +2,7 @@
 
 mod bench;
 mod compiler_plugin;
+mod debian_root;
 mod demo;
 mod device;
 mod fuzz;
@@ -43,7 +44,8 @@ enum Cmd {
     /// Build the standard indirect-call programs for an NVIDIA GPU through the installed
     /// nvptx64 config into --out (the GPU kit runs them), checking each cubin.
     IndirectGpuPrograms(indirect_programs::Args),
-    /// Run LLVM 16's libomptarget lit suite through our plugin (or LLVM's, to compare).
+    /// Run LLVM 16's libomptarget lit suite through our plugin (or LLVM's, to compare);
+    /// `--llvm 17`: LLVM 17's, in a cached Debian 13 root, through both, compared.
     Lit(lit::Args),
     /// Bounded cargo-fuzz runs of every parser target.
     Fuzz(fuzz::Args),

@@ -30,37 +30,55 @@ const DEB_SRC_FILE_STEM: &str = "omptarget-rs-deb-src";
 /// extracting it on first use.
 pub fn libomptarget_tests() -> Result<PathBuf> {
     let cache = util::target_dir().join("llvm16-src");
-    if let Some(dir) = cached_tests(&cache) {
+    libomptarget_tests_of(SOURCE_PACKAGE, &cache, |cache| {
+        let start = std::time::Instant::now();
+        download_source_package(cache)?;
+        eprintln!(
+            "lit: source package downloaded in {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+        Ok(())
+    })
+}
+
+/// `.../openmp/libomptarget/test` of Debian's source package `package` (e.g.
+/// `llvm-toolchain-17`), cached in `cache`: when no complete extraction is there,
+/// `download(cache)` must leave the package's `.orig.tar.*` and `.debian.tar.*` in
+/// `cache` (for a release other than this machine's, apt inside that release's root does
+/// it), and the tests are extracted and patched as for LLVM 16.
+pub(crate) fn libomptarget_tests_of(
+    package: &str,
+    cache: &Path,
+    download: impl FnOnce(&Path) -> Result<()>,
+) -> Result<PathBuf> {
+    if let Some(dir) = cached_tests(cache) {
         eprintln!("lit: using cached tests in {}", dir.display());
         return Ok(dir);
     }
-    fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
-    let start = std::time::Instant::now();
-    let orig = download_source_package(&cache)?;
-    let downloaded = start.elapsed();
-    let tests = match extract_tests(&cache, &orig) {
-        Ok(t) => t,
-        Err(e) => {
-            // Most likely an interrupted download: start over next time.
-            for file in [Some(orig.clone()), find_debian_tarball(&cache)]
-                .into_iter()
-                .flatten()
-            {
-                let _ = fs::remove_file(file);
-            }
-            return Err(e.context(format!(
-                "extracting the tests failed; removed the downloaded tarballs from {}, \
-                 run again to download them anew",
-                cache.display()
-            )));
+    fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
+    if find_orig_tarball(cache, package)?.is_none() || find_debian_tarball(cache, package).is_none()
+    {
+        download(cache)?;
+    }
+    let orig = find_orig_tarball(cache, package)?.with_context(|| {
+        format!(
+            "no {package}_*.orig.tar.* in {} after the download",
+            cache.display()
+        )
+    })?;
+    extract_tests(cache, &orig, package).map_err(|e| {
+        for file in [Some(orig.clone()), find_debian_tarball(cache, package)]
+            .into_iter()
+            .flatten()
+        {
+            let _ = fs::remove_file(file);
         }
-    };
-    eprintln!(
-        "lit: source package downloaded in {:.1} s, tests extracted in {:.1} s",
-        downloaded.as_secs_f64(),
-        (start.elapsed() - downloaded).as_secs_f64()
-    );
-    Ok(tests)
+        e.context(format!(
+            "extracting the tests failed; removed the downloaded tarballs from {}, run \
+             again to download them anew",
+            cache.display()
+        ))
+    })
 }
 
 /// The extracted test directory, if a previous run completed it.
@@ -77,7 +95,7 @@ fn cached_tests(cache: &Path) -> Option<PathBuf> {
 /// `apt-get source --download-only` into `cache`; returns the orig tarball.
 fn download_source_package(cache: &Path) -> Result<PathBuf> {
     let version = installed_version(VERSION_ANCHOR_PACKAGE)?;
-    if let Some(orig) = find_orig_tarball(cache)? {
+    if let Some(orig) = find_orig_tarball(cache, SOURCE_PACKAGE)? {
         return Ok(orig);
     }
     enable_source_packages()?;
@@ -89,7 +107,7 @@ fn download_source_package(cache: &Path) -> Result<PathBuf> {
         "apt-get source --download-only -qq {SOURCE_PACKAGE}={version}"
     )
     .run()?;
-    find_orig_tarball(cache)?.with_context(|| {
+    find_orig_tarball(cache, SOURCE_PACKAGE)?.with_context(|| {
         format!(
             "apt-get source left no {SOURCE_PACKAGE}_*.orig.tar.* in {}",
             cache.display()
@@ -109,8 +127,8 @@ fn installed_version(package: &str) -> Result<String> {
     Ok(v.to_owned())
 }
 
-fn find_orig_tarball(cache: &Path) -> Result<Option<PathBuf>> {
-    let prefix = format!("{SOURCE_PACKAGE}_");
+fn find_orig_tarball(cache: &Path, package: &str) -> Result<Option<PathBuf>> {
+    let prefix = format!("{package}_");
     Ok(fs::read_dir(cache)?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
@@ -121,8 +139,8 @@ fn find_orig_tarball(cache: &Path) -> Result<Option<PathBuf>> {
         }))
 }
 
-fn find_debian_tarball(cache: &Path) -> Option<PathBuf> {
-    let prefix = format!("{SOURCE_PACKAGE}_");
+fn find_debian_tarball(cache: &Path, package: &str) -> Option<PathBuf> {
+    let prefix = format!("{package}_");
     fs::read_dir(cache)
         .ok()?
         .filter_map(|e| e.ok())
@@ -275,7 +293,7 @@ fn deb_src_stanzas(text: &str, origin: Option<&str>) -> String {
 
 /// One-line `deb [options] uri suite components` entries of `text` (matching `origin`
 /// when given), rewritten as `deb-src`.
-fn deb_src_lines(text: &str, origin: Option<&str>) -> String {
+pub(crate) fn deb_src_lines(text: &str, origin: Option<&str>) -> String {
     let mut out = String::new();
     for line in text.lines() {
         let trimmed = line.trim_start();
@@ -303,7 +321,7 @@ fn deb_src_lines(text: &str, origin: Option<&str>) -> String {
 
 /// Extracts the test directory (and nothing else) from the orig tarball, applies the
 /// Debian patches that touch it, and stamps the tree complete.
-fn extract_tests(cache: &Path, orig: &Path) -> Result<PathBuf> {
+fn extract_tests(cache: &Path, orig: &Path, package: &str) -> Result<PathBuf> {
     let staging = cache.join("extracting");
     if staging.exists() {
         fs::remove_dir_all(&staging)?;
@@ -318,12 +336,9 @@ fn extract_tests(cache: &Path, orig: &Path) -> Result<PathBuf> {
         .map(|e| e.path())
         .find(|p| p.join(TESTS_IN_TREE).join("lit.cfg").is_file())
         .with_context(|| format!("{} holds no {TESTS_IN_TREE}/lit.cfg", orig.display()))?;
-    match find_debian_tarball(cache) {
+    match find_debian_tarball(cache, package) {
         Some(debian) => apply_debian_patches(&top, &debian, &staging)?,
-        None => bail!(
-            "no {SOURCE_PACKAGE}_*.debian.tar.* next to {}",
-            orig.display()
-        ),
+        None => bail!("no {package}_*.debian.tar.* next to {}", orig.display()),
     }
     let final_top = cache.join(top.file_name().context("tarball top directory")?);
     if final_top.exists() {

@@ -35,6 +35,9 @@ struct Process {
 
 /// The inputs of the proof.
 pub struct Expectation<'a> {
+    /// The root the processes ran in ("/", or a chroot's folder): every path here and
+    /// in the loader logs is as seen from inside it.
+    pub root: &'a Path,
     /// The directory every plugin of a provided name must come from.
     pub plugin_dir: &'a Path,
     /// LLVM's own plugin directory: nothing may be loaded from it when `ours`.
@@ -62,9 +65,12 @@ pub struct LoadProof {
 
 pub fn prove(ld_debug_dir: &Path, marker: &Path, expect: &Expectation) -> Result<LoadProof> {
     let processes = read_loader_logs(ld_debug_dir)?;
+    let root = expect.root;
+    let canonical = |p: &Path| canonical_in(root, p).unwrap_or_else(|| p.to_path_buf());
     let plugin_dir = canonical(expect.plugin_dir);
-    let provided: BTreeSet<String> = fs::read_dir(&plugin_dir)
-        .with_context(|| format!("reading {}", plugin_dir.display()))?
+    let plugin_dir_here = host_path(root, &plugin_dir);
+    let provided: BTreeSet<String> = fs::read_dir(&plugin_dir_here)
+        .with_context(|| format!("reading {}", plugin_dir_here.display()))?
         .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| n.starts_with(PLUGIN_PREFIX))
@@ -80,7 +86,9 @@ pub fn prove(ld_debug_dir: &Path, marker: &Path, expect: &Expectation) -> Result
             let must_be_expected =
                 provided.contains(&name) || name.starts_with(X86_64_PLUGIN_PREFIX);
             let expected = plugin_dir.join(&name);
-            if must_be_expected && (!expected.exists() || loaded != canonical(&expected)) {
+            if must_be_expected
+                && (!host_path(root, &expected).exists() || loaded != canonical(&expected))
+            {
                 bail!(
                     "process {pid} ({}) loaded {} (file {}) instead of {}",
                     describe(process),
@@ -124,7 +132,11 @@ pub fn prove(ld_debug_dir: &Path, marker: &Path, expect: &Expectation) -> Result
         let program = test_program(&exec_root, test);
         let runs: Vec<(&u32, &Process)> = processes
             .iter()
-            .filter(|(_, p)| p.programs.iter().any(|prog| is_run_of(prog, &program)))
+            .filter(|(_, p)| {
+                p.programs
+                    .iter()
+                    .any(|prog| is_run_of(&canonical(prog), &program))
+            })
             .collect();
         if runs.is_empty() {
             bail!(
@@ -182,9 +194,8 @@ fn test_program(exec_root: &Path, test: &str) -> PathBuf {
     exec_root.join(dir).join("Output").join(file)
 }
 
-/// `%t` itself or a derived name such as `%t-variant`.
-fn is_run_of(program: &Path, test_program: &Path) -> bool {
-    let p = canonical(program);
+/// `%t` itself or a derived name such as `%t-variant` (`program` canonical).
+fn is_run_of(p: &Path, test_program: &Path) -> bool {
     p == test_program
         || p.to_str().zip(test_program.to_str()).is_some_and(|(p, t)| {
             p.strip_prefix(t)
@@ -270,6 +281,28 @@ fn canonical(p: &Path) -> PathBuf {
     fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
+/// Where `p`, a path inside `root`, lies on this machine.
+fn host_path(root: &Path, p: &Path) -> PathBuf {
+    root.join(p.strip_prefix("/").unwrap_or(p))
+}
+
+/// `p` (a path as seen inside `root`) with `..` and symlinks resolved, as seen inside
+/// `root`; None when it does not exist. The root's own symlinks resolve within it as
+/// long as they are relative (Debian's are); folders bind-mounted into the root at
+/// their own path read the same inside and out.
+pub(crate) fn canonical_in(root: &Path, p: &Path) -> Option<PathBuf> {
+    if root == Path::new("/") {
+        return fs::canonicalize(p).ok();
+    }
+    let resolved = fs::canonicalize(host_path(root, p)).ok()?;
+    let root = canonical(root);
+    Some(match resolved.strip_prefix(&root) {
+        Ok(rest) => Path::new("/").join(rest),
+        // An absolute symlink that left the root: keep what it names.
+        Err(_) => resolved,
+    })
+}
+
 fn describe(p: &Process) -> String {
     let programs: Vec<String> = p.programs.iter().map(|p| p.display().to_string()).collect();
     if programs.is_empty() {
@@ -339,6 +372,7 @@ mod tests {
                 &self.logs,
                 &self.marker,
                 &Expectation {
+                    root: Path::new("/"),
                     plugin_dir: dir,
                     llvm_plugin_dir: &self.theirs,
                     ours,

@@ -9,6 +9,8 @@ pub const LLVM16_PREFIX: &str = "/usr/lib/llvm-16";
 
 /// Everything that differs between machines or runs.
 pub struct SiteConfig<'a> {
+    /// Where the LLVM under test is installed, as the tests see it (`/usr/lib/llvm-N`).
+    pub prefix: &'a Path,
     /// `openmp/libomptarget/test` of the source tree (holds the upstream lit.cfg).
     pub tests: &'a Path,
     /// Where lit builds and runs the test programs (`%t` lives below it).
@@ -21,8 +23,8 @@ pub struct SiteConfig<'a> {
 
 impl SiteConfig<'_> {
     pub fn render(&self, template: &str) -> Result<String> {
-        let bin = Path::new(LLVM16_PREFIX).join("bin");
-        let lib = Path::new(LLVM16_PREFIX).join("lib");
+        let bin = self.prefix.join("bin");
+        let lib = self.prefix.join("lib");
         let major = self.clang_version.split('.').next().unwrap_or("");
         let major_minor: Vec<&str> = self.clang_version.split('.').take(2).collect();
         // Same list upstream's set_test_compiler_features() builds for Clang.
@@ -74,9 +76,10 @@ impl SiteConfig<'_> {
     }
 
     /// The files the generated config relies on, checked before lit starts so a
-    /// missing package reads as such and not as 114 failed tests.
+    /// missing package reads as such and not as 114 failed tests. Paths as the tests see them
+    /// (inside the root, for a chrooted run).
     pub fn required_files(&self) -> Vec<PathBuf> {
-        let p = Path::new(LLVM16_PREFIX);
+        let p = self.prefix;
         vec![
             p.join("bin/clang"),
             p.join("bin/clang++"),
@@ -125,6 +128,7 @@ mod tests {
 
     fn config<'a>(env: &'a [(String, String)]) -> SiteConfig<'a> {
         SiteConfig {
+            prefix: Path::new(LLVM16_PREFIX),
             tests: Path::new("/src/openmp/libomptarget/test"),
             exec_root: Path::new("/t/x86_64-pc-linux-gnu"),
             clang_version: "16.0.6",
@@ -143,6 +147,20 @@ mod tests {
         assert!(out.contains("config.environment['LD_DEBUG'] = 'libs'\n"));
         assert!(out.contains("'/usr/lib/llvm-16/lib/clang/16/include'"));
         assert!(out.contains("load_config(config, '/src/openmp/libomptarget/test/lit.cfg')"));
+    }
+
+    #[test]
+    fn renders_llvm17_template() {
+        const TEMPLATE_17: &str = include_str!("../../../tests/lit/lit.site.cfg.17.in");
+        let mut site = config(&[]);
+        site.prefix = Path::new("/usr/lib/llvm-17");
+        site.clang_version = "17.0.6";
+        let out = site.render(TEMPLATE_17).unwrap();
+        assert!(
+            out.contains("'/usr/lib/llvm-17/lib/clang/17/include'"),
+            "{out}"
+        );
+        assert!(out.contains("config.has_libomptarget_ompt = True"));
     }
 
     #[test]

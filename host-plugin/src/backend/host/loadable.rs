@@ -90,6 +90,10 @@ const KNOWN_TAGS: &[u32] = &[
     elf::DT_DEBUG,
     elf::DT_JMPREL,
     elf::DT_BIND_NOW,
+    // `-Bsymbolic`: clang 17's linker wrapper links x86_64 device images with it. The
+    // loader only tests its presence (the image's own definitions first); the value
+    // points at nothing.
+    elf::DT_SYMBOLIC,
     elf::DT_INIT_ARRAY,
     elf::DT_FINI_ARRAY,
     elf::DT_INIT_ARRAYSZ,

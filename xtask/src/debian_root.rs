@@ -1,0 +1,220 @@
+//! Cached `debootstrap --variant=minbase` Debian roots under target/, and the mounts a
+//! chrooted run needs. Used by the GPU kit's bare-root proof (this machine's own
+//! release) and by `cargo xtask lit --llvm 17` (Debian 13, trixie).
+//!
+//! The archive is never named here: it is the one this machine's apt takes its own
+//! release's `main` from (read from `apt-cache policy`), which also serves the other
+//! releases of the same distribution.
+//!
+//! A root is complete once its stamp file exists (written after debootstrap and the
+//! caller's setup, such as `apt-get install`, succeeded); a root without it is an
+//! interrupted one and is made anew.
+
+use crate::util;
+use anyhow::{Context, Result};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use xshell::{cmd, Shell};
+
+/// Written into a root once it is complete (the name the bare root has always used, so
+/// roots made before this module existed stay valid).
+const STAMP: &str = ".omptarget-rs-bare-root-complete";
+
+/// What a root is made of.
+pub struct RootSpec<'a> {
+    /// Its folder below target/ (e.g. `bare-root/bookworm-minbase-python3`).
+    pub dir: &'a str,
+    /// The release to bootstrap.
+    pub codename: &'a str,
+    /// Packages debootstrap includes (`--include`), besides minbase.
+    pub include: &'a [&'a str],
+    /// What the set-up makes, written into the stamp: a cached root whose stamp does
+    /// not end with it (a different package list) is made anew. Empty: any complete
+    /// root will do.
+    pub describe: &'a str,
+    /// Set-up inside the new root before it counts as complete (e.g. `apt-get install`).
+    pub setup: &'a dyn Fn(&Path) -> Result<()>,
+}
+
+/// The cached root of `spec`, made now when missing or incomplete: (its folder, seconds
+/// spent making it now).
+pub fn cached(spec: &RootSpec) -> Result<(PathBuf, Option<f64>)> {
+    util::ensure_debian_packages(&["debootstrap"])?;
+    let root = util::target_dir().join(spec.dir);
+    let stamp = root.join(STAMP);
+    if let Ok(text) = fs::read_to_string(&stamp) {
+        if text.trim_end().ends_with(spec.describe) {
+            eprintln!("debian root: using {}", root.display());
+            return Ok((root, None));
+        }
+        eprintln!(
+            "debian root: {} was made for `{}`, not `{}`: making it anew",
+            root.display(),
+            text.trim_end(),
+            spec.describe
+        );
+    }
+    if root.exists() {
+        // Interrupted: nothing may be mounted in it before it goes.
+        unmount_below(&root)?;
+        fs::remove_dir_all(&root)?;
+    }
+    fs::create_dir_all(root.parent().unwrap())?;
+    let mirror = archive()?;
+    let start = Instant::now();
+    let sh = Shell::new()?;
+    let codename = spec.codename;
+    let include: Vec<String> = if spec.include.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!("--include={}", spec.include.join(","))]
+    };
+    cmd!(
+        sh,
+        "debootstrap --variant=minbase {include...} {codename} {root} {mirror}"
+    )
+    .run()
+    .context("debootstrap failed")?;
+    (spec.setup)(&root).with_context(|| format!("setting up {}", root.display()))?;
+    fs::write(
+        &stamp,
+        format!("{codename} from {mirror}; {}\n", spec.describe),
+    )?;
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("debian root: {} made in {secs:.0} s", root.display());
+    Ok((root, Some(secs)))
+}
+
+/// This machine's release (`VERSION_CODENAME` of /etc/os-release).
+pub fn os_release_codename() -> Result<String> {
+    let text = fs::read_to_string("/etc/os-release")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
+        .map(|v| v.trim_matches('"').to_owned())
+        .filter(|v| !v.is_empty())
+        .context("/etc/os-release has no VERSION_CODENAME")
+}
+
+/// The archive this machine's apt takes its own release's `main` from.
+fn archive() -> Result<String> {
+    let codename = os_release_codename()?;
+    let sh = Shell::new()?;
+    let policy = util::read(cmd!(sh, "apt-cache policy"))?;
+    archive_in_policy(&policy, &codename).with_context(|| {
+        format!("apt's configuration has no archive for {codename}/main (apt-cache policy)")
+    })
+}
+
+/// From `apt-cache policy`'s package files, `<priority> <uri> <suite>/<component> <arch>
+/// Packages`: the URI of the first one for `<codename>/main`.
+fn archive_in_policy(policy: &str, codename: &str) -> Option<String> {
+    let wanted = format!("{codename}/main");
+    policy.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let is_archive = f.len() == 5 && f[4] == "Packages" && f[0].parse::<i64>().is_ok();
+        (is_archive && f[2] == wanted && f[1].contains("://"))
+            .then(|| f[1].trim_end_matches('/').to_owned())
+    })
+}
+
+/// `chroot <root> /usr/bin/env -i PATH=... HOME=/root LANG=C.UTF-8 <args...>`: a clean
+/// environment, so nothing of this machine's (LD_LIBRARY_PATH, PATH to toolchains)
+/// reaches the root.
+pub fn chroot_cmd<'a>(sh: &'a Shell, root: &Path, args: &[&str]) -> xshell::Cmd<'a> {
+    cmd!(
+        sh,
+        "chroot {root} /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive {args...}"
+    )
+}
+
+/// What is mounted inside the root for one run; unmounted when dropped, in reverse.
+pub struct Mounts {
+    points: Vec<PathBuf>,
+}
+
+impl Mounts {
+    /// /proc and a tmpfs on /dev/shm (lit's worker pool needs it), and each of `binds`
+    /// (host folders) bind-mounted at the same path inside the root, so that paths
+    /// read the same inside and out.
+    pub fn new(root: &Path, binds: &[&Path]) -> Result<Self> {
+        unmount_below(root)?;
+        let mut mounts = Mounts { points: Vec::new() };
+        let sh = Shell::new()?;
+        let proc_dir = root.join("proc");
+        let shm = root.join("dev/shm");
+        fs::create_dir_all(&proc_dir)?;
+        fs::create_dir_all(&shm)?;
+        cmd!(sh, "mount -t proc proc {proc_dir}").run()?;
+        mounts.points.push(proc_dir);
+        cmd!(sh, "mount -t tmpfs -o size=512m tmpfs {shm}").run()?;
+        mounts.points.push(shm);
+        for host in binds {
+            let host = fs::canonicalize(host)
+                .with_context(|| format!("{} does not exist", host.display()))?;
+            let inside = root.join(host.strip_prefix("/").unwrap_or(&host));
+            fs::create_dir_all(&inside)?;
+            cmd!(sh, "mount --bind {host} {inside}").run()?;
+            mounts.points.push(inside);
+        }
+        Ok(mounts)
+    }
+}
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        for point in self.points.iter().rev() {
+            if let Err(e) = unmount(point) {
+                eprintln!("debian root: {e:#}");
+            }
+        }
+    }
+}
+
+fn unmount(point: &Path) -> Result<()> {
+    let sh = Shell::new()?;
+    if cmd!(sh, "umount {point}").run().is_err() {
+        // Busy (a process left behind): detach it now, it goes when released.
+        cmd!(sh, "umount --lazy {point}")
+            .run()
+            .with_context(|| format!("could not unmount {}", point.display()))?;
+    }
+    Ok(())
+}
+
+/// Unmounts whatever an earlier, interrupted run left mounted below `root`.
+pub fn unmount_below(root: &Path) -> Result<()> {
+    let root = fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo")?;
+    let mut points: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .map(PathBuf::from)
+        .filter(|p| p.starts_with(&root) && *p != root)
+        .collect();
+    // Deepest first.
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for point in points {
+        unmount(&point)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn archive_is_the_one_serving_the_release_main_component() {
+        let policy = "Package files:\n 100 /var/lib/dpkg/status\n     release a=now\n \
+            500 http://security.example/debian-security bookworm-security/main amd64 Packages\n \
+            500 http://archive.example/debian bookworm-updates/main amd64 Packages\n \
+            500 http://archive.example/debian/ bookworm/main amd64 Packages\n     \
+            release v=12.15,o=Debian,a=oldstable,n=bookworm,l=Debian,c=main,b=amd64\n";
+        assert_eq!(
+            archive_in_policy(policy, "bookworm").as_deref(),
+            Some("http://archive.example/debian")
+        );
+        assert_eq!(archive_in_policy(policy, "trixie"), None);
+    }
+}

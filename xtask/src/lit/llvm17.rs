@@ -1,0 +1,310 @@
+//! `cargo xtask lit --llvm 17`: LLVM 17's own libomptarget lit suite (x86_64 host
+//! offloading), run in a cached Debian 13 (trixie) root, once through LLVM 17's own
+//! plugin and once through ours (the files `cargo xtask build-plugin` makes on this
+//! Debian 12 machine: libomptarget 17's plugin C ABI is 16's, see docs/LLVM_VERSIONS.md),
+//! and compared.
+//!
+//! - The root: `debootstrap --variant=minbase trixie` ([`debian_root`]) plus
+//!   [`PACKAGES`] from apt inside it, cached in `target/debian13-root/`.
+//! - The tests: Debian's `llvm-toolchain-17` source package at the version of the root's
+//!   `clang-17`, fetched by apt inside the root, extracted and patched on this machine
+//!   like LLVM 16's ([`debian_source`]), cached in `target/llvm17-src/`.
+//! - Each run chroots into the root with its run folder, the tests and (ours) our plugin
+//!   folder bind-mounted at their own paths, so lit, the loader logs and the load proof
+//!   all read the same paths. libomptarget 17 dlopens `libomptarget.rtl.<t>.so` by bare
+//!   name (no `.nextgen.so` names any more), so our folder first on `LD_LIBRARY_PATH`
+//!   wins, and the load proof is the same as for 16.
+//! - Results in `target/lit/llvm17-llvm/` and `target/lit/llvm17-ours/`.
+//!
+//! Passes when both runs' load proofs hold and the tests that pass through LLVM 17's
+//! plugin but not through ours are exactly [`KNOWN_DIFFERENCES`] (with a `--filter`, the
+//! listed tests that ran); tests passing through ours only are reported.
+
+use super::{debian_source, run, Args, LitSummary, Llvm, Options};
+use crate::{debian_root, plugin, util};
+use anyhow::{bail, ensure, Context, Result};
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+const CODENAME: &str = "trixie";
+const ROOT_DIR: &str = "debian13-root/trixie-minbase-llvm17";
+const PREFIX: &str = "/usr/lib/llvm-17";
+const SOURCE_PACKAGE: &str = "llvm-toolchain-17";
+/// What compiling and running the suite needs in the root: clang and its headers and
+/// libraries (clang-17 pulls binutils, libc6-dev and libstdc++-dev), the offload
+/// packager and linker wrapper clang runs for `-fopenmp-targets` (clang-tools-17),
+/// libomp and libomptarget 17 with LLVM's plugins (libomp-17-dev), FileCheck, not and
+/// lit.py (llvm-17-tools), python3 for lit.
+pub const PACKAGES: &[&str] = &[
+    "clang-17",
+    "clang-tools-17",
+    "libomp-17-dev",
+    "llvm-17-tools",
+    "python3",
+];
+
+/// Tests of LLVM 17's suite that pass through LLVM 17's plugin and not through ours, and
+/// why. A listed test that passes through both makes the list stale (an error).
+pub const KNOWN_DIFFERENCES: &[(&str, &str)] = &[(
+    "mapping/low_alignment.c",
+    "passes through LLVM's plugin by chance: its second region maps only `t.a` (4 bytes) \
+     but writes `t.i` and `t.j`, 16 and 20 bytes past that device buffer, and `PASS 2` \
+     reads them back from the enclosing `target data map(from: t.i, t.j)` buffer, which \
+     the kernel never wrote. LLVM 17's plugin memory manager hands that 8-byte buffer \
+     the one freed by the first part (struct S, where the kernel wrote 21 and 31), so \
+     the expected values come back; our plugin gives a fresh buffer (seen with \
+     LIBOMPTARGET_INFO=-1: same device address for both 8-byte buffers under LLVM's, \
+     different under ours)",
+)];
+
+pub fn main(args: &Args) -> Result<()> {
+    ensure!(
+        util::is_root(),
+        "`cargo xtask lit --llvm 17` needs root (debootstrap, chroot, mount)"
+    );
+    ensure!(
+        !args.isolated,
+        "--isolated is not supported with --llvm 17 yet"
+    );
+    let ours_dir = match &args.plugin_dir {
+        Some(dir) => dir.clone(),
+        None => plugin::build_plugins()?,
+    };
+    util::section("lit --llvm 17: the Debian 13 root");
+    let (root, root_secs) = root()?;
+    let tests = tests(&root)?;
+    let llvm = Llvm {
+        major: 17,
+        prefix: PathBuf::from(PREFIX),
+        root: Some(root),
+        binds: vec![tests_cache()],
+        tests,
+    };
+    let options = |plugin_dir| Options {
+        plugin_dir,
+        filter: args.filter.as_deref(),
+        jobs: args.jobs,
+        isolated: false,
+    };
+    let theirs = run(&llvm, &options(None))?;
+    let ours = run(&llvm, &options(Some(&ours_dir)))?;
+    let comparison = Comparison::new(&theirs, &ours);
+    util::section("lit --llvm 17: LLVM 17's plugin against ours");
+    match root_secs {
+        Some(s) => eprintln!("root: made now in {s:.0} s"),
+        None => eprintln!("root: cached"),
+    }
+    for (name, s) in [("LLVM 17's plugin", &theirs), ("ours", &ours)] {
+        eprintln!("{name:17} {}", one_line(s));
+    }
+    eprintln!("{}", comparison.report());
+    for (test, why) in KNOWN_DIFFERENCES {
+        if comparison.only_theirs.iter().any(|t| t == test) {
+            eprintln!("known difference {test}: {why}");
+        }
+    }
+    let ran: BTreeSet<&str> = theirs.results.iter().map(|r| r.path()).collect();
+    let known: BTreeSet<&str> = KNOWN_DIFFERENCES
+        .iter()
+        .map(|(t, _)| *t)
+        .filter(|t| ran.contains(t))
+        .collect();
+    let got: BTreeSet<&str> = comparison.only_theirs.iter().map(String::as_str).collect();
+    if got != known {
+        bail!(
+            "tests passing through LLVM 17's plugin but not through ours: {:?}; expected \
+             exactly the known differences {:?} (new: {:?}; listed but not differing: {:?})",
+            got,
+            known,
+            got.difference(&known).collect::<Vec<_>>(),
+            known.difference(&got).collect::<Vec<_>>()
+        );
+    }
+    Ok(())
+}
+
+fn one_line(s: &LitSummary) -> String {
+    format!(
+        "{} tests: {} passed, {} failed, {} unsupported, {} xfail ({:.0} s)",
+        s.total,
+        s.passed,
+        s.failed,
+        s.unsupported,
+        s.xfail,
+        s.run_time.as_secs_f64()
+    )
+}
+
+/// Which tests pass through one plugin and not the other.
+struct Comparison {
+    only_theirs: Vec<String>,
+    only_ours: Vec<String>,
+}
+
+impl Comparison {
+    fn new(theirs: &LitSummary, ours: &LitSummary) -> Self {
+        let passed = |s: &LitSummary| -> BTreeSet<String> {
+            s.results
+                .iter()
+                .filter(|r| r.status.passed())
+                .map(|r| r.path().to_owned())
+                .collect()
+        };
+        let (t, o) = (passed(theirs), passed(ours));
+        Comparison {
+            only_theirs: t.difference(&o).cloned().collect(),
+            only_ours: o.difference(&t).cloned().collect(),
+        }
+    }
+
+    fn report(&self) -> String {
+        format!(
+            "passing through LLVM 17's plugin only: {}: {:?}\npassing through ours only: {}: {:?}",
+            self.only_theirs.len(),
+            self.only_theirs,
+            self.only_ours.len(),
+            self.only_ours
+        )
+    }
+}
+
+/// The cached Debian 13 root with [`PACKAGES`]: (its folder, seconds spent making it now).
+fn root() -> Result<(PathBuf, Option<f64>)> {
+    debian_root::cached(&debian_root::RootSpec {
+        dir: ROOT_DIR,
+        codename: CODENAME,
+        include: &[],
+        describe: &format!("packages: {}", PACKAGES.join(" ")),
+        setup: &install_packages,
+    })
+}
+
+/// Inside a new root: deb-src twins of its apt entries (for the source package), then
+/// [`PACKAGES`].
+fn install_packages(root: &Path) -> Result<()> {
+    let list = root.join("etc/apt/sources.list");
+    let text = fs::read_to_string(&list)
+        .with_context(|| format!("debootstrap left no {}", list.display()))?;
+    let deb_src = debian_source::deb_src_lines(&text, None);
+    ensure!(!deb_src.is_empty(), "{} has no `deb` line", list.display());
+    fs::write(
+        root.join("etc/apt/sources.list.d/omptarget-rs-deb-src.list"),
+        deb_src,
+    )?;
+    let sh = xshell::Shell::new()?;
+    debian_root::chroot_cmd(&sh, root, &["apt-get", "update", "-qq"]).run()?;
+    let mut install = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
+    install.extend_from_slice(PACKAGES);
+    debian_root::chroot_cmd(&sh, root, &install).run()?;
+    Ok(())
+}
+
+fn tests_cache() -> PathBuf {
+    util::target_dir().join("llvm17-src")
+}
+
+/// `openmp/libomptarget/test` of `llvm-toolchain-17` at the version of the root's
+/// clang-17 (fetched and extracted when not cached).
+///
+/// apt inside the root names the source package's files with their SHA-256 from the
+/// signed Sources index (`apt-get source --print-uris`); the two tarballs are downloaded
+/// here and checked against those. Not `apt-get source --download-only`: the archive
+/// this machine reaches answers 404 for llvm-toolchain-17's `.dsc` (seen 2026-11-26),
+/// and nothing here needs the `.dsc`.
+fn tests(root: &Path) -> Result<PathBuf> {
+    debian_source::libomptarget_tests_of(SOURCE_PACKAGE, &tests_cache(), |cache| {
+        util::ensure_debian_packages(&["curl"])?;
+        let sh = xshell::Shell::new()?;
+        let version = util::read(debian_root::chroot_cmd(
+            &sh,
+            root,
+            // The source's version: a binary rebuild's (`+b2`) is not one.
+            &["dpkg-query", "-W", "-f=${source:Version}", "clang-17"],
+        ))?;
+        let version = version.trim();
+        ensure!(!version.is_empty(), "no clang-17 in {}", root.display());
+        let script =
+            format!("cd /tmp && apt-get source --print-uris -qq {SOURCE_PACKAGE}={version}");
+        let uris = util::read(debian_root::chroot_cmd(&sh, root, &["sh", "-c", &script]))?;
+        let files = source_files(&uris);
+        ensure!(
+            files.iter().any(|f| f.name.contains(".orig.tar."))
+                && files.iter().any(|f| f.name.contains(".debian.tar.")),
+            "apt-get source --print-uris named no orig and debian tarball: {uris}"
+        );
+        let start = Instant::now();
+        for file in files.iter().filter(|f| f.name.contains(".tar.")) {
+            let part = cache.join(format!("{}.part", file.name));
+            let uri = &file.uri;
+            xshell::cmd!(sh, "curl -fsSL --retry 3 -o {part} {uri}").run()?;
+            let sum = util::read(xshell::cmd!(sh, "sha256sum {part}"))?;
+            let got = sum.split_whitespace().next().unwrap_or_default();
+            if got != file.sha256 {
+                fs::remove_file(&part)?;
+                bail!(
+                    "{}: SHA-256 {got}, the Sources index says {}",
+                    file.name,
+                    file.sha256
+                );
+            }
+            fs::rename(&part, cache.join(&file.name))?;
+        }
+        eprintln!(
+            "lit: {SOURCE_PACKAGE} {version} downloaded and checked in {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+        Ok(())
+    })
+}
+
+/// One file of `apt-get source --print-uris`.
+#[derive(Debug, PartialEq)]
+struct SourceFile {
+    uri: String,
+    name: String,
+    sha256: String,
+}
+
+/// `'<uri>' <name> <size> SHA256:<hex>` lines.
+fn source_files(print_uris: &str) -> Vec<SourceFile> {
+    print_uris
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let [uri, name, _size, sum] = f[..] else {
+                return None;
+            };
+            let name_ok = !name.contains('/') && !name.starts_with('.');
+            Some(SourceFile {
+                uri: uri.trim_matches('\'').to_owned(),
+                name: name.to_owned(),
+                sha256: sum.strip_prefix("SHA256:")?.to_owned(),
+            })
+            .filter(|_| name_ok)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn print_uris_lines_are_read() {
+        let out = "'http://archive.example/debian/pool/main/l/x/x_1.dsc' x_1.dsc 8295 SHA256:ab\n\
+                   'http://archive.example/debian/pool/main/l/x/x_1.orig.tar.xz' x_1.orig.tar.xz 14 SHA256:cd\n\
+                   'http://e/../evil' ../evil 1 SHA256:ef\n";
+        let files = source_files(out);
+        assert_eq!(files.len(), 2);
+        assert_eq!(
+            files[1],
+            SourceFile {
+                uri: "http://archive.example/debian/pool/main/l/x/x_1.orig.tar.xz".to_owned(),
+                name: "x_1.orig.tar.xz".to_owned(),
+                sha256: "cd".to_owned(),
+            }
+        );
+    }
+}
