@@ -35,7 +35,7 @@ struct HostModule {
 
 impl LoadedModule for HostModule {
     fn release_load_files(&self) {
-        let file = self.file.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let file = crate::locking::lock(&self.file).take();
         drop(file);
     }
 

@@ -131,7 +131,7 @@ impl HandleRegistry {
     fn live(
         &self,
     ) -> std::sync::MutexGuard<'_, std::collections::HashSet<(HandleKind, usize, u64)>> {
-        self.live.lock().unwrap_or_else(|e| e.into_inner())
+        crate::locking::lock(&self.live)
     }
 
     /// Record a handle the driver just created.

@@ -21,11 +21,12 @@ use super::{
     LoadedModule, QueueHandle, StagedImage,
 };
 use crate::launch_shape::{ExecMode, Limits, Shape};
+use crate::locking::lock;
 use cudarc::driver::{result, sys, DriverError};
 use image::CudaImage;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CStr};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// The device environment is written for every GPU kind by the plugin core
 /// ([`crate::device_env`]); these names stay for the tests and tools that asked here.
@@ -41,10 +42,6 @@ pub fn device_environment_names() -> [&'static CStr; 2] {
 const DEFAULT_THREADS: u32 = 128;
 const DEFAULT_BLOCKS: u32 = 3200;
 const MAX_TEAMS: u32 = 1 << 16;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn driver_err(call: &'static str, e: DriverError) -> BackendError {
     let name = e
