@@ -484,6 +484,24 @@ fn length(device: i32, size: i64) -> Result<usize, PluginError> {
     usize::try_from(size).map_err(|_| invalid(device, format!("transfer size {size}")))
 }
 
+/// A copy's byte count, None when there is nothing to copy; a non-empty copy with a
+/// null pointer is refused with `null_refusal`.
+fn copy_length(
+    device: i32,
+    size: i64,
+    pointers: [*mut c_void; 2],
+    null_refusal: &str,
+) -> Result<Option<usize>, PluginError> {
+    let n = length(device, size)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if pointers.iter().any(|p| p.is_null()) {
+        return Err(invalid(device, null_refusal));
+    }
+    Ok(Some(n))
+}
+
 /// The one body of `data_submit` and `data_submit_async`: on the async info's queue
 /// when there is one, else synchronously.
 ///
@@ -498,13 +516,10 @@ unsafe fn write(
     size: i64,
     async_info: *mut TgtAsyncInfo,
 ) -> Result<i32, PluginError> {
-    let n = length(device, size)?;
-    if n == 0 {
+    let refusal = "copy to the device with a null pointer";
+    let Some(n) = copy_length(device, size, [hst, tgt], refusal)? else {
         return Ok(OFFLOAD_SUCCESS);
-    }
-    if hst.is_null() || tgt.is_null() {
-        return Err(invalid(device, "copy to the device with a null pointer"));
-    }
+    };
     let on = plugin().device(device)?;
     // SAFETY: caller contract: null or a valid async info.
     status(unsafe {
@@ -531,13 +546,10 @@ unsafe fn read(
     size: i64,
     async_info: *mut TgtAsyncInfo,
 ) -> Result<i32, PluginError> {
-    let n = length(device, size)?;
-    if n == 0 {
+    let refusal = "copy from the device with a null pointer";
+    let Some(n) = copy_length(device, size, [hst, tgt], refusal)? else {
         return Ok(OFFLOAD_SUCCESS);
-    }
-    if hst.is_null() || tgt.is_null() {
-        return Err(invalid(device, "copy from the device with a null pointer"));
-    }
+    };
     let on = plugin().device(device)?;
     // SAFETY: caller contract: null or a valid async info.
     status(unsafe {
@@ -695,16 +707,10 @@ unsafe fn exchange(
     size: i64,
     async_info: *mut TgtAsyncInfo,
 ) -> Result<i32, PluginError> {
-    let n = length(dst_device, size)?;
-    if n == 0 {
+    let refusal = "device-to-device copy with a null pointer";
+    let Some(n) = copy_length(dst_device, size, [src, dst], refusal)? else {
         return Ok(OFFLOAD_SUCCESS);
-    }
-    if src.is_null() || dst.is_null() {
-        return Err(invalid(
-            dst_device,
-            "device-to-device copy with a null pointer",
-        ));
-    }
+    };
     let (from, to) = (plugin().device(src_device)?, plugin().device(dst_device)?);
     // SAFETY: caller contract: null or a valid async info.
     status(unsafe {
