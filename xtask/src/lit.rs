@@ -92,6 +92,14 @@ pub struct LitSummary {
 }
 
 impl LitSummary {
+    /// "P passed, F failed, U unsupported, X xfail", for the summaries.
+    pub fn counts(&self) -> String {
+        format!(
+            "{} passed, {} failed, {} unsupported, {} xfail",
+            self.passed, self.failed, self.unsupported, self.xfail
+        )
+    }
+
     pub fn failed_tests(&self) -> Vec<&str> {
         self.results
             .iter()
@@ -593,12 +601,9 @@ fn report(s: &LitSummary) {
     util::section("lit: summary");
     eprintln!("plugins from   {}", s.plugin_dir.display());
     eprintln!(
-        "tests {}: {} passed, {} failed, {} unsupported, {} xfail  ({:.1} s)",
+        "tests {}: {}  ({:.1} s)",
         s.total,
-        s.passed,
-        s.failed,
-        s.unsupported,
-        s.xfail,
+        s.counts(),
         s.run_time.as_secs_f64()
     );
     let p = &s.load_proof;

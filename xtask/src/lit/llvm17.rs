@@ -127,12 +127,9 @@ pub fn main(args: &Args) -> Result<()> {
 
 fn one_line(s: &LitSummary) -> String {
     format!(
-        "{} tests: {} passed, {} failed, {} unsupported, {} xfail ({:.0} s)",
+        "{} tests: {} ({:.0} s)",
         s.total,
-        s.passed,
-        s.failed,
-        s.unsupported,
-        s.xfail,
+        s.counts(),
         s.run_time.as_secs_f64()
     )
 }
