@@ -82,11 +82,6 @@ fn stress_program_checks_every_call_and_stray_pointer() {
 /// threads with their own: on the host device every copy and launch completes at once,
 /// and every result must still be there after the wait.
 #[test]
-fn nowait_program_checks_every_deferred_region() {
-    passes_with_ours_and_fails_with_llvms("nowait.c", "nowait");
-}
-
-#[test]
 fn function_ptr_map_program_installs_and_replaces_the_table() {
     passes_with_ours_and_fails_with_llvms("function_ptr_map.c", "function_ptr_map");
 }

@@ -67,14 +67,6 @@ const PROGRAMS: &[Program] = &[
         checks: "1024 teams x 256 threads, 64 functions chosen pseudo-randomly, stray \
                  pointers, 3 rounds",
     },
-    Program {
-        name: "nowait",
-        source: "tests/gpu_programs/nowait.c",
-        indirect_functions: &["twice", "squared_low"],
-        device_symbols: &[],
-        checks: "8 target nowait regions and one taskwait; two host threads, each with \
-                 its own nowait regions and taskwait (a queue per region)",
-    },
 ];
 
 pub fn add(kit: &mut Kit, nvptx: &NvptxBuild) -> Result<()> {
