@@ -2,6 +2,7 @@
 
 mod bench;
 mod compiler_plugin;
+mod debian13;
 mod debian_root;
 mod demo;
 mod device;

@@ -5,7 +5,7 @@
 //! and compared.
 //!
 //! - The root: `debootstrap --variant=minbase trixie` ([`debian_root`]) plus
-//!   [`PACKAGES`] from apt inside it, cached in `target/debian13-root/`.
+//!   its packages ([`debian13`]), cached in `target/debian13-root/`.
 //! - The tests: Debian's `llvm-toolchain-17` source package at the version of the root's
 //!   `clang-17`, fetched by apt inside the root, extracted and patched on this machine
 //!   like LLVM 16's ([`debian_source`]), cached in `target/llvm17-src/`.
@@ -21,29 +21,14 @@
 //! listed tests that ran); tests passing through ours only are reported.
 
 use super::{debian_source, run, Args, LitSummary, Llvm, Options};
-use crate::{debian_root, plugin, util};
-use anyhow::{bail, ensure, Context, Result};
+use crate::{debian13, debian_root, plugin, util};
+use anyhow::{bail, ensure, Result};
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-const CODENAME: &str = "trixie";
-const ROOT_DIR: &str = "debian13-root/trixie-minbase-llvm17";
-const PREFIX: &str = "/usr/lib/llvm-17";
 const SOURCE_PACKAGE: &str = "llvm-toolchain-17";
-/// What compiling and running the suite needs in the root: clang and its headers and
-/// libraries (clang-17 pulls binutils, libc6-dev and libstdc++-dev), the offload
-/// packager and linker wrapper clang runs for `-fopenmp-targets` (clang-tools-17),
-/// libomp and libomptarget 17 with LLVM's plugins (libomp-17-dev), FileCheck, not and
-/// lit.py (llvm-17-tools), python3 for lit.
-pub const PACKAGES: &[&str] = &[
-    "clang-17",
-    "clang-tools-17",
-    "libomp-17-dev",
-    "llvm-17-tools",
-    "python3",
-];
 
 /// Tests of LLVM 17's suite that pass through LLVM 17's plugin and not through ours, and
 /// why. A listed test that passes through both makes the list stale (an error).
@@ -73,11 +58,11 @@ pub fn main(args: &Args) -> Result<()> {
         None => plugin::build_plugins()?,
     };
     util::section("lit --llvm 17: the Debian 13 root");
-    let (root, root_secs) = root()?;
+    let (root, root_secs) = debian13::root()?;
     let tests = tests(&root)?;
     let llvm = Llvm {
         major: 17,
-        prefix: PathBuf::from(PREFIX),
+        prefix: debian13::llvm_prefix(17),
         root: Some(root),
         binds: vec![tests_cache()],
         tests,
@@ -165,37 +150,6 @@ impl Comparison {
             self.only_ours
         )
     }
-}
-
-/// The cached Debian 13 root with [`PACKAGES`]: (its folder, seconds spent making it now).
-fn root() -> Result<(PathBuf, Option<f64>)> {
-    debian_root::cached(&debian_root::RootSpec {
-        dir: ROOT_DIR,
-        codename: CODENAME,
-        include: &[],
-        describe: &format!("packages: {}", PACKAGES.join(" ")),
-        setup: &install_packages,
-    })
-}
-
-/// Inside a new root: deb-src twins of its apt entries (for the source package), then
-/// [`PACKAGES`].
-fn install_packages(root: &Path) -> Result<()> {
-    let list = root.join("etc/apt/sources.list");
-    let text = fs::read_to_string(&list)
-        .with_context(|| format!("debootstrap left no {}", list.display()))?;
-    let deb_src = debian_source::deb_src_lines(&text, None);
-    ensure!(!deb_src.is_empty(), "{} has no `deb` line", list.display());
-    fs::write(
-        root.join("etc/apt/sources.list.d/omptarget-rs-deb-src.list"),
-        deb_src,
-    )?;
-    let sh = xshell::Shell::new()?;
-    debian_root::chroot_cmd(&sh, root, &["apt-get", "update", "-qq"]).run()?;
-    let mut install = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
-    install.extend_from_slice(PACKAGES);
-    debian_root::chroot_cmd(&sh, root, &install).run()?;
-    Ok(())
 }
 
 fn tests_cache() -> PathBuf {

@@ -1,0 +1,102 @@
+//! The Debian 13 (trixie) root where LLVM 17 and 18 are tested: Debian 13 ships clang,
+//! libomp and libomptarget 17 and 18 (with their plugins as files) beside its default 19,
+//! and Debian 12 packages neither clang-17 nor clang-18.
+//!
+//! One root serves both versions and every step that needs them (`cargo xtask lit --llvm
+//! N`, the compiler plugin built against LLVM N, `install --llvm N`, the standard
+//! programs): `debootstrap --variant=minbase trixie` ([`debian_root`]) plus
+//! [`packages`], cached in `target/debian13-root/`.
+
+use crate::debian_root;
+use crate::lit::debian_source;
+use anyhow::{ensure, Context, Result};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+pub const CODENAME: &str = "trixie";
+const ROOT_DIR: &str = "debian13-root/trixie-minbase-llvm17-18";
+
+/// The LLVM versions this root holds (Debian 13 packages both; 16 is Debian 12's).
+pub const LLVM_MAJORS: [u32; 2] = [17, 18];
+
+/// What one LLVM version needs in the root: clang and its headers and libraries (clang-N
+/// pulls binutils, libc6-dev and libstdc++-dev), the offload packager and linker wrapper
+/// clang runs for `-fopenmp-targets` (clang-tools-N), libomp and libomptarget N with
+/// LLVM's plugins (libomp-N-dev), FileCheck, not and lit.py (llvm-N-tools), and what the
+/// compiler plugin builds against (llvm-N-dev for llvm-config and the C API headers,
+/// libclang-N-dev for clang's C++ headers and libclang-cpp).
+pub fn llvm_packages(major: u32) -> Vec<String> {
+    ["clang", "clang-tools", "libomp", "llvm", "llvm", "libclang"]
+        .iter()
+        .zip(["", "", "-dev", "-tools", "-dev", "-dev"])
+        .map(|(name, suffix)| format!("{name}-{major}{suffix}"))
+        .collect()
+}
+
+/// Every package the root gets: both versions' [`llvm_packages`], python3 (lit) and
+/// the C compiler driver names Rust's linker and the `cc` crate call (`cc`, `c++`).
+pub fn packages() -> Vec<String> {
+    let mut all: Vec<String> = LLVM_MAJORS.iter().flat_map(|&m| llvm_packages(m)).collect();
+    all.extend(["python3", "gcc", "g++"].map(String::from));
+    all
+}
+
+/// `/usr/lib/llvm-N` inside the root.
+pub fn llvm_prefix(major: u32) -> PathBuf {
+    PathBuf::from(format!("/usr/lib/llvm-{major}"))
+}
+
+/// The cached root with [`packages`]: (its folder, seconds spent making it now).
+pub fn root() -> Result<(PathBuf, Option<f64>)> {
+    let packages = packages();
+    debian_root::cached(&debian_root::RootSpec {
+        dir: ROOT_DIR,
+        codename: CODENAME,
+        include: &[],
+        describe: &format!("packages: {}", packages.join(" ")),
+        setup: &|root| install_packages(root, &packages),
+    })
+}
+
+/// Inside a new root: deb-src twins of its apt entries (the lit step reads the source
+/// packages' file lists from them), then `packages`.
+fn install_packages(root: &Path, packages: &[String]) -> Result<()> {
+    let list = root.join("etc/apt/sources.list");
+    let text = fs::read_to_string(&list)
+        .with_context(|| format!("debootstrap left no {}", list.display()))?;
+    let deb_src = debian_source::deb_src_lines(&text, None);
+    ensure!(!deb_src.is_empty(), "{} has no `deb` line", list.display());
+    fs::write(
+        root.join("etc/apt/sources.list.d/omptarget-rs-deb-src.list"),
+        deb_src,
+    )?;
+    let sh = xshell::Shell::new()?;
+    debian_root::chroot_cmd(&sh, root, &["apt-get", "update", "-qq"]).run()?;
+    let mut install = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
+    install.extend(packages.iter().map(String::as_str));
+    debian_root::chroot_cmd(&sh, root, &install).run()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_version_gets_its_compiler_runtime_and_dev_packages() {
+        assert_eq!(
+            llvm_packages(18),
+            [
+                "clang-18",
+                "clang-tools-18",
+                "libomp-18-dev",
+                "llvm-18-tools",
+                "llvm-18-dev",
+                "libclang-18-dev"
+            ]
+        );
+        let all = packages();
+        assert!(all.contains(&"libomp-17-dev".to_owned()));
+        assert!(all.contains(&"python3".to_owned()));
+    }
+}
