@@ -24,13 +24,16 @@ pub const LLVM_MAJORS: [u32; 2] = [17, 18];
 /// clang runs for `-fopenmp-targets` (clang-tools-N), libomp and libomptarget N with
 /// LLVM's plugins (libomp-N-dev), FileCheck, not and lit.py (llvm-N-tools), and what the
 /// compiler plugin builds against (llvm-N-dev for llvm-config and the C API headers,
-/// libclang-N-dev for clang's C++ headers and libclang-cpp).
+/// libclang-N-dev for clang's C++ headers, libclang-cppN-dev for the libclang-cpp.so link
+/// name).
 pub fn llvm_packages(major: u32) -> Vec<String> {
-    ["clang", "clang-tools", "libomp", "llvm", "llvm", "libclang"]
+    let mut packages: Vec<String> = ["clang", "clang-tools", "libomp", "llvm", "llvm", "libclang"]
         .iter()
         .zip(["", "", "-dev", "-tools", "-dev", "-dev"])
         .map(|(name, suffix)| format!("{name}-{major}{suffix}"))
-        .collect()
+        .collect();
+    packages.push(format!("libclang-cpp{major}-dev"));
+    packages
 }
 
 /// Every package the root gets: both versions' [`llvm_packages`], python3 (lit) and
@@ -92,7 +95,8 @@ mod tests {
                 "libomp-18-dev",
                 "llvm-18-tools",
                 "llvm-18-dev",
-                "libclang-18-dev"
+                "libclang-18-dev",
+                "libclang-cpp18-dev"
             ]
         );
         let all = packages();
