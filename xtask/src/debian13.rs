@@ -2,9 +2,10 @@
 //! libomp and libomptarget 17 and 18 (with their plugins as files) beside its default 19,
 //! and Debian 12 packages neither clang-17 nor clang-18.
 //!
-//! One root serves both versions and every step that needs them (`cargo xtask lit --llvm
-//! N`, the compiler plugin built against LLVM N, `install --llvm N`, the standard
-//! programs): `debootstrap --variant=minbase trixie` ([`debian_root`]) plus
+//! One root per version (`libomp-17-dev` and `libomp-18-dev` conflict: only one
+//! `libomp-x.y-dev` can be installed) serves every step that needs that version (`cargo
+//! xtask lit --llvm N`, the compiler plugin built against LLVM N, `install --llvm N`, the
+//! standard programs): `debootstrap --variant=minbase trixie` ([`debian_root`]) plus
 //! [`packages`], cached in `target/debian13-root/`.
 
 use crate::debian_root;
@@ -14,7 +15,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 pub const CODENAME: &str = "trixie";
-const ROOT_DIR: &str = "debian13-root/trixie-minbase-llvm17-18";
 
 /// The LLVM versions this root holds (Debian 13 packages both; 16 is Debian 12's).
 pub const LLVM_MAJORS: [u32; 2] = [17, 18];
@@ -36,10 +36,10 @@ pub fn llvm_packages(major: u32) -> Vec<String> {
     packages
 }
 
-/// Every package the root gets: both versions' [`llvm_packages`], python3 (lit) and
-/// the C compiler driver names Rust's linker and the `cc` crate call (`cc`, `c++`).
-pub fn packages() -> Vec<String> {
-    let mut all: Vec<String> = LLVM_MAJORS.iter().flat_map(|&m| llvm_packages(m)).collect();
+/// Every package the root of LLVM `major` gets: its [`llvm_packages`], python3 (lit)
+/// and the C compiler driver names Rust's linker and the `cc` crate call (`cc`, `c++`).
+pub fn packages(major: u32) -> Vec<String> {
+    let mut all = llvm_packages(major);
     all.extend(["python3", "gcc", "g++"].map(String::from));
     all
 }
@@ -49,11 +49,16 @@ pub fn llvm_prefix(major: u32) -> PathBuf {
     PathBuf::from(format!("/usr/lib/llvm-{major}"))
 }
 
-/// The cached root with [`packages`]: (its folder, seconds spent making it now).
-pub fn root() -> Result<(PathBuf, Option<f64>)> {
-    let packages = packages();
+/// The cached root of LLVM `major` with its [`packages`]: (its folder, seconds spent
+/// making it now).
+pub fn root(major: u32) -> Result<(PathBuf, Option<f64>)> {
+    ensure!(
+        LLVM_MAJORS.contains(&major),
+        "LLVM {major} has no Debian 13 root here (LLVM {LLVM_MAJORS:?} do)"
+    );
+    let packages = packages(major);
     debian_root::cached(&debian_root::RootSpec {
-        dir: ROOT_DIR,
+        dir: &format!("debian13-root/trixie-minbase-llvm{major}"),
         codename: CODENAME,
         include: &[],
         describe: &format!("packages: {}", packages.join(" ")),
@@ -99,8 +104,10 @@ mod tests {
                 "libclang-cpp18-dev"
             ]
         );
-        let all = packages();
+        let all = packages(17);
         assert!(all.contains(&"libomp-17-dev".to_owned()));
         assert!(all.contains(&"python3".to_owned()));
+        // Debian's libomp-N-dev packages conflict with each other: one version per root.
+        assert!(!all.iter().any(|p| p.contains("18")));
     }
 }

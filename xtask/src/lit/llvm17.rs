@@ -58,7 +58,7 @@ pub fn main(args: &Args) -> Result<()> {
         None => plugin::build_plugins()?,
     };
     util::section("lit --llvm 17: the Debian 13 root");
-    let (root, root_secs) = debian13::root()?;
+    let (root, root_secs) = debian13::root(17)?;
     let tests = tests(&root)?;
     let llvm = Llvm {
         major: 17,
