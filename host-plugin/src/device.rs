@@ -17,6 +17,7 @@ use crate::kernels::{KernelRecord, KernelRegistry, LaunchPlan};
 use crate::launch_shape::ExecMode;
 use crate::locking::lock;
 use crate::plugin_kind::PluginKind;
+use std::ffi::CStr;
 use std::sync::{Arc, Mutex, RwLock};
 
 /// An image loaded on a device, with everything that lives as long as it does.
@@ -211,6 +212,40 @@ impl Device {
                 })?;
         image.published = Some(table);
         Ok(())
+    }
+
+    /// What `find` makes of the first loaded image (its key, and what was kept with it)
+    /// whose kept object is a `T` it accepts. The C ABI finds the image behind a handle
+    /// it gave out this way, so a stale or made-up handle matches nothing.
+    pub fn find_kept<T: 'static, R>(
+        &self,
+        mut find: impl FnMut(usize, &T) -> Option<R>,
+    ) -> Option<R> {
+        let images = lock(&self.images);
+        images.iter().find_map(|image| {
+            let kept = image.published.as_ref()?.downcast_ref::<T>()?;
+            find(image.key, kept)
+        })
+    }
+
+    /// The device address of global `name` of the image loaded under `key`.
+    pub fn image_global(&self, key: usize, name: &CStr) -> Result<DeviceAddr, PluginError> {
+        let images = lock(&self.images);
+        let image = images
+            .iter()
+            .find(|i| i.key == key)
+            .ok_or_else(|| PluginError::Invalid {
+                device: self.id(),
+                what: format!("no image {key:#x} is loaded"),
+            })?;
+        image.module.global(name).map_err(backend_err(
+            self.id(),
+            format!(
+                "finding global `{}` of {}",
+                name.to_string_lossy(),
+                image.name
+            ),
+        ))
     }
 
     /// The indirect function table installed for an image (for tools and tests).

@@ -1,8 +1,12 @@
-//! The C boundary: LLVM 16's `__tgt_rtl_*` entry points over one process-wide [`Plugin`].
+//! The C boundary: the `__tgt_rtl_*` entry points of libomptarget 16, 17 and 18 over one
+//! process-wide [`Plugin`]. 17 speaks 16's ABI; where 18's differs ([`loader`]), the shim
+//! asks which libomptarget loaded the plugin.
 //!
 //! Each shim converts its C arguments, calls the safe core inside [`guard`] (which turns
 //! errors and panics into a printed message plus OFFLOAD_FAIL), and converts back.
 
+mod binary;
+pub mod loader;
 mod published;
 pub mod types;
 
@@ -14,11 +18,18 @@ use crate::fptr::FptrMapEntry;
 use crate::host_entry::{EntryKind, HostEntry};
 use crate::plugin::Plugin;
 use crate::plugin_kind::PluginKind;
+use binary::LoadedBinary;
+use loader::loader;
 use published::PublishedTable;
-use std::ffi::{c_void, CStr};
+use std::ffi::{c_char, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 pub use types::*;
+
+/// The implicit first argument (`dyn_ptr`) of a kernel built by clang 18, for a kernel
+/// that needs no launch environment (no teams reduction buffer): `(void *)~0`, as LLVM
+/// 18's plugins pass it. libomptarget 18 leaves this argument to the plugin.
+const NO_LAUNCH_ENVIRONMENT: u64 = u64::MAX;
 
 /// Largest vtable we read from host memory for an indirect vtable entry: far above any
 /// real class, low enough that a corrupt size fails instead of reading gigabytes.
@@ -208,6 +219,7 @@ unsafe fn host_entries<'a>(
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_init_plugin() -> i32 {
     guard("init_plugin", OFFLOAD_FAIL, || {
+        loader();
         plugin();
         diag::write_load_marker();
         Ok(OFFLOAD_SUCCESS)
@@ -221,15 +233,23 @@ pub extern "C" fn __tgt_rtl_init_plugin() -> i32 {
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_deinit_plugin() -> i32 {
     guard("deinit_plugin", OFFLOAD_FAIL, || {
-        let gone = plugin()
-            .loaded_image_keys()
-            .into_iter()
-            .filter(|&(_, key)| !host_range_mapped(key, 1));
-        for (device, key) in gone {
-            plugin().device(device)?.unload(key)?;
-        }
+        unload_images_of_unmapped_libraries()?;
         Ok(OFFLOAD_SUCCESS)
     })
+}
+
+/// Unload the images whose host copy is gone (their library was unmapped).
+/// libomptarget 18 never says when a library goes (no `deinit_plugin`, no
+/// `unregister_lib`), so under 18 each load does this first.
+fn unload_images_of_unmapped_libraries() -> Result<(), PluginError> {
+    let gone = plugin()
+        .loaded_image_keys()
+        .into_iter()
+        .filter(|&(_, key)| !host_range_mapped(key, 1));
+    for (device, key) in gone {
+        plugin().device(device)?.unload(key)?;
+    }
+    Ok(())
 }
 
 /// Whether every page of `start..start+len` is mapped in this process. libomptarget 16
@@ -260,12 +280,19 @@ pub extern "C" fn __tgt_rtl_number_of_devices() -> i32 {
     })
 }
 
+/// 16 and 17 ignore the result (their plugins return the flags, as this one does for
+/// them); 18 drops the device unless it is OFFLOAD_SUCCESS.
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_init_requires(flags: i64) -> i64 {
-    guard("init_requires", flags, || {
+    let (accepted, failed) = if loader().checks_init_requires_status() {
+        (i64::from(OFFLOAD_SUCCESS), i64::from(OFFLOAD_FAIL))
+    } else {
+        (flags, flags)
+    };
+    guard("init_requires", failed, || {
         diag::debug(|| format!("requires flags {flags:#x}"));
         REQUIRES_FLAGS.store(flags, std::sync::atomic::Ordering::Relaxed);
-        Ok(flags)
+        Ok(accepted)
     })
 }
 
@@ -343,32 +370,217 @@ pub extern "C" fn __tgt_rtl_deinit_device(device: i32) -> i32 {
     })
 }
 
+/// Two ABIs under one name. 16/17: `__tgt_target_table *(int32_t, __tgt_device_image *)`,
+/// the table of the image's device entries. 18: `int32_t (int32_t, __tgt_device_image *,
+/// __tgt_device_binary *)`, a status, with a handle to the loaded image stored in the
+/// third argument (which 16/17 do not pass: it is read under 18 only). The table pointer
+/// and the status come back in the same register: OFFLOAD_FAIL's bits for 18, and null
+/// for a failed 16/17 load.
+///
 /// # Safety
-/// `image` is null or a valid `__tgt_device_image` whose entries are valid host entries.
+/// `image` is null or a valid `__tgt_device_image` whose entries are valid host entries;
+/// under libomptarget 18, `binary` is null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_load_binary(
     device: i32,
     image: *mut TgtDeviceImage,
-) -> *mut TgtTargetTable {
+    binary: *mut TgtDeviceBinary,
+) -> *mut c_void {
+    if loader().builds_its_own_table() {
+        let status = guard("load_binary", OFFLOAD_FAIL, || {
+            // SAFETY: forwarded caller contract.
+            let handle = unsafe { load_for_handle(device, image) }?;
+            // SAFETY: caller contract: null or writable.
+            let out = unsafe { binary.as_mut() }
+                .ok_or_else(|| invalid(device, "load_binary got no place for the binary"))?;
+            *out = TgtDeviceBinary { handle };
+            Ok(OFFLOAD_SUCCESS)
+        });
+        // Sign-extended, as a C `int` return is read from the low bits.
+        return status as isize as *mut c_void;
+    }
     guard("load_binary", std::ptr::null_mut(), || {
         // SAFETY: forwarded caller contract.
-        let (key, bytes) = unsafe { image_bytes(image) }
-            .ok_or_else(|| invalid(device, "load_binary got no image"))?;
-        // SAFETY: image_bytes checked `image` is non-null; the entries are libomptarget's,
-        // alive while the image is registered, longer than this call.
-        let entries = unsafe { host_entries(device, &*image) }?;
-        let mut published =
-            plugin()
-                .device(device)?
-                .load_entries(key, bytes, entries, |addrs| {
-                    PublishedTable::new(entries, addrs)
-                })?;
-        let table_ptr = published.table_ptr();
-        plugin()
-            .device(device)?
-            .keep_with_image(key, Box::new(published))?;
-        diag::debug(|| format!("device {device}: loaded image {key:#x}"));
-        Ok(table_ptr)
+        unsafe { load_for_table(device, image) }.map(|t| t.cast())
+    })
+}
+
+/// The image and its entries from libomptarget's descriptor: its key (where the image
+/// lies), its bytes, its host entries.
+///
+/// # Safety
+/// As [`__tgt_rtl_load_binary`]'s `image`, whose entries outlive `'a`.
+unsafe fn image_and_entries<'a>(
+    device: i32,
+    image: *mut TgtDeviceImage,
+) -> Result<(usize, &'a [u8], &'a [LibomptargetEntry]), PluginError> {
+    // SAFETY: forwarded caller contract.
+    let (key, bytes) =
+        unsafe { image_bytes(image) }.ok_or_else(|| invalid(device, "load_binary got no image"))?;
+    // SAFETY: image_bytes checked `image` is non-null; the entries are libomptarget's,
+    // alive while the image is registered, longer than this call.
+    let entries = unsafe { host_entries(device, &*image) }?;
+    Ok((key, bytes, entries))
+}
+
+/// 16/17: load, and return the table of device entries, kept with the image.
+///
+/// # Safety
+/// As [`__tgt_rtl_load_binary`]'s `image`.
+unsafe fn load_for_table(
+    device: i32,
+    image: *mut TgtDeviceImage,
+) -> Result<*mut TgtTargetTable, PluginError> {
+    // SAFETY: forwarded caller contract.
+    let (key, bytes, entries) = unsafe { image_and_entries(device, image) }?;
+    let on = plugin().device(device)?;
+    let mut published = on.load_entries(key, bytes, entries, |addrs| {
+        PublishedTable::new(entries, addrs)
+    })?;
+    let table_ptr = published.table_ptr();
+    on.keep_with_image(key, Box::new(published))?;
+    diag::debug(|| format!("device {device}: loaded image {key:#x}"));
+    Ok(table_ptr)
+}
+
+/// 18: load, and return the handle of the [`LoadedBinary`] kept with the image.
+///
+/// # Safety
+/// As [`__tgt_rtl_load_binary`]'s `image`.
+unsafe fn load_for_handle(device: i32, image: *mut TgtDeviceImage) -> Result<usize, PluginError> {
+    unload_images_of_unmapped_libraries()?;
+    // SAFETY: forwarded caller contract.
+    let (key, bytes, entries) = unsafe { image_and_entries(device, image) }?;
+    let on = plugin().device(device)?;
+    let binary = Box::new(on.load_entries(key, bytes, entries, |addrs| {
+        LoadedBinary::new(entries, addrs)
+    })?);
+    let handle = binary.handle();
+    on.keep_with_image(key, binary)?;
+    diag::debug(|| format!("device {device}: loaded image {key:#x} as binary {handle:#x}"));
+    Ok(handle)
+}
+
+/// libomptarget 18: the device address of global `name` of a loaded binary. For an
+/// indirect function's entry (`0x08`, size 8: clang 18's holder global) that is the
+/// holder, whose 8 bytes libomptarget reads to map the host function to the device one.
+///
+/// # Safety
+/// `name` is null or NUL-terminated; `addr` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_get_global(
+    binary: TgtDeviceBinary,
+    _size: u64,
+    name: *const c_char,
+    addr: *mut *mut c_void,
+) -> i32 {
+    guard("get_global", OFFLOAD_FAIL, || {
+        // SAFETY: forwarded caller contract.
+        let name = unsafe { c_name(name) }?;
+        let (device, key, entry) = find_binary(binary, name)?;
+        let on = plugin().device(device)?;
+        let found = match entry {
+            Some(e) if e.kind != Some(EntryKind::IndirectThroughGlobal) => e.addr,
+            // The holder, or a global that is no entry of the image.
+            _ => on.image_global(key, name)?,
+        };
+        // SAFETY: caller contract: null or writable.
+        unsafe { write_out(addr, found) }
+    })
+}
+
+/// libomptarget 18: what launches (a kernel's entry) or calls (an indirect function's)
+/// the function `name` of a loaded binary; libomptarget passes it back to
+/// `launch_kernel`, or maps the host function to it.
+///
+/// # Safety
+/// `name` is null or NUL-terminated; `kernel` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn __tgt_rtl_get_function(
+    binary: TgtDeviceBinary,
+    name: *const c_char,
+    kernel: *mut *mut c_void,
+) -> i32 {
+    guard("get_function", OFFLOAD_FAIL, || {
+        // SAFETY: forwarded caller contract.
+        let name = unsafe { c_name(name) }?;
+        let (device, _, entry) = find_binary(binary, name)?;
+        let entry = entry.ok_or_else(|| {
+            invalid(
+                device,
+                format!(
+                    "get_function: `{}` is no offload entry of the binary",
+                    name.to_string_lossy()
+                ),
+            )
+        })?;
+        // SAFETY: caller contract: null or writable.
+        unsafe { write_out(kernel, entry.addr) }
+    })
+}
+
+/// The device and key of the image behind `binary`, and its entry named `name`; a handle
+/// this plugin did not give out, or whose image is gone, is an error.
+fn find_binary(
+    binary: TgtDeviceBinary,
+    name: &CStr,
+) -> Result<(i32, usize, Option<binary::EntryAnswer>), PluginError> {
+    let p = plugin();
+    (0..p.device_count() as i32)
+        .find_map(|device| {
+            let on = p.device(device).ok()?;
+            on.find_kept(|key, b: &LoadedBinary| {
+                (b.handle() == binary.handle).then(|| (device, key, b.entry(name)))
+            })
+        })
+        .ok_or_else(|| {
+            invalid(
+                -1,
+                format!("binary {:#x} is not loaded by this plugin", binary.handle),
+            )
+        })
+}
+
+/// # Safety
+/// `name` is null or a NUL-terminated string that outlives `'a`.
+unsafe fn c_name<'a>(name: *const c_char) -> Result<&'a CStr, PluginError> {
+    if name.is_null() {
+        return Err(invalid(-1, "no name given"));
+    }
+    // SAFETY: caller contract: NUL-terminated.
+    Ok(unsafe { CStr::from_ptr(name) })
+}
+
+/// # Safety
+/// `out` is null or writable.
+unsafe fn write_out(
+    out: *mut *mut c_void,
+    addr: crate::backend::DeviceAddr,
+) -> Result<i32, PluginError> {
+    // SAFETY: caller contract.
+    let out = unsafe { out.as_mut() }.ok_or_else(|| invalid(-1, "no place for the address"))?;
+    *out = addr as *mut c_void;
+    Ok(OFFLOAD_SUCCESS)
+}
+
+/// libomptarget 18 calls this (without checking that it exists) when `LIBOMPTARGET_RECORD`
+/// or `LIBOMPTARGET_REPLAY` asks for kernel record and replay, which this plugin does not
+/// do: it says so, and the device is not used.
+#[no_mangle]
+pub extern "C" fn __tgt_rtl_initialize_record_replay(
+    device: i32,
+    _memory_size: i64,
+    _vaddr: *mut c_void,
+    _is_record: bool,
+    _save_output: bool,
+    _request_ptr_arg_offset: *mut u64,
+) -> i32 {
+    guard("initialize_record_replay", OFFLOAD_FAIL, || {
+        Err(invalid(
+            device,
+            "kernel record and replay (LIBOMPTARGET_RECORD, LIBOMPTARGET_REPLAY) is not \
+             supported by omptarget-rs",
+        ))
     })
 }
 
@@ -775,9 +987,11 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
         let ka = unsafe { kernel_args.as_ref() }
             .ok_or_else(|| invalid(device, "no kernel arguments"))?;
         let n = ka.num_args as usize;
-        let pointers: Vec<u64> = if n == 0 {
-            Vec::new()
-        } else {
+        let mut pointers = Vec::with_capacity(n + 1);
+        if loader().kernels_take_launch_environment() {
+            pointers.push(NO_LAUNCH_ENVIRONMENT);
+        }
+        if n != 0 {
             if args.is_null() || offsets.is_null() {
                 return Err(invalid(device, format!("{n} kernel arguments at null")));
             }
@@ -789,11 +1003,12 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
                 )
             };
             // The kernel gets base pointer + offset, as in LLVM's host plugin.
-            a.iter()
-                .zip(o)
-                .map(|(&p, &off)| (p as u64).wrapping_add(off as u64))
-                .collect()
-        };
+            pointers.extend(
+                a.iter()
+                    .zip(o)
+                    .map(|(&p, &off)| (p as u64).wrapping_add(off as u64)),
+            );
+        }
         // Only the first dimension: LLVM 16 launches one-dimensional grids.
         let request = LaunchRequest {
             num_teams: ka.num_teams[0],

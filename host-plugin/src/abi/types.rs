@@ -1,5 +1,5 @@
-//! LLVM 16's plugin ABI structures (`openmp/libomptarget/include/omptarget.h`), as the
-//! C side lays them out.
+//! The plugin ABI structures of LLVM 16 (`openmp/libomptarget/include/omptarget.h`; 17's
+//! are the same) and LLVM 18's one addition, as the C side lays them out.
 
 use std::ffi::{c_char, c_void};
 
@@ -33,6 +33,14 @@ pub struct TgtBinDesc {
 pub struct TgtTargetTable {
     pub entries_begin: *mut TgtOffloadEntry,
     pub entries_end: *mut TgtOffloadEntry,
+}
+
+/// `__tgt_device_binary` (LLVM 18): the handle `load_binary` stores for libomptarget
+/// and `get_global`/`get_function` get back, by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TgtDeviceBinary {
+    pub handle: usize,
 }
 
 /// `__tgt_async_info`: `queue` is the backend's queue (a CUDA stream); it stays null
