@@ -1,7 +1,8 @@
 //! `cargo xtask lit`: LLVM 16's own libomptarget lit suite for x86_64-pc-linux-gnu,
-//! run through our plugin (or LLVM's, for the baseline). `--llvm 17`: LLVM 17's suite in
-//! a Debian 13 root, through both plugins, compared ([`llvm17`]); what follows describes
-//! 16, and 17 runs the same way, chrooted ([`Llvm`]).
+//! run through our plugin (or LLVM's, for the baseline). `--llvm 17` / `--llvm 18`: that
+//! version's suite in a Debian 13 root, through both plugins, compared
+//! ([`debian13_suites`]); what follows describes 16, and 17 and 18 run the same way,
+//! chrooted ([`Llvm`]).
 //!
 //! - The tests come from Debian's `llvm-toolchain-16` source package ([`debian_source`]),
 //!   the configuration from `tests/lit/lit.site.cfg.in` ([`site_config`]), and lit is
@@ -25,8 +26,8 @@
 //! (what LLVM's own plugin gives), 22 unsupported, no failure. `cargo xtask lit`
 //! applies it (without a `--filter`; with one, it requires no failures only).
 
+mod debian13_suites;
 pub(crate) mod debian_source;
-mod llvm17;
 mod load_proof;
 pub(crate) mod results;
 mod site_config;
@@ -67,9 +68,9 @@ pub struct Args {
     /// Run our x86_64 device in its own process (`OMPTARGET_RS_ISOLATED=1`).
     #[arg(long, requires = "ours")]
     pub isolated: bool,
-    /// Which LLVM's suite: 16 (this machine's) or 17 (in a cached Debian 13 root, run
-    /// through LLVM 17's plugin and through ours, and compared).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(16..=17))]
+    /// Which LLVM's suite: 16 (this machine's), 17 or 18 (in a cached Debian 13 root,
+    /// run through that LLVM's plugin and through ours, and compared).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(16..=18))]
     pub llvm: u32,
 }
 
@@ -110,8 +111,8 @@ impl LitSummary {
 }
 
 pub fn main(args: Args) -> Result<()> {
-    if args.llvm == 17 {
-        return llvm17::main(&args);
+    if args.llvm != 16 {
+        return debian13_suites::main(&args);
     }
     let plugin_dir = match (&args.plugin_dir, args.ours) {
         (Some(dir), _) => Some(dir.clone()),

@@ -46,7 +46,8 @@ enum Cmd {
     /// nvptx64 config into --out (the GPU kit runs them), checking each cubin.
     IndirectGpuPrograms(indirect_programs::Args),
     /// Run LLVM 16's libomptarget lit suite through our plugin (or LLVM's, to compare);
-    /// `--llvm 17`: LLVM 17's, in a cached Debian 13 root, through both, compared.
+    /// `--llvm 17` / `--llvm 18`: that LLVM's, in a cached Debian 13 root, through both,
+    /// compared.
     Lit(lit::Args),
     /// Bounded cargo-fuzz runs of every parser target.
     Fuzz(fuzz::Args),

@@ -1,24 +1,25 @@
-//! `cargo xtask lit --llvm 17`: LLVM 17's own libomptarget lit suite (x86_64 host
-//! offloading), run in a cached Debian 13 (trixie) root, once through LLVM 17's own
-//! plugin and once through ours (the files `cargo xtask build-plugin` makes on this
-//! Debian 12 machine: libomptarget 17's plugin C ABI is 16's, see docs/LLVM_VERSIONS.md),
-//! and compared.
+//! `cargo xtask lit --llvm N` for N = 17 or 18: LLVM N's own libomptarget lit suite
+//! (x86_64 host offloading), run in a cached Debian 13 (trixie) root, once through LLVM
+//! N's own plugin and once through ours (the files `cargo xtask build-plugin` makes on
+//! this Debian 12 machine: one plugin file serves libomptarget 16, 17 and 18, see
+//! docs/LLVM_VERSIONS.md), and compared.
 //!
-//! - The root: `debootstrap --variant=minbase trixie` ([`debian_root`]) plus
-//!   its packages ([`debian13`]), cached in `target/debian13-root/`.
-//! - The tests: Debian's `llvm-toolchain-17` source package at the version of the root's
-//!   `clang-17`, fetched by apt inside the root, extracted and patched on this machine
-//!   like LLVM 16's ([`debian_source`]), cached in `target/llvm17-src/`.
+//! - The root: `debootstrap --variant=minbase trixie` ([`debian_root`]) plus LLVM N's
+//!   packages ([`debian13`]), cached in `target/debian13-root/`.
+//! - The tests: Debian's `llvm-toolchain-N` source package at the version of the root's
+//!   `clang-N`, fetched by apt inside the root, extracted and patched on this machine
+//!   like LLVM 16's ([`debian_source`]), cached in `target/llvmN-src/`.
 //! - Each run chroots into the root with its run folder, the tests and (ours) our plugin
 //!   folder bind-mounted at their own paths, so lit, the loader logs and the load proof
-//!   all read the same paths. libomptarget 17 dlopens `libomptarget.rtl.<t>.so` by bare
-//!   name (no `.nextgen.so` names any more), so our folder first on `LD_LIBRARY_PATH`
-//!   wins, and the load proof is the same as for 16.
-//! - Results in `target/lit/llvm17-llvm/` and `target/lit/llvm17-ours/`.
+//!   all read the same paths. libomptarget 17 and 18 dlopen `libomptarget.rtl.<t>.so`
+//!   by bare name (no `.nextgen.so` names any more), so our folder first on
+//!   `LD_LIBRARY_PATH` wins, and the load proof is the same as for 16.
+//! - Results in `target/lit/llvmN-llvm/` and `target/lit/llvmN-ours/`.
 //!
-//! Passes when both runs' load proofs hold and the tests that pass through LLVM 17's
-//! plugin but not through ours are exactly [`KNOWN_DIFFERENCES`] (with a `--filter`, the
-//! listed tests that ran); tests passing through ours only are reported.
+//! Passes when both runs' load proofs hold and the tests that pass through LLVM N's
+//! plugin but not through ours are exactly the version's known differences
+//! ([`known_differences`]; with a `--filter`, the listed tests that ran); tests passing
+//! through ours only are reported.
 
 use super::{debian_source, run, Args, LitSummary, Llvm, Options};
 use crate::{debian13, debian_root, plugin, util};
@@ -28,43 +29,51 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-const SOURCE_PACKAGE: &str = "llvm-toolchain-17";
-
-/// Tests of LLVM 17's suite that pass through LLVM 17's plugin and not through ours, and
-/// why. A listed test that passes through both makes the list stale (an error).
-pub const KNOWN_DIFFERENCES: &[(&str, &str)] = &[(
+/// `mapping/low_alignment.c` of LLVM 17's and 18's suites, and why it passes through
+/// their plugins only.
+const LOW_ALIGNMENT: (&str, &str) = (
     "mapping/low_alignment.c",
     "passes through LLVM's plugin by chance: its second region maps only `t.a` (4 bytes) \
      but writes `t.i` and `t.j`, 16 and 20 bytes past that device buffer, and `PASS 2` \
      reads them back from the enclosing `target data map(from: t.i, t.j)` buffer, which \
-     the kernel never wrote. LLVM 17's plugin memory manager hands that 8-byte buffer \
+     the kernel never wrote. LLVM's plugin memory manager hands that 8-byte buffer \
      the one freed by the first part (struct S, where the kernel wrote 21 and 31), so \
      the expected values come back; our plugin gives a fresh buffer (seen with \
      LIBOMPTARGET_INFO=-1: same device address for both 8-byte buffers under LLVM's, \
      different under ours)",
-)];
+);
+
+/// Tests of LLVM `major`'s suite that pass through its own plugin and not through ours,
+/// and why. A listed test that passes through both makes the list stale (an error).
+pub fn known_differences(major: u32) -> &'static [(&'static str, &'static str)] {
+    match major {
+        17 | 18 => &[LOW_ALIGNMENT],
+        _ => &[],
+    }
+}
 
 pub fn main(args: &Args) -> Result<()> {
+    let major = args.llvm;
     ensure!(
         util::is_root(),
-        "`cargo xtask lit --llvm 17` needs root (debootstrap, chroot, mount)"
+        "`cargo xtask lit --llvm {major}` needs root (debootstrap, chroot, mount)"
     );
     ensure!(
         !args.isolated,
-        "--isolated is not supported with --llvm 17 yet"
+        "--isolated is not supported with --llvm {major} yet"
     );
     let ours_dir = match &args.plugin_dir {
         Some(dir) => dir.clone(),
         None => plugin::build_plugins()?,
     };
-    util::section("lit --llvm 17: the Debian 13 root");
-    let (root, root_secs) = debian13::root(17)?;
-    let tests = tests(&root)?;
+    util::section(&format!("lit --llvm {major}: the Debian 13 root"));
+    let (root, root_secs) = debian13::root(major)?;
+    let tests = tests(&root, major)?;
     let llvm = Llvm {
-        major: 17,
-        prefix: debian13::llvm_prefix(17),
+        major,
+        prefix: debian13::llvm_prefix(major),
         root: Some(root),
-        binds: vec![tests_cache()],
+        binds: vec![tests_cache(major)],
         tests,
     };
     let options = |plugin_dir| Options {
@@ -76,22 +85,26 @@ pub fn main(args: &Args) -> Result<()> {
     let theirs = run(&llvm, &options(None))?;
     let ours = run(&llvm, &options(Some(&ours_dir)))?;
     let comparison = Comparison::new(&theirs, &ours);
-    util::section("lit --llvm 17: LLVM 17's plugin against ours");
+    util::section(&format!(
+        "lit --llvm {major}: LLVM {major}'s plugin against ours"
+    ));
     match root_secs {
         Some(s) => eprintln!("root: made now in {s:.0} s"),
         None => eprintln!("root: cached"),
     }
-    for (name, s) in [("LLVM 17's plugin", &theirs), ("ours", &ours)] {
+    let theirs_name = format!("LLVM {major}'s plugin");
+    for (name, s) in [(theirs_name.as_str(), &theirs), ("ours", &ours)] {
         eprintln!("{name:17} {}", one_line(s));
     }
-    eprintln!("{}", comparison.report());
-    for (test, why) in KNOWN_DIFFERENCES {
+    eprintln!("{}", comparison.report(major));
+    let known_differences = known_differences(major);
+    for (test, why) in known_differences {
         if comparison.only_theirs.iter().any(|t| t == test) {
             eprintln!("known difference {test}: {why}");
         }
     }
     let ran: BTreeSet<&str> = theirs.results.iter().map(|r| r.path()).collect();
-    let known: BTreeSet<&str> = KNOWN_DIFFERENCES
+    let known: BTreeSet<&str> = known_differences
         .iter()
         .map(|(t, _)| *t)
         .filter(|t| ran.contains(t))
@@ -99,7 +112,7 @@ pub fn main(args: &Args) -> Result<()> {
     let got: BTreeSet<&str> = comparison.only_theirs.iter().map(String::as_str).collect();
     if got != known {
         bail!(
-            "tests passing through LLVM 17's plugin but not through ours: {:?}; expected \
+            "tests passing through LLVM {major}'s plugin but not through ours: {:?}; expected \
              exactly the known differences {:?} (new: {:?}; listed but not differing: {:?})",
             got,
             known,
@@ -141,9 +154,9 @@ impl Comparison {
         }
     }
 
-    fn report(&self) -> String {
+    fn report(&self, major: u32) -> String {
         format!(
-            "passing through LLVM 17's plugin only: {}: {:?}\npassing through ours only: {}: {:?}",
+            "passing through LLVM {major}'s plugin only: {}: {:?}\npassing through ours only: {}: {:?}",
             self.only_theirs.len(),
             self.only_theirs,
             self.only_ours.len(),
@@ -152,32 +165,34 @@ impl Comparison {
     }
 }
 
-fn tests_cache() -> PathBuf {
-    util::target_dir().join("llvm17-src")
+fn tests_cache(major: u32) -> PathBuf {
+    util::target_dir().join(format!("llvm{major}-src"))
 }
 
-/// `openmp/libomptarget/test` of `llvm-toolchain-17` at the version of the root's
-/// clang-17 (fetched and extracted when not cached).
+/// `openmp/libomptarget/test` of `llvm-toolchain-<major>` at the version of the root's
+/// clang-<major> (fetched and extracted when not cached).
 ///
 /// apt inside the root names the source package's files with their SHA-256 from the
 /// signed Sources index (`apt-get source --print-uris`); the two tarballs are downloaded
 /// here and checked against those. Not `apt-get source --download-only`: the archive
 /// this machine reaches answers 404 for llvm-toolchain-17's `.dsc` (seen 2026-11-26),
 /// and nothing here needs the `.dsc`.
-fn tests(root: &Path) -> Result<PathBuf> {
-    debian_source::libomptarget_tests_of(SOURCE_PACKAGE, &tests_cache(), |cache| {
+fn tests(root: &Path, major: u32) -> Result<PathBuf> {
+    let source_package = format!("llvm-toolchain-{major}");
+    let clang = format!("clang-{major}");
+    debian_source::libomptarget_tests_of(&source_package, &tests_cache(major), |cache| {
         util::ensure_debian_packages(&["curl"])?;
         let sh = xshell::Shell::new()?;
         let version = util::read(debian_root::chroot_cmd(
             &sh,
             root,
             // The source's version: a binary rebuild's (`+b2`) is not one.
-            &["dpkg-query", "-W", "-f=${source:Version}", "clang-17"],
+            &["dpkg-query", "-W", "-f=${source:Version}", &clang],
         ))?;
         let version = version.trim();
-        ensure!(!version.is_empty(), "no clang-17 in {}", root.display());
+        ensure!(!version.is_empty(), "no {clang} in {}", root.display());
         let script =
-            format!("cd /tmp && apt-get source --print-uris -qq {SOURCE_PACKAGE}={version}");
+            format!("cd /tmp && apt-get source --print-uris -qq {source_package}={version}");
         let uris = util::read(debian_root::chroot_cmd(&sh, root, &["sh", "-c", &script]))?;
         let files = source_files(&uris);
         ensure!(
@@ -203,7 +218,7 @@ fn tests(root: &Path) -> Result<PathBuf> {
             fs::rename(&part, cache.join(&file.name))?;
         }
         eprintln!(
-            "lit: {SOURCE_PACKAGE} {version} downloaded and checked in {:.1} s",
+            "lit: {source_package} {version} downloaded and checked in {:.1} s",
             start.elapsed().as_secs_f64()
         );
         Ok(())
