@@ -173,10 +173,8 @@ fn libomptarget_18_call_sequence_through_the_c_abi() {
 
     let mut bin = TgtDeviceBinary { handle: 0 };
     // SAFETY: a live image descriptor and a writable binary.
-    assert_eq!(
-        unsafe { (abi.load_binary)(0, &mut device_image, &mut bin) },
-        0
-    );
+    let rc = unsafe { (abi.load_binary)(0, &mut device_image, &mut bin) };
+    assert_eq!(rc, 0);
     assert_ne!(bin.handle, 0, "load_binary stored no binary handle");
 
     // What libomptarget 18's initLibrary asks, entry by entry (size 0: get_function).
@@ -212,10 +210,8 @@ fn libomptarget_18_call_sequence_through_the_c_abi() {
     assert_eq!(abi.function(bin, c"no_such_kernel"), Err(OFFLOAD_FAIL));
     assert_eq!(abi.global(bin, 4, c"no_such_global"), Err(OFFLOAD_FAIL));
     // SAFETY: a live image descriptor; the null binary is the malformed input.
-    assert_eq!(
-        unsafe { (abi.load_binary)(0, &mut device_image, null_mut()) },
-        OFFLOAD_FAIL
-    );
+    let rc = unsafe { (abi.load_binary)(0, &mut device_image, null_mut()) };
+    assert_eq!(rc, OFFLOAD_FAIL);
     let mut offset = 0u64;
     // SAFETY: plain values and a writable offset.
     let rc = unsafe { (abi.record_replay)(0, 1 << 20, null_mut(), true, false, &mut offset) };
