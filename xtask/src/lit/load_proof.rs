@@ -46,8 +46,11 @@ pub struct Expectation<'a> {
     pub ours: bool,
     /// lit's exec root: test `a/b.c` runs `<exec_root>/a/Output/b.c.tmp`.
     pub exec_root: &'a Path,
-    /// Paths (below the suite root) of the tests lit reports as passed.
+    /// Paths (below the suite root) of the tests lit reports as passed that run a
+    /// program.
     pub passed_tests: &'a [&'a str],
+    /// How many passed tests only compile ([`runs_no_program`]): nothing to prove.
+    pub compile_only: usize,
 }
 
 /// What was proven, for the report.
@@ -61,6 +64,8 @@ pub struct LoadProof {
     pub tests_covered: usize,
     /// Lines in the load marker.
     pub marker_lines: usize,
+    /// Passed tests that run no program, left out of the proof.
+    pub compile_only: usize,
 }
 
 pub fn prove(ld_debug_dir: &Path, marker: &Path, expect: &Expectation) -> Result<LoadProof> {
@@ -182,7 +187,27 @@ pub fn prove(ld_debug_dir: &Path, marker: &Path, expect: &Expectation) -> Result
         test_program_runs,
         tests_covered: expect.passed_tests.len(),
         marker_lines,
+        compile_only: expect.compile_only,
     })
+}
+
+/// Whether a test's `RUN:` lines only compile: no lit substitution that runs (`%…run…`)
+/// and no command that is the built program (`%t` other than after `-o`). Such a test
+/// (`offloading/bug64959_compile_only.c` of LLVM 18) never loads a plugin.
+pub fn runs_no_program(source: &str) -> bool {
+    let run_lines: Vec<&str> = source
+        .lines()
+        .filter_map(|l| l.split_once("RUN:").map(|(_, cmd)| cmd))
+        .collect();
+    let runs = |cmd: &str| {
+        let words: Vec<&str> = cmd.split_whitespace().collect();
+        words.iter().enumerate().any(|(i, w)| {
+            let substitution_runs = w.starts_with('%') && w.contains("run");
+            let runs_output = w.starts_with("%t") && (i == 0 || words[i - 1] != "-o");
+            substitution_runs || runs_output
+        })
+    };
+    !run_lines.is_empty() && !run_lines.iter().any(|cmd| runs(cmd))
 }
 
 /// `<exec_root>/<dir>/Output/<file>.tmp` for test `<dir>/<file>` (lit's `%t`).
@@ -316,6 +341,24 @@ fn describe(p: &Process) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn compile_only_tests_are_told_from_those_that_run() {
+        let compile_only =
+            "// RUN: %libomptarget-compile-generic\n// RUN: %libomptarget-compileopt-generic\n";
+        assert!(runs_no_program(compile_only));
+        assert!(!runs_no_program(
+            "// RUN: %libomptarget-compile-run-and-check-generic\n"
+        ));
+        assert!(!runs_no_program(
+            "// RUN: %libomptarget-compile-generic -o %t\n// RUN: env X=1 %t | %fcheck-generic\n"
+        ));
+        assert!(!runs_no_program(
+            "// RUN: %clang-generic %s -o %t && %libomptarget-run-generic\n"
+        ));
+        // No RUN line at all: not a test that compiles only.
+        assert!(!runs_no_program("int main() {}\n"));
+    }
+
     /// A scratch directory under target/ (no tempfile dependency in xtask).
     fn scratch(name: &str) -> PathBuf {
         let d = crate::util::target_dir()
@@ -378,6 +421,7 @@ mod tests {
                     ours,
                     exec_root: &self.exec_root,
                     passed_tests: passed,
+                    compile_only: 0,
                 },
             )
         }
