@@ -296,7 +296,7 @@ impl Device {
     }
 
     /// The record of a kernel of an image loaded here.
-    fn loaded_kernel(&self, kernel: DeviceAddr) -> Result<KernelRecord, PluginError> {
+    pub(crate) fn loaded_kernel(&self, kernel: DeviceAddr) -> Result<KernelRecord, PluginError> {
         let record = self
             .kernels
             .read()
@@ -372,6 +372,22 @@ impl Device {
     ) -> Result<(), PluginError> {
         let device = self.id();
         let record = self.loaded_kernel(kernel)?;
+        if record.reduction_buffer_bytes != 0 {
+            // LLVM 18's device runtime would write the reduction through the implicit
+            // launch-environment argument: refuse rather than let it write through ~0.
+            return Err(PluginError::Invalid {
+                device,
+                what: format!(
+                    "kernel {} is a clang 18 teams reduction: it needs a launch environment \
+                     with a {}-byte reduction buffer, which omptarget-rs does not provide yet",
+                    record
+                        .name
+                        .as_deref()
+                        .map_or("?".into(), |n| n.to_string_lossy()),
+                    record.reduction_buffer_bytes
+                ),
+            });
+        }
         let plan = record.plan(request);
         diag::debug(|| {
             format!(
@@ -848,6 +864,7 @@ mod tests {
                 mode: None,
                 limits: None,
                 name: None,
+                reduction_buffer_bytes: 0,
             },
         );
         device

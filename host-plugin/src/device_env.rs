@@ -1,10 +1,18 @@
-//! LLVM 16's device environment: the `DeviceEnvironmentTy` (DebugKind, NumDevices,
-//! DeviceNum, DynamicMemSize: four u32) that the device runtime of every GPU image
-//! reads, and which the plugin writes after loading the image, whatever the vendor.
+//! The device environment (`DeviceEnvironmentTy`) that LLVM's device runtime of every GPU
+//! image reads, and which the plugin writes after loading the image, whatever the vendor.
+//! Its layout grew with each LLVM version, and the image says which one it links by the
+//! global's size ([`Layout`]):
+//! - 16: DebugKind, NumDevices, DeviceNum, DynamicMemSize (four u32), 16 bytes;
+//! - 17: then ClockFrequency (u64; AMDGPU's `omp_get_wtick` divides by it), 24 bytes;
+//! - 18: then IndirectCallTable (a device pointer), IndirectCallTableSize (rows) and
+//!   HardwareParallelism (u64 each), 48 bytes. LLVM 18's `__llvm_omp_indirect_call_lookup`
+//!   searches that table; its rows are this plugin's (host, device) rows, sorted by host
+//!   address, so the image's table is published there too ([`crate::device_table`]).
+//!
 //! Seen as `__omp_rtl_device_environment` in clang-16 sm_90 images; LLVM 16's AMDGPU
 //! device runtime names it `omptarget_device_environment` (protected visibility).
 
-use crate::backend::{Backend, BackendError, LoadedModule};
+use crate::backend::{Backend, BackendError, DeviceAddr, LoadedModule};
 use std::ffi::CStr;
 
 /// The names of the global, newest first.
@@ -12,22 +20,94 @@ pub const NAMES: [&CStr; 2] = [
     c"__omp_rtl_device_environment",
     c"omptarget_device_environment",
 ];
-/// Its size in LLVM 16.
-pub const SIZE: usize = 16;
+
+/// Which LLVM's device environment an image's runtime reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    Llvm16,
+    Llvm17,
+    Llvm18,
+}
+
+impl Layout {
+    /// The layout of a global of `size` bytes, None for a size no LLVM 16-18 has.
+    pub fn of_size(size: u64) -> Option<Self> {
+        match size {
+            16 => Some(Layout::Llvm16),
+            24 => Some(Layout::Llvm17),
+            48 => Some(Layout::Llvm18),
+            _ => None,
+        }
+    }
+
+    pub fn size(self) -> usize {
+        match self {
+            Layout::Llvm16 => 16,
+            Layout::Llvm17 => 24,
+            Layout::Llvm18 => 48,
+        }
+    }
+}
+
+/// Where LLVM 18's IndirectCallTable and IndirectCallTableSize lie in the environment.
+const INDIRECT_CALL_TABLE_OFFSET: u64 = 24;
+
+/// What a device tells its runtime beyond its number: the backend's answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceFacts {
+    /// Ticks per second of the clock the device runtime reads (`omp_get_wtime`).
+    pub clock_frequency: u64,
+    /// How many independent threads of execution the device runs at once (LLVM 18's
+    /// plugins: warps or wavefronts per multiprocessor x multiprocessors; 0: unknown).
+    pub hardware_parallelism: u64,
+}
+
+impl Default for DeviceFacts {
+    /// LLVM's generic plugin defaults: `CLOCKS_PER_SEC` and 0.
+    fn default() -> Self {
+        DeviceFacts {
+            clock_frequency: 1_000_000,
+            hardware_parallelism: 0,
+        }
+    }
+}
 
 /// The bytes for device `device` of `num_devices` (no debug output, no dynamic shared
-/// memory), in the device's (little-endian) byte order.
-pub fn contents(num_devices: u32, device: u32) -> [u8; SIZE] {
+/// memory, no indirect call table yet), in the device's (little-endian) byte order.
+pub fn contents(layout: Layout, num_devices: u32, device: u32, facts: DeviceFacts) -> Vec<u8> {
     let debug_kind = 0u32;
     let dynamic_memory = 0u32;
-    let mut out = [0u8; SIZE];
-    for (slot, word) in
-        out.chunks_exact_mut(4)
-            .zip([debug_kind, num_devices, device, dynamic_memory])
-    {
-        slot.copy_from_slice(&word.to_le_bytes());
+    let mut out: Vec<u8> = [debug_kind, num_devices, device, dynamic_memory]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    if layout != Layout::Llvm16 {
+        out.extend(facts.clock_frequency.to_le_bytes());
     }
+    if layout == Layout::Llvm18 {
+        let (no_table, no_rows) = (0u64, 0u64);
+        for word in [no_table, no_rows, facts.hardware_parallelism] {
+            out.extend(word.to_le_bytes());
+        }
+    }
+    debug_assert_eq!(out.len(), layout.size());
     out
+}
+
+/// The environment as written into one loaded image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Installed {
+    pub layout: Layout,
+    /// The global's device address.
+    pub addr: DeviceAddr,
+}
+
+impl Installed {
+    /// Where the 16 bytes of LLVM 18's (IndirectCallTable, IndirectCallTableSize) lie:
+    /// None for the layouts without them.
+    pub fn indirect_call_table(&self) -> Option<DeviceAddr> {
+        (self.layout == Layout::Llvm18).then_some(self.addr + INDIRECT_CALL_TABLE_OFFSET)
+    }
 }
 
 /// Write the environment into a freshly loaded image, if its device runtime has one (an
@@ -36,24 +116,30 @@ pub fn install(
     backend: &dyn Backend,
     module: &dyn LoadedModule,
     device: usize,
-) -> Result<(), BackendError> {
+) -> Result<Option<Installed>, BackendError> {
     let Some((name, size)) = NAMES
         .iter()
         .find_map(|name| module.global_size(name).map(|size| (name, size)))
     else {
-        return Ok(());
+        return Ok(None);
     };
-    if size != SIZE as u64 {
-        return Err(BackendError::Load(format!(
-            "{} is {size} bytes; LLVM 16's is {SIZE}",
+    let layout = Layout::of_size(size).ok_or_else(|| {
+        BackendError::Load(format!(
+            "{} is {size} bytes; LLVM 16's is 16, 17's 24, 18's 48",
             name.to_string_lossy()
-        )));
-    }
+        ))
+    })?;
     let addr = module.global(name)?;
-    let bytes = contents(backend.device_count() as u32, device as u32);
+    let bytes = contents(
+        layout,
+        backend.device_count() as u32,
+        device as u32,
+        backend.device_facts(device),
+    );
     // SAFETY: `addr` is the address the module gives for its own global, whose size it
-    // just reported as SIZE bytes: device memory of `device` that holds all of `bytes`.
-    unsafe { backend.write(device, addr, &bytes) }
+    // just reported as the layout's: device memory of `device` that holds all of `bytes`.
+    unsafe { backend.write(device, addr, &bytes) }?;
+    Ok(Some(Installed { layout, addr }))
 }
 
 #[cfg(test)]
@@ -61,11 +147,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn four_little_endian_words() {
-        let bytes = contents(3, 2);
+    fn llvm_16_is_four_little_endian_words() {
+        let bytes = contents(Layout::Llvm16, 3, 2, DeviceFacts::default());
         assert_eq!(bytes[..4], [0; 4]);
         assert_eq!(bytes[4..8], 3u32.to_le_bytes());
         assert_eq!(bytes[8..12], 2u32.to_le_bytes());
         assert_eq!(bytes[12..], [0; 4]);
+    }
+
+    #[test]
+    fn later_layouts_extend_16s() {
+        let facts = DeviceFacts {
+            clock_frequency: 1_000_000_000,
+            hardware_parallelism: 132 * 64,
+        };
+        let v16 = contents(Layout::Llvm16, 3, 2, facts);
+        let v17 = contents(Layout::Llvm17, 3, 2, facts);
+        let v18 = contents(Layout::Llvm18, 3, 2, facts);
+        assert_eq!((v17.len(), v18.len()), (24, 48));
+        assert_eq!(v17[..16], v16[..]);
+        assert_eq!(v17[16..], 1_000_000_000u64.to_le_bytes());
+        assert_eq!(v18[..24], v17[..]);
+        // No table until the image's table is installed.
+        assert_eq!(v18[24..40], [0; 16]);
+        assert_eq!(v18[40..], (132u64 * 64).to_le_bytes());
+    }
+
+    #[test]
+    fn sizes_name_layouts() {
+        for layout in [Layout::Llvm16, Layout::Llvm17, Layout::Llvm18] {
+            assert_eq!(Layout::of_size(layout.size() as u64), Some(layout));
+        }
+        assert_eq!(Layout::of_size(32), None);
+        let env = Installed {
+            layout: Layout::Llvm18,
+            addr: 0x1000,
+        };
+        assert_eq!(env.indirect_call_table(), Some(0x1018));
+        let env16 = Installed {
+            layout: Layout::Llvm16,
+            ..env
+        };
+        assert_eq!(env16.indirect_call_table(), None);
     }
 }

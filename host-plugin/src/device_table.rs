@@ -11,16 +11,28 @@ use crate::fptr::{self, FptrMapEntry};
 use crate::fptr_index::{self, DeviceIndex, FptrIndex, PlacedIndex, BUCKET_BYTES};
 use device_rtl::symbols::INDEX_C;
 
-/// The device runtime's globals of one image that the table is installed through.
+/// Where one image's device runtimes find the table: ours, LLVM 18's, or both (at
+/// least one of them).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TableGlobals {
+    /// Our device runtime's pair, where the image links it.
+    pub(crate) fptr_map: Option<FptrMapGlobals>,
+    /// The index header (`__omptarget_rs_fptr_index`), when the image's device runtime
+    /// has one of the size this plugin writes (runtimes from before the index do not).
+    pub(crate) index: Option<DeviceAddr>,
+    /// The (IndirectCallTable, IndirectCallTableSize) fields of LLVM 18's device
+    /// environment, where the image links LLVM 18's device runtime: its
+    /// `__llvm_omp_indirect_call_lookup` searches the same sorted (host, device) rows.
+    pub(crate) llvm_indirect_call_table: Option<DeviceAddr>,
+}
+
+/// Our device runtime's table globals.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FptrMapGlobals {
     /// `__omp_offloading_fptr_map_p`: the table's device address.
     pub(crate) map_p: DeviceAddr,
     /// `__omp_offloading_fptr_map_size`: its row count.
     pub(crate) map_size: DeviceAddr,
-    /// The index header (`__omptarget_rs_fptr_index`), when the image's device runtime
-    /// has one of the size this plugin writes (runtimes from before the index do not).
-    pub(crate) index: Option<DeviceAddr>,
 }
 
 /// What [`crate::Device::fptr_index`] reports about an image's index.
@@ -181,14 +193,28 @@ fn point_globals(
 ) -> Result<(), PluginError> {
     let p = table.map_or(0, DeviceBuffer::addr).to_ne_bytes();
     let n = (len as u64).to_ne_bytes();
-    // SAFETY: `map_p` and `map_size` are the addresses of the image's 8-byte table
-    // globals, resolved through the backend and size-checked against their symbols.
-    unsafe {
-        memory
-            .write(globals.map_p, &p)
-            .and_then(|()| memory.write(globals.map_size, &n))
-    }
-    .map_err(backend_err(
+    let written = globals
+        .fptr_map
+        .map_or(Ok(()), |ours| {
+            // SAFETY: `map_p` and `map_size` are the addresses of the image's 8-byte
+            // table globals, resolved through the backend and size-checked against their
+            // symbols.
+            unsafe {
+                memory
+                    .write(ours.map_p, &p)
+                    .and_then(|()| memory.write(ours.map_size, &n))
+            }
+        })
+        .and_then(|()| {
+            globals.llvm_indirect_call_table.map_or(Ok(()), |fields| {
+                let pair: Vec<u8> = p.iter().chain(&n).copied().collect();
+                // SAFETY: `fields` is 24 bytes into the image's LLVM 18 device
+                // environment, whose size (48 bytes) was checked when it was written:
+                // its 16 bytes there are the table pointer and row count.
+                unsafe { memory.write(fields, &pair) }
+            })
+        });
+    written.map_err(backend_err(
         memory.device() as i32,
         "writing the indirect table globals",
     ))

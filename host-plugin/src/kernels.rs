@@ -11,7 +11,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// What a launch needs to know about a kernel, recorded once, when its image is loaded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelRecord {
-    /// From `<kernel>_exec_mode` (read by the core, [`launch_shape::read_exec_mode`]);
+    /// From `<kernel>_exec_mode` (read by the core, [`launch_shape::read_exec_mode`]) or
+    /// clang 18's `<kernel>_kernel_environment`;
     /// for a kernel without it, the vendor's choice
     /// ([`crate::Backend::untagged_kernel_mode`]); None on the host, which reads none.
     pub mode: Option<ExecMode>,
@@ -20,6 +21,9 @@ pub struct KernelRecord {
     /// The device's and the kernel's limits ([`crate::backend::LoadedModule::kernel_limits`]);
     /// None where launches have no geometry (the host runs a kernel once).
     pub limits: Option<Limits>,
+    /// Bytes of teams-reduction buffer the kernel's launch environment must point at
+    /// (clang 18 GPU kernels, [`launch_shape::kernel_environment`]); 0 for none.
+    pub reduction_buffer_bytes: u64,
 }
 
 /// What the vendor is asked to do for a launch.
@@ -108,6 +112,7 @@ mod tests {
             mode: None,
             limits: None,
             name: None,
+            reduction_buffer_bytes: 0,
         };
         assert_eq!(host.plan(None), LaunchPlan::Once);
         assert_eq!(host.plan(request(4, 64)), LaunchPlan::Once);
@@ -119,6 +124,7 @@ mod tests {
             mode: Some(ExecMode::Generic),
             limits: Some(LIMITS),
             name: None,
+            reduction_buffer_bytes: 0,
         };
         let shaped =
             |blocks, threads| LaunchPlan::Shaped(ExecMode::Generic, Shape { blocks, threads });
@@ -133,6 +139,7 @@ mod tests {
             mode: None,
             limits: Some(LIMITS),
             name: None,
+            reduction_buffer_bytes: 0,
         };
         assert_eq!(plain.plan(None), LaunchPlan::Once);
         assert_eq!(

@@ -112,10 +112,12 @@ impl Device {
         let module = staged
             .and_then(|staged| self.backend().load_image(self.index(), code, staged))
             .map_err(load_err)?;
-        if self.kind().has_device_environment() {
+        let environment = if self.kind().has_device_environment() {
             crate::device_env::install(self.backend(), module.as_ref(), self.index())
-                .map_err(load_err)?;
-        }
+                .map_err(load_err)?
+        } else {
+            None
+        };
         // 4: the entries. Removing the host's image file took 0.1 ms of a 2 ms load at
         // 10k entries (docs/BENCHMARKS.md 1d): for big images it runs beside them.
         let resolver = EntryResolver::new(self, &name, module.as_ref(), symbols.as_ref());
@@ -134,7 +136,10 @@ impl Device {
         let (published, table) = self.beside(
             entries.len() >= ENTRIES_PER_LOAD_THREAD,
             || publish(&addrs),
-            || self.install_table(&resolver, &name, entries, rows),
+            || {
+                let llvm_table = environment.and_then(|env| env.indirect_call_table());
+                self.install_table(&resolver, &name, entries, rows, llvm_table)
+            },
         );
         let table = table?;
         // 6: registered, replacing the image of the same key.
@@ -215,6 +220,7 @@ impl Device {
         image: &str,
         entries: &[E],
         rows: Vec<FptrMapEntry>,
+        llvm_indirect_call_table: Option<DeviceAddr>,
     ) -> Result<Option<DeviceTable>, PluginError> {
         let table = build_table(self.id(), image, entries, rows)?;
         if !translation_enabled() {
@@ -228,7 +234,7 @@ impl Device {
             return Ok(None);
         }
         let has_indirect = entries.iter().any(|e| host_entry::is_indirect(e.flags()));
-        let Some(globals) = resolver.table_globals(has_indirect)? else {
+        let Some(globals) = resolver.table_globals(has_indirect, llvm_indirect_call_table)? else {
             return Ok(None);
         };
         let (installed, index_note) = DeviceTable::install(&self.memory(), globals, table)?;

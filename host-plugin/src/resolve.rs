@@ -5,7 +5,7 @@
 
 use crate::backend::{DeviceAddr, LoadedModule};
 use crate::device::Device;
-use crate::device_table::TableGlobals;
+use crate::device_table::{FptrMapGlobals, TableGlobals};
 use crate::error::PluginError;
 use crate::fptr::{self, FptrMapEntry, Origin};
 use crate::fptr_index;
@@ -183,9 +183,13 @@ impl<'a> EntryResolver<'a> {
     ) -> Result<(), PluginError> {
         let record = match function_of {
             Some(module) if self.device.kind().is_gpu() => {
-                let mode = self
-                    .exec_mode(entry)?
-                    .or_else(|| self.device.backend().untagged_kernel_mode());
+                let (mode, reduction_buffer_bytes) = match self.exec_mode(entry)? {
+                    Some(mode) => (Some(mode), 0),
+                    None => match self.kernel_environment(entry)? {
+                        Some((mode, buffer)) => (Some(mode), buffer),
+                        None => (self.device.backend().untagged_kernel_mode(), 0),
+                    },
+                };
                 // SAFETY: `addr` is what `module.function` returned for this entry's name.
                 let limits = unsafe { module.kernel_limits(addr, entry.name()) }
                     .map_err(|e| self.entry_err(entry, e.to_string()))?;
@@ -193,12 +197,14 @@ impl<'a> EntryResolver<'a> {
                     mode,
                     limits,
                     name: Some(entry.name().into()),
+                    reduction_buffer_bytes,
                 }
             }
             _ => KernelRecord {
                 mode: None,
                 limits: None,
                 name: Some(entry.name().into()),
+                reduction_buffer_bytes: 0,
             },
         };
         lock(&self.kernel_records).push((addr, record));
@@ -231,6 +237,51 @@ impl<'a> EntryResolver<'a> {
         };
         launch_shape::read_exec_mode(entry.name(), global, read_byte)
             .map_err(|e| self.entry_err(entry, e.to_string()))
+    }
+
+    /// clang 18's `<kernel>_kernel_environment` ([`launch_shape::kernel_environment`]):
+    /// the kernel's mode and its reduction buffer's bytes; None when the image has none.
+    fn kernel_environment(
+        &self,
+        entry: &impl HostEntry,
+    ) -> Result<Option<(ExecMode, u64)>, PluginError> {
+        use launch_shape::kernel_environment as env;
+        let mut name = entry.name().to_bytes().to_vec();
+        name.extend_from_slice(env::SUFFIX);
+        let name =
+            std::ffi::CString::new(name).map_err(|_| self.entry_err(entry, "a NUL in its name"))?;
+        let shown = name.to_string_lossy();
+        match self.symbol_size(&name) {
+            None => return Ok(None),
+            Some(env::SIZE) => {}
+            Some(n) => {
+                return Err(self.entry_err(
+                    entry,
+                    format!("{shown} is {n} bytes, LLVM 18's is {}", env::SIZE),
+                ))
+            }
+        }
+        let addr = self
+            .module
+            .global(&name)
+            .map_err(|e| self.entry_err(entry, e.to_string()))?;
+        let mut configuration = [0u8; env::CONFIGURATION_BYTES];
+        // SAFETY: `addr` is the device address of this image's global of `env::SIZE`
+        // bytes (checked above), more than the configuration read from its start.
+        unsafe {
+            self.device
+                .backend()
+                .read(self.device.index(), addr, &mut configuration)
+        }
+        .map_err(|e| self.entry_err(entry, format!("reading {shown}: {e}")))?;
+        let (mode, buffer) = env::parse(&configuration);
+        let mode = ExecMode::from_raw(mode).ok_or_else(|| {
+            self.entry_err(
+                entry,
+                format!("{shown} holds exec mode {mode}, not LLVM 18's"),
+            )
+        })?;
+        Ok(Some((mode, buffer)))
     }
 
     /// The device symbol an indirect entry names, by the rule of
@@ -596,16 +647,22 @@ impl<'a> EntryResolver<'a> {
     pub(crate) fn table_globals(
         &self,
         has_indirect: bool,
+        llvm_indirect_call_table: Option<DeviceAddr>,
     ) -> Result<Option<TableGlobals>, PluginError> {
-        let (Some(map_p), Some(map_size)) = (
+        let fptr_map = match (
             self.table_global(TABLE_C)?,
             self.table_global(TABLE_SIZE_C)?,
-        ) else {
+        ) {
+            (Some(map_p), Some(map_size)) => Some(FptrMapGlobals { map_p, map_size }),
+            _ => None,
+        };
+        if fptr_map.is_none() && llvm_indirect_call_table.is_none() {
             if has_indirect {
                 diag::info(diag::INFO_PLUGIN | diag::INFO_DUMP_TABLE, || {
                     format!(
-                        "device {}: {} has indirect functions but no {} / {}: its indirect \
-                         calls will not be translated (link the device runtime into it)",
+                        "device {}: {} has indirect functions but no {} / {} (nor LLVM 18's \
+                         device environment): its indirect calls will not be translated \
+                         (link the device runtime into it)",
                         self.device.id(),
                         self.image,
                         TABLE_C.to_string_lossy(),
@@ -614,11 +671,15 @@ impl<'a> EntryResolver<'a> {
                 });
             }
             return Ok(None);
+        }
+        let index = match fptr_map {
+            Some(_) => self.index_global()?,
+            None => None,
         };
         Ok(Some(TableGlobals {
-            map_p,
-            map_size,
-            index: self.index_global()?,
+            fptr_map,
+            index,
+            llvm_indirect_call_table,
         }))
     }
 

@@ -187,7 +187,7 @@ fn embedded_cubin(program: &[u8]) -> Option<Vec<u8>> {
 /// has the name and size the backend writes.
 #[test]
 fn clang16_nvptx_images_have_what_the_backend_reads() {
-    use host_plugin::backend::cuda::{device_environment_names, DEVICE_ENVIRONMENT_SIZE};
+    use host_plugin::backend::cuda::{device_environment_names, DeviceEnvironmentLayout};
     use host_plugin::launch_shape::ExecMode;
     use object::read::{ObjectSection, ObjectSymbol};
 
@@ -257,5 +257,8 @@ fn clang16_nvptx_images_have_what_the_backend_reads() {
                 .map(|s| s.size())
         })
         .expect("the image has a device environment global the backend knows");
-    assert_eq!(env as usize, DEVICE_ENVIRONMENT_SIZE);
+    assert_eq!(
+        DeviceEnvironmentLayout::of_size(env),
+        Some(DeviceEnvironmentLayout::Llvm16)
+    );
 }

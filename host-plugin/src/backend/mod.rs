@@ -510,6 +510,13 @@ pub trait Backend: Send + Sync {
     /// Facts about the device for `__tgt_rtl_print_device_info`, one line each.
     fn device_info(&self, device: usize) -> Vec<String>;
 
+    /// What the device environment of LLVM 17's and 18's device runtimes says about the
+    /// device beyond its number ([`crate::device_env`]); LLVM's generic defaults unless
+    /// the vendor knows better.
+    fn device_facts(&self, _device: usize) -> crate::device_env::DeviceFacts {
+        crate::device_env::DeviceFacts::default()
+    }
+
     /// The execution mode of a kernel without `<kernel>_exec_mode` (not an OpenMP
     /// kernel), recorded in its [`crate::kernels::KernelRecord`]: None (the default) runs
     /// it once when launched without a request; CUDA launches such kernels with SPMD's

@@ -51,10 +51,23 @@ impl Memory {
 }
 
 /// A backend whose device is a map of byte ranges, failing where [`FailOn`] says.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct FailingBackend {
     memory: Arc<Mutex<Memory>>,
     fail: Arc<Mutex<FailOn>>,
+    /// The globals (name, size) each loaded module has.
+    module_globals: Arc<Vec<(&'static CStr, usize)>>,
+    /// What some of them hold when loaded (else zeros).
+    initial_contents: Arc<Vec<(&'static CStr, Vec<u8>)>>,
+}
+
+/// Our device runtime's table globals, which every module has unless a test says.
+const OUR_RUNTIME: [(&CStr, usize); 3] = [(TABLE_C, 8), (TABLE_SIZE_C, 8), (INDEX_C, 32)];
+
+impl Default for FailingBackend {
+    fn default() -> Self {
+        Self::with_module_globals(&OUR_RUNTIME)
+    }
 }
 
 fn refused(call: &'static str) -> BackendError {
@@ -66,6 +79,34 @@ fn refused(call: &'static str) -> BackendError {
 }
 
 impl FailingBackend {
+    fn with_module_globals(globals: &[(&'static CStr, usize)]) -> Self {
+        FailingBackend {
+            memory: Arc::default(),
+            fail: Arc::default(),
+            module_globals: Arc::new(globals.to_vec()),
+            initial_contents: Arc::default(),
+        }
+    }
+
+    /// Module global `name` starts with `bytes` (in every module loaded).
+    fn with_contents(mut self, name: &'static CStr, bytes: Vec<u8>) -> Self {
+        Arc::make_mut(&mut self.initial_contents).push((name, bytes));
+        self
+    }
+
+    /// The bytes of a module global.
+    fn global_bytes(&self, name: &CStr) -> Vec<u8> {
+        let memory = self.memory.lock().unwrap();
+        memory.ranges[&memory.globals[name]].clone()
+    }
+
+    /// `len` bytes at `addr`.
+    fn bytes_at(&self, addr: DeviceAddr, len: usize) -> Vec<u8> {
+        let mut memory = self.memory.lock().unwrap();
+        let (start, at) = memory.range_of(addr, len).expect("mapped");
+        memory.ranges[&start][at..at + len].to_vec()
+    }
+
     fn live_allocations(&self) -> BTreeSet<DeviceAddr> {
         self.memory.lock().unwrap().allocations.clone()
     }
@@ -92,8 +133,12 @@ impl LoadedModule for FakeModule {
             .ok_or_else(|| BackendError::MissingSymbol(name.to_string_lossy().into()))
     }
 
+    /// Kernel `kernel` is at 0xe000_0000; nothing else is a function.
     fn function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
-        Err(BackendError::MissingSymbol(name.to_string_lossy().into()))
+        match name.to_bytes() {
+            b"kernel" => Ok(0xe000_0000),
+            _ => Err(BackendError::MissingSymbol(name.to_string_lossy().into())),
+        }
     }
 
     /// Indirect function `fN` is at 0xd000_0000 + 16 N.
@@ -136,9 +181,13 @@ impl Backend for FailingBackend {
         _staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
         let mut memory = self.memory.lock().unwrap();
-        for (name, len) in [(TABLE_C, 8), (TABLE_SIZE_C, 8), (INDEX_C, 32)] {
+        for &(name, len) in self.module_globals.iter() {
             let addr = memory.place(len);
             memory.globals.insert(name.to_owned(), addr);
+        }
+        for (name, bytes) in self.initial_contents.iter() {
+            let addr = memory.globals[*name];
+            memory.ranges.get_mut(&addr).unwrap()[..bytes.len()].copy_from_slice(bytes);
         }
         Ok(Box::new(FakeModule {
             backend: self.clone(),
@@ -359,5 +408,148 @@ fn a_failed_replacement_through_set_function_ptr_map_leaks_nothing() {
     // the old table alone is left, still the image's.
     assert_eq!(backend.live_allocations().len(), 1);
     device.unload(KEY).unwrap();
+    assert_eq!(backend.live_allocations(), BTreeSet::new());
+}
+
+/// LLVM 17's and 18's device runtimes (images built by clang 17 or 18) name it so.
+const DEVICE_ENVIRONMENT: &CStr = c"__omp_rtl_device_environment";
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+#[test]
+fn an_llvm_18_device_environment_gets_the_device_facts_and_the_table() {
+    // An image of LLVM 18's device runtime alone: the table goes where its
+    // `__llvm_omp_indirect_call_lookup` reads it.
+    let backend = FailingBackend::with_module_globals(&[(DEVICE_ENVIRONMENT, 48)]);
+    let plugin = Plugin::with_backend(PluginKind::Cuda, Box::new(backend.clone()));
+    let device = plugin.device(0).unwrap();
+    device.load_binary(KEY, b"image", &entries()).unwrap();
+    let env = backend.global_bytes(DEVICE_ENVIRONMENT);
+    assert_eq!(env[4..12], [1, 0, 0, 0, 0, 0, 0, 0], "1 device, number 0");
+    assert_eq!(u64_at(&env, 16), 1_000_000, "the generic clock frequency");
+    let (table, rows) = (u64_at(&env, 24), u64_at(&env, 32));
+    assert_eq!(rows, 64);
+    assert_eq!(backend.live_allocations(), BTreeSet::from([table]));
+    let bytes = backend.bytes_at(table, 64 * 16);
+    for (n, row) in bytes.chunks(16).enumerate() {
+        let n = n as u64;
+        assert_eq!(
+            u64_at(row, 0),
+            0x5555_0000 + 16 * n,
+            "sorted by host address"
+        );
+        assert_eq!(u64_at(row, 8), 0xd000_0000 + 16 * n);
+    }
+    device.unload(KEY).unwrap();
+    assert_eq!(backend.live_allocations(), BTreeSet::new());
+}
+
+#[test]
+fn an_llvm_17_device_environment_beside_our_runtime_gets_the_clock() {
+    let mut globals = OUR_RUNTIME.to_vec();
+    globals.push((DEVICE_ENVIRONMENT, 24));
+    let backend = FailingBackend::with_module_globals(&globals);
+    let plugin = Plugin::with_backend(PluginKind::Cuda, Box::new(backend.clone()));
+    let device = plugin.device(0).unwrap();
+    device.load_binary(KEY, b"image", &entries()).unwrap();
+    let env = backend.global_bytes(DEVICE_ENVIRONMENT);
+    assert_eq!(u64_at(&env, 16), 1_000_000);
+    let table = u64_at(&backend.global_bytes(TABLE_C), 0);
+    assert_eq!(u64_at(&backend.global_bytes(TABLE_SIZE_C), 0), 64);
+    assert!(backend.live_allocations().contains(&table));
+}
+
+#[test]
+fn a_device_environment_of_an_unknown_size_fails_the_load_without_a_leak() {
+    let mut globals = OUR_RUNTIME.to_vec();
+    globals.push((DEVICE_ENVIRONMENT, 32));
+    let backend = FailingBackend::with_module_globals(&globals);
+    let plugin = Plugin::with_backend(PluginKind::Cuda, Box::new(backend.clone()));
+    let device = plugin.device(0).unwrap();
+    let err = device.load_binary(KEY, b"image", &entries()).unwrap_err();
+    assert!(
+        err.to_string().contains("is 32 bytes; LLVM 16's is 16"),
+        "{err}"
+    );
+    assert_eq!(device.loaded_images(), 0);
+    assert_eq!(backend.live_allocations(), BTreeSet::new());
+}
+
+/// A clang 18 kernel's `<kernel>_kernel_environment`: its configuration with `mode` and
+/// a reduction of `data_size` x `buffer_length` bytes.
+fn kernel_environment(mode: u8, data_size: i32, buffer_length: i32) -> Vec<u8> {
+    let mut bytes = vec![2, 2, mode, 0];
+    for word in [-1i32, -1, -1, -1, data_size, buffer_length] {
+        bytes.extend(word.to_le_bytes());
+    }
+    bytes
+}
+
+fn kernel_entry() -> HostOffloadEntry<'static> {
+    HostOffloadEntry {
+        host_addr: 0x4000,
+        name: Cow::Borrowed(c"kernel"),
+        size: 0,
+        flags: 0,
+        host_vtable: None,
+    }
+}
+
+#[test]
+fn a_clang_18_kernel_gets_its_mode_from_its_kernel_environment() {
+    use crate::launch_shape::ExecMode;
+    for (mode, expected) in [(1, ExecMode::Generic), (2, ExecMode::Spmd)] {
+        let backend = FailingBackend::with_module_globals(&[(c"kernel_kernel_environment", 48)])
+            .with_contents(c"kernel_kernel_environment", kernel_environment(mode, 0, 0));
+        let plugin = Plugin::with_backend(PluginKind::Cuda, Box::new(backend));
+        let device = plugin.device(0).unwrap();
+        device
+            .load_binary(KEY, b"image", &[kernel_entry()])
+            .unwrap();
+        let record = device.loaded_kernel(0xe000_0000).unwrap();
+        assert_eq!(record.mode, Some(expected));
+        assert_eq!(record.reduction_buffer_bytes, 0);
+    }
+}
+
+#[test]
+fn a_clang_18_teams_reduction_is_refused_at_launch_not_run_through_a_bad_pointer() {
+    let backend = FailingBackend::with_module_globals(&[(c"kernel_kernel_environment", 48)])
+        .with_contents(c"kernel_kernel_environment", kernel_environment(2, 8, 1024));
+    let plugin = Plugin::with_backend(PluginKind::Cuda, Box::new(backend));
+    let device = plugin.device(0).unwrap();
+    device
+        .load_binary(KEY, b"image", &[kernel_entry()])
+        .unwrap();
+    assert_eq!(
+        device
+            .loaded_kernel(0xe000_0000)
+            .unwrap()
+            .reduction_buffer_bytes,
+        8 * 1024
+    );
+    // SAFETY: the launch is refused before the (fake, always refusing) backend is asked.
+    let err =
+        unsafe { device.launch_teams(0xe000_0000, &[u64::MAX], Default::default()) }.unwrap_err();
+    assert!(
+        err.to_string().contains("8192-byte reduction buffer"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_kernel_environment_of_another_size_fails_the_load() {
+    let backend = FailingBackend::with_module_globals(&[(c"kernel_kernel_environment", 40)]);
+    let plugin = Plugin::with_backend(PluginKind::Cuda, Box::new(backend.clone()));
+    let device = plugin.device(0).unwrap();
+    let err = device
+        .load_binary(KEY, b"image", &[kernel_entry()])
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("is 40 bytes, LLVM 18's is 48"),
+        "{err}"
+    );
     assert_eq!(backend.live_allocations(), BTreeSet::new());
 }

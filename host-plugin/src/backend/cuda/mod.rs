@@ -30,7 +30,7 @@ use std::sync::Mutex;
 
 /// The device environment is written for every GPU kind by the plugin core
 /// ([`crate::device_env`]); these names stay for the tests and tools that asked here.
-pub use crate::device_env::SIZE as DEVICE_ENVIRONMENT_SIZE;
+pub use crate::device_env::Layout as DeviceEnvironmentLayout;
 
 /// The names of the device-environment global the plugin writes, newest first.
 pub fn device_environment_names() -> [&'static CStr; 2] {
@@ -82,6 +82,8 @@ struct CudaDevice {
     /// Total device memory in bytes (0 if the driver did not say).
     total_memory: usize,
     multiprocessors: i32,
+    /// Resident threads per multiprocessor (for the device environment's parallelism).
+    threads_per_multiprocessor: i32,
     context: Mutex<Option<Context>>,
     /// Streams of finished queues, handed out again by `queue_create`.
     idle_streams: Mutex<Vec<QueueHandle>>,
@@ -163,6 +165,9 @@ fn discover() -> Result<Vec<CudaDevice>, String> {
                 // SAFETY: `handle` came from cuDeviceGet.
                 total_memory: unsafe { result::device::total_mem(handle) }.unwrap_or(0),
                 multiprocessors: attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+                threads_per_multiprocessor: attr(
+                    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+                )?,
                 context: Mutex::new(None),
                 idle_streams: Mutex::new(Vec::new()),
             });
@@ -770,6 +775,19 @@ impl Backend for CudaBackend {
         unsafe { sys::cuMemHostUnregister(ptr.cast()) }
             .result()
             .map_err(|e| driver_err("cuMemHostUnregister", e))
+    }
+
+    /// LLVM 18's CUDA plugin: a 1 GHz clock (the device runtime reads the nanosecond
+    /// global timer) and warps resident per multiprocessor x multiprocessors.
+    fn device_facts(&self, device: usize) -> crate::device_env::DeviceFacts {
+        let Some(d) = self.devices.get(device) else {
+            return Default::default();
+        };
+        let warps_per_multiprocessor = (d.threads_per_multiprocessor.max(0) / 32) as u64;
+        crate::device_env::DeviceFacts {
+            clock_frequency: 1_000_000_000,
+            hardware_parallelism: d.multiprocessors.max(0) as u64 * warps_per_multiprocessor,
+        }
     }
 
     fn device_info(&self, device: usize) -> Vec<String> {
