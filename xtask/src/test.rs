@@ -49,6 +49,7 @@ const ISOLATED_E2E_TESTS: &[&str] = &[
     "kit_programs",
     "compiler_plugin",
     "reliability_endurance",
+    "plugin_abi_llvm18",
 ];
 
 /// Every Debian package some step needs, installed in one apt-get run up front.
