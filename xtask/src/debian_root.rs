@@ -129,8 +129,13 @@ pub fn chroot_cmd<'a>(sh: &'a Shell, root: &Path, args: &[&str]) -> xshell::Cmd<
 }
 
 /// What is mounted inside the root for one run; unmounted when dropped, in reverse.
+/// One run at a time per root: a second `cargo xtask` using the same root waits for the
+/// first (its set-up unmounts what an interrupted run left, which would pull the mounts
+/// from under a live one).
 pub struct Mounts {
     points: Vec<PathBuf>,
+    /// Held (an exclusive lock on `<root>.lock`) until the mounts are gone.
+    _lock: fs::File,
 }
 
 impl Mounts {
@@ -138,8 +143,22 @@ impl Mounts {
     /// (host folders) bind-mounted at the same path inside the root, so that paths
     /// read the same inside and out.
     pub fn new(root: &Path, binds: &[&Path]) -> Result<Self> {
+        let lock_path = root.with_extension("lock");
+        let lock = fs::File::create(&lock_path)
+            .with_context(|| format!("creating {}", lock_path.display()))?;
+        if lock.try_lock().is_err() {
+            eprintln!(
+                "debian root: {} is in use by another run: waiting for it",
+                root.display()
+            );
+            lock.lock()
+                .with_context(|| format!("locking {}", lock_path.display()))?;
+        }
         unmount_below(root)?;
-        let mut mounts = Mounts { points: Vec::new() };
+        let mut mounts = Mounts {
+            points: Vec::new(),
+            _lock: lock,
+        };
         let sh = Shell::new()?;
         let proc_dir = root.join("proc");
         let shm = root.join("dev/shm");

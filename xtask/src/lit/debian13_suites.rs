@@ -58,10 +58,6 @@ pub fn main(args: &Args) -> Result<()> {
         util::is_root(),
         "`cargo xtask lit --llvm {major}` needs root (debootstrap, chroot, mount)"
     );
-    ensure!(
-        !args.isolated,
-        "--isolated is not supported with --llvm {major} yet"
-    );
     let ours_dir = match &args.plugin_dir {
         Some(dir) => dir.clone(),
         None => plugin::build_plugins()?,
@@ -76,15 +72,19 @@ pub fn main(args: &Args) -> Result<()> {
         binds: vec![tests_cache(major)],
         tests,
     };
-    let options = |plugin_dir| Options {
+    let options = |plugin_dir, isolated| Options {
         plugin_dir,
         filter: args.filter.as_deref(),
         jobs: args.jobs,
-        isolated: false,
+        isolated,
     };
-    let theirs = run(&llvm, &options(None))?;
-    let ours = run(&llvm, &options(Some(&ours_dir)))?;
-    let comparison = Comparison::new(&theirs, &ours);
+    let theirs = run(&llvm, &options(None, false))?;
+    let ours = run(&llvm, &options(Some(&ours_dir), false))?;
+    let isolated = if args.isolated {
+        Some(run(&llvm, &options(Some(&ours_dir), true))?)
+    } else {
+        None
+    };
     util::section(&format!(
         "lit --llvm {major}: LLVM {major}'s plugin against ours"
     ));
@@ -93,26 +93,61 @@ pub fn main(args: &Args) -> Result<()> {
         None => eprintln!("root: cached"),
     }
     let theirs_name = format!("LLVM {major}'s plugin");
-    for (name, s) in [(theirs_name.as_str(), &theirs), ("ours", &ours)] {
-        eprintln!("{name:17} {}", one_line(s));
-    }
-    eprintln!("{}", comparison.report(major));
-    let known_differences = known_differences(major);
-    for (test, why) in known_differences {
-        if comparison.only_theirs.iter().any(|t| t == test) {
-            eprintln!("known difference {test}: {why}");
+    let runs = [(theirs_name.as_str(), Some(&theirs)), ("ours", Some(&ours))];
+    let isolated_run = [("ours, isolated", isolated.as_ref())];
+    for (name, s) in runs.iter().chain(&isolated_run) {
+        if let Some(s) = s {
+            eprintln!("{name:17} {}", one_line(s));
         }
     }
     let ran: BTreeSet<&str> = theirs.results.iter().map(|r| r.path()).collect();
-    let known: BTreeSet<&str> = known_differences
+    let compared = expect_differences(
+        &theirs_name,
+        &theirs,
+        "ours",
+        &ours,
+        known_differences(major),
+        &ran,
+    );
+    let isolated_compared = isolated.as_ref().map_or(Ok(()), |isolated| {
+        expect_differences(
+            "ours",
+            &ours,
+            "ours, isolated",
+            isolated,
+            super::ISOLATED_DIFFERENCES,
+            &ran,
+        )
+    });
+    compared.and(isolated_compared)
+}
+
+/// Passes when the tests passing in `a` but not in `b` are exactly the listed ones that
+/// ran (each printed with why); tests passing in `b` only are reported.
+fn expect_differences(
+    a_name: &str,
+    a: &LitSummary,
+    b_name: &str,
+    b: &LitSummary,
+    listed: &[(&str, &str)],
+    ran: &BTreeSet<&str>,
+) -> Result<()> {
+    let comparison = Comparison::new(a, b);
+    eprintln!("{}", comparison.report(a_name, b_name));
+    for (test, why) in listed {
+        if comparison.only_a.iter().any(|t| t == test) {
+            eprintln!("known difference {test}: {why}");
+        }
+    }
+    let known: BTreeSet<&str> = listed
         .iter()
         .map(|(t, _)| *t)
         .filter(|t| ran.contains(t))
         .collect();
-    let got: BTreeSet<&str> = comparison.only_theirs.iter().map(String::as_str).collect();
+    let got: BTreeSet<&str> = comparison.only_a.iter().map(String::as_str).collect();
     if got != known {
         bail!(
-            "tests passing through LLVM {major}'s plugin but not through ours: {:?}; expected \
+            "tests passing through {a_name} but not through {b_name}: {:?}; expected \
              exactly the known differences {:?} (new: {:?}; listed but not differing: {:?})",
             got,
             known,
@@ -132,14 +167,14 @@ fn one_line(s: &LitSummary) -> String {
     )
 }
 
-/// Which tests pass through one plugin and not the other.
+/// Which tests pass in one run and not the other.
 struct Comparison {
-    only_theirs: Vec<String>,
-    only_ours: Vec<String>,
+    only_a: Vec<String>,
+    only_b: Vec<String>,
 }
 
 impl Comparison {
-    fn new(theirs: &LitSummary, ours: &LitSummary) -> Self {
+    fn new(a: &LitSummary, b: &LitSummary) -> Self {
         let passed = |s: &LitSummary| -> BTreeSet<String> {
             s.results
                 .iter()
@@ -147,20 +182,20 @@ impl Comparison {
                 .map(|r| r.path().to_owned())
                 .collect()
         };
-        let (t, o) = (passed(theirs), passed(ours));
+        let (a, b) = (passed(a), passed(b));
         Comparison {
-            only_theirs: t.difference(&o).cloned().collect(),
-            only_ours: o.difference(&t).cloned().collect(),
+            only_a: a.difference(&b).cloned().collect(),
+            only_b: b.difference(&a).cloned().collect(),
         }
     }
 
-    fn report(&self, major: u32) -> String {
+    fn report(&self, a_name: &str, b_name: &str) -> String {
         format!(
-            "passing through LLVM {major}'s plugin only: {}: {:?}\npassing through ours only: {}: {:?}",
-            self.only_theirs.len(),
-            self.only_theirs,
-            self.only_ours.len(),
-            self.only_ours
+            "passing through {a_name} only: {}: {:?}\npassing through {b_name} only: {}: {:?}",
+            self.only_a.len(),
+            self.only_a,
+            self.only_b.len(),
+            self.only_b
         )
     }
 }
