@@ -165,18 +165,28 @@ impl Mounts {
         fs::create_dir_all(&proc_dir)?;
         fs::create_dir_all(&shm)?;
         cmd!(sh, "mount -t proc proc {proc_dir}").run()?;
-        mounts.points.push(proc_dir);
+        mounts.private(&sh, proc_dir)?;
         cmd!(sh, "mount -t tmpfs -o size=512m tmpfs {shm}").run()?;
-        mounts.points.push(shm);
+        mounts.private(&sh, shm)?;
         for host in binds {
             let host = fs::canonicalize(host)
                 .with_context(|| format!("{} does not exist", host.display()))?;
             let inside = root.join(host.strip_prefix("/").unwrap_or(&host));
             fs::create_dir_all(&inside)?;
             cmd!(sh, "mount --bind {host} {inside}").run()?;
-            mounts.points.push(inside);
+            mounts.private(&sh, inside)?;
         }
         Ok(mounts)
+    }
+
+    /// Keep the mount at `point` (to be unmounted on drop) and make it private: where `/`
+    /// is a shared mount, a mount made below it joins its peer group, and then a bind of
+    /// a folder that holds another root (a run binding the workspace) receives, and on
+    /// unmounting removes, that root's mounts too.
+    fn private(&mut self, sh: &Shell, point: PathBuf) -> Result<()> {
+        self.points.push(point.clone());
+        cmd!(sh, "mount --make-private {point}").run()?;
+        Ok(())
     }
 }
 
