@@ -8,7 +8,9 @@
 //!    rustup homes and the workspace are bind-mounted at their own paths) and a target
 //!    folder of its own, `target/debian13-build/llvmN/`, which never mixes with this
 //!    machine's builds (and stays cached there between runs);
-//! 2. the standard `declare target indirect` programs that `indirect_programs` builds for
+//! 2. the compiler plugin's own tests (`cargo test -p compiler-plugin --features llvmN`)
+//!    run there too, against LLVM N;
+//! 3. the standard `declare target indirect` programs that `indirect_programs` builds for
 //!    GPUs with clang 16 (the same sources: C, C++ virtual calls in two units, OpenMP_VV)
 //!    are built with clang-N through P's x86_64 config at -O0 and -O2, and run with
 //!    `LD_LIBRARY_PATH=P/lib`: each must print its success line, and the loader's own log
@@ -176,6 +178,31 @@ fn run(major: u32) -> Result<Report> {
             )
         })?;
     let install_secs = start.elapsed().as_secs_f64();
+
+    util::section(&format!(
+        "LLVM {major} in Debian 13: the compiler plugin's tests (inside the root)"
+    ));
+    let mut unit_tests = toolchain.env_args(&workspace, &build);
+    unit_tests.push(format!(
+        "LLVM_SYS_{major}0_PREFIX={}",
+        debian13::llvm_prefix(major).display()
+    ));
+    let features = format!("llvm{major}");
+    unit_tests.extend(
+        [
+            "cargo",
+            "test",
+            "-p",
+            "compiler-plugin",
+            "--no-default-features",
+            "--features",
+            &features,
+        ]
+        .map(String::from),
+    );
+    debian_root::chroot_cmd(&sh, &root, &as_strs(&unit_tests))
+        .run()
+        .with_context(|| format!("the compiler plugin's tests for LLVM {major}"))?;
 
     util::section(&format!(
         "LLVM {major} in Debian 13: the standard programs through the installed config"
