@@ -85,6 +85,29 @@ fn main() {
     // Whole archive: the registration is a static object nothing else references.
     println!("cargo:rustc-link-lib=static:+whole-archive=omp_indirect_ast_glue");
     println!("cargo:rustc-link-search=native={libdir}");
+    provide_libllvm_link_name(&libdir, major, &out);
     println!("cargo:rustc-link-lib=dylib=clang-cpp");
     println!("cargo:rustc-link-lib=dylib=stdc++");
+}
+
+/// llvm-plugin 0.6 links every plugin with `-lLLVM`, but Debian's LLVM 18 has no
+/// `libLLVM.so` link name (16 and 17 have one): only `libLLVM-18.so`. Where the link
+/// name is missing, one in OUT_DIR (on the link search path above) points at
+/// `libLLVM-<major>.so`: the same library, so the plugin records the soname clang-N
+/// itself runs on.
+fn provide_libllvm_link_name(libdir: &str, major: u32, out: &str) {
+    let libdir = std::path::Path::new(libdir);
+    if libdir.join("libLLVM.so").exists() {
+        return;
+    }
+    let versioned = libdir.join(format!("libLLVM-{major}.so"));
+    assert!(
+        versioned.exists(),
+        "neither libLLVM.so nor {} exists: install llvm-{major}-dev",
+        versioned.display()
+    );
+    let link = std::path::Path::new(out).join("libLLVM.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&versioned, &link)
+        .unwrap_or_else(|e| panic!("linking {} to {}: {e}", link.display(), versioned.display()));
 }
