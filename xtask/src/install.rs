@@ -389,6 +389,15 @@ pub fn config_text_for(triple: &str, major: u32) -> String {
              -Wl,-rpath,/usr/lib/llvm-{major}/lib\n"
         ));
     }
+    // clang 16's and 17's linker wrappers hand -Xoffload-linker arguments to the device
+    // link's clang as `-Wl,<arg>`; clang 18's hands them over as they are, so there a
+    // linker option needs its own `-Wl,`.
+    let undefined = "--undefined=__kmpc_target_translate_fptr";
+    let undefined = if major >= 18 {
+        format!("-Wl,{undefined}")
+    } else {
+        undefined.to_owned()
+    };
     match triple {
         "x86_64-pc-linux-gnu" => format!(
             "# clang-{major} --config=<this file> prog.c -o prog: OpenMP 5.1 offloading to the host\n\
@@ -398,7 +407,7 @@ pub fn config_text_for(triple: &str, major: u32) -> String {
              -fopenmp-targets=x86_64-pc-linux-gnu\n\
              # The device image links the device RTL (the archive reaches the device link\n\
              # before the objects, so --undefined makes the linker take the lookup).\n\
-             -Xoffload-linker-x86_64-pc-linux-gnu --undefined=__kmpc_target_translate_fptr\n\
+             -Xoffload-linker-x86_64-pc-linux-gnu {undefined}\n\
              -Xoffload-linker-x86_64-pc-linux-gnu <CFGDIR>/../../lib/omptarget-indirect/x86_64-unknown-linux-gnu/libdevice_rtl.a\n"
         ),
         "nvptx64-nvidia-cuda" | "amdgcn-amd-amdhsa" => {
@@ -478,5 +487,19 @@ mod tests {
             );
         }
         assert!(!config_text_for("x86_64-pc-linux-gnu", 16).contains("-rpath"));
+        for (major, undefined) in [
+            (16, "--undefined"),
+            (17, "--undefined"),
+            (18, "-Wl,--undefined"),
+        ] {
+            let line = format!(
+                "-Xoffload-linker-x86_64-pc-linux-gnu {undefined}=__kmpc_target_translate_fptr"
+            );
+            let text = config_text_for("x86_64-pc-linux-gnu", major);
+            assert!(
+                text.lines().any(|l| l == line),
+                "{major}: no {line}\n{text}"
+            );
+        }
     }
 }
