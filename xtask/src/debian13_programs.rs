@@ -15,7 +15,9 @@
 //!    are built with clang-N through P's x86_64 config at -O0 and -O2, and run with
 //!    `LD_LIBRARY_PATH=P/lib`: each must print its success line, and the loader's own log
 //!    (`LD_DEBUG=libs`) and our load marker must show that our x86_64 plugin from P/lib
-//!    ran it, and no LLVM plugin file was loaded.
+//!    ran it, and no LLVM plugin file was loaded. Each program must have exactly one
+//!    host entry per indirect function: clang 18 registers the functions marked with a
+//!    bare `indirect` itself, and the compiler plugin must not register them again.
 //!
 //! Needs root (debootstrap, chroot, mount).
 
@@ -214,7 +216,7 @@ fn run(major: u32) -> Result<Report> {
         for opt in OPT_LEVELS {
             let label = format!("{} {opt}", program.name);
             match build_and_run(&sh, &root, major, &config, &prefix, &out, program, opt) {
-                Ok(()) => passed.push(label),
+                Ok(entries) => passed.push(format!("{label} ({entries})")),
                 Err(e) => {
                     eprintln!("{label}: FAILED: {e:#}");
                     failed.push(format!("{label}: {e:#}"));
@@ -281,8 +283,9 @@ impl Toolchain {
     }
 }
 
-/// Build `program` with clang-N through `config` at `opt`, run it with P/lib on the
-/// library path, and check its output and which plugin ran it.
+/// Build `program` with clang-N through `config` at `opt`, check its indirect entries,
+/// run it with P/lib on the library path, and check its output and which plugin ran it.
+/// Returns what the entry check found.
 #[allow(clippy::too_many_arguments)]
 fn build_and_run(
     sh: &xshell::Shell,
@@ -293,7 +296,7 @@ fn build_and_run(
     out: &Path,
     program: &Program,
     opt: &str,
-) -> Result<()> {
+) -> Result<String> {
     let fixtures = util::root().join("tests/fixtures");
     let sources: Vec<String> = program
         .sources
@@ -313,6 +316,7 @@ fn build_and_run(
     compile.extend(sources);
     compile.extend(["-o".into(), exe.display().to_string()]);
     debian_root::chroot_cmd(sh, root, &as_strs(&compile)).run()?;
+    let entries = one_entry_per_indirect_function(&exe)?;
 
     let ld_debug = out.join(format!("{}{opt}.ld-debug", program.name));
     let _ = fs::remove_dir_all(&ld_debug);
@@ -347,7 +351,41 @@ fn build_and_run(
         "our x86_64 plugin did not run {} (load marker: {marker_text:?})",
         exe.display()
     );
-    prove_plugin_files(&ld_debug, &lib, major)
+    prove_plugin_files(&ld_debug, &lib, major)?;
+    Ok(entries)
+}
+
+/// No two indirect-function entries of the program's host entries share a host
+/// address; says how many there are, and how many clang made itself (named by clang's
+/// rule, not ours).
+fn one_entry_per_indirect_function(exe: &Path) -> Result<String> {
+    let bytes = fs::read(exe).with_context(|| format!("reading {}", exe.display()))?;
+    let entries = offload_formats::entries::read_host_entries(&bytes)?;
+    let functions: Vec<_> = entries
+        .iter()
+        .filter(|e| e.role() == offload_formats::entries::EntryRole::IndirectFunction)
+        .collect();
+    let mut addresses: Vec<u64> = functions.iter().map(|e| e.addr).collect();
+    addresses.sort_unstable();
+    addresses.dedup();
+    if addresses.len() != functions.len() {
+        let listed: Vec<String> = functions
+            .iter()
+            .map(|e| format!("{:#x} {}", e.addr, e.name))
+            .collect();
+        bail!(
+            "{}: a function has more than one indirect entry: {listed:?}",
+            exe.display()
+        );
+    }
+    let clang_made = functions
+        .iter()
+        .filter(|e| !e.name.starts_with(offload_formats::entries::holder::PREFIX))
+        .count();
+    Ok(format!(
+        "{} indirect function entries, {clang_made} of them clang's",
+        functions.len()
+    ))
 }
 
 /// From the loader's log of every process: the x86_64 plugin initialized from P/lib, and
