@@ -8,6 +8,9 @@
 // Why an annotation: it travels inside the module, so it works at -O0 and -O2, through
 // -emit-llvm/-save-temps round trips, and in every cc1 job of an offload compile,
 // without any state shared between the AST and the pass.
+//
+// It compiles against clang 16, 17 and 18 (build.rs picks the headers); where their
+// APIs differ, the small helpers below say which version spells it how.
 #include "clang/AST/ASTConsumer.h"
 #include "clang/AST/ASTContext.h"
 #include "clang/AST/ASTMutationListener.h"
@@ -18,6 +21,7 @@
 #include "clang/Basic/Diagnostic.h"
 #include "clang/Basic/OpenMPKinds.h"
 #include "clang/Basic/TargetInfo.h"
+#include "clang/Basic/Version.h"
 #include "clang/Frontend/CompilerInstance.h"
 #include "clang/Frontend/FrontendPluginRegistry.h"
 #include "clang/Sema/Sema.h"
@@ -32,6 +36,25 @@
 using namespace clang;
 
 namespace {
+
+// The device compile of an offload compilation (`-fopenmp-is-target-device`): clang 17
+// renamed the language option from OpenMPIsDevice to OpenMPIsTargetDevice.
+bool isDeviceCompile(const ASTContext &Ctx) {
+#if CLANG_VERSION_MAJOR >= 17
+  return Ctx.getLangOpts().OpenMPIsTargetDevice;
+#else
+  return Ctx.getLangOpts().OpenMPIsDevice;
+#endif
+}
+
+// A pure virtual function: clang 18 renamed FunctionDecl::isPure to isPureVirtual.
+bool isPureVirtual(const CXXMethodDecl *MD) {
+#if CLANG_VERSION_MAJOR >= 18
+  return MD->isPureVirtual();
+#else
+  return MD->isPure();
+#endif
+}
 
 // Must match the annotations the IR pass looks for (src/annotations.rs).
 constexpr const char *IndirectAnnotation = "omp_declare_target_indirect";
@@ -98,7 +121,7 @@ llvm::SmallVector<const CXXMethodDecl *, 16> slotFunctions(const CXXRecordDecl *
     if (!Slot.isUsedFunctionPointerKind())
       continue;
     const CXXMethodDecl *MD = Slot.getFunctionDecl();
-    if (!MD->isPure() && !MD->isDeleted())
+    if (!isPureVirtual(MD) && !MD->isDeleted())
       Functions.push_back(MD);
   }
   return Functions;
@@ -214,10 +237,10 @@ public:
     Finder(*this).TraverseDecl(Ctx.getTranslationUnitDecl());
     markVirtuallyCalledClasses(Ctx);
     registerDeviceClasses(Ctx);
-    if (Ctx.getLangOpts().OpenMPIsDevice)
+    if (isDeviceCompile(Ctx))
       rejectRuntimeOnlyConstructs(Ctx);
     // Host and device compile the same source: say it once, in the host compile.
-    if (Ctx.getLangOpts().OpenMPIsDevice)
+    if (isDeviceCompile(Ctx))
       return;
     DiagnosticsEngine &Diags = Ctx.getDiagnostics();
     unsigned Id = Diags.getCustomDiagID(
@@ -321,7 +344,7 @@ private:
 
   void warnDefinedElsewhere(ASTContext &Ctx, const CXXRecordDecl *RD,
                             const CXXMethodDecl *MD) {
-    if (Ctx.getLangOpts().OpenMPIsDevice)
+    if (isDeviceCompile(Ctx))
       return; // said once, in the host compile
     DiagnosticsEngine &Diags = Ctx.getDiagnostics();
     unsigned Id = Diags.getCustomDiagID(
@@ -358,7 +381,7 @@ private:
     for (CXXRecordDecl *RD : Device)
       if (emitsVTableHere(RD, Ctx))
         CI.getASTConsumer().HandleVTable(RD);
-    if (Ctx.getLangOpts().OpenMPIsDevice)
+    if (isDeviceCompile(Ctx))
       return;
     std::unique_ptr<ItaniumMangleContext> Mangle(
         ItaniumMangleContext::create(Ctx, Ctx.getDiagnostics()));
@@ -457,14 +480,15 @@ protected:
 
 } // namespace
 
-// Defined in Rust (src/lib.rs): null when the process runs LLVM 16, else the message.
+// Defined in Rust (src/lib.rs): null when the process runs the LLVM this library is
+// built for, else the message.
 extern "C" const char *omp_indirect_host_llvm_error();
 
 // Runs when the library is loaded, before clang uses anything in it. Loaded by another
-// clang, this library's libclang-cpp 16 and the compiler's own libclang-cpp share
+// clang, this library's libclang-cpp N and the compiler's own libclang-cpp share
 // unversioned C++ symbol names, so registering (or even returning normally to that
 // compiler, whose exit then runs mixed-up destructors) is unsafe: say why and stop.
-__attribute__((constructor)) static void registerIfClang16() {
+__attribute__((constructor)) static void registerIfBuiltForThisClang() {
   if (const char *Error = omp_indirect_host_llvm_error()) {
     fprintf(stderr, "error: %s\n", Error);
     fflush(stderr);

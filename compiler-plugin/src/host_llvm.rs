@@ -1,10 +1,16 @@
-//! The plugin is built against LLVM 16's C++ API: loaded by any other clang, its pass
-//! builder would be another version's and calling into it undefined. This asks the
+//! The plugin is built against one LLVM's C++ API (16, 17 or 18: the crate's feature):
+//! loaded by any other clang, its pass builder would be another version's and calling
+//! into it undefined. This asks the
 //! process which LLVM it runs (the first `LLVMGetVersion` in the global symbol scope is
 //! the executable's own LLVM, loaded before this library).
 
-/// The LLVM version this library is built for.
+/// The LLVM version this library is built for (build.rs allows exactly one feature).
+#[cfg(feature = "llvm16")]
 pub const BUILT_FOR_MAJOR: u32 = 16;
+#[cfg(feature = "llvm17")]
+pub const BUILT_FOR_MAJOR: u32 = 17;
+#[cfg(feature = "llvm18")]
+pub const BUILT_FOR_MAJOR: u32 = 18;
 
 /// `(major, minor, patch)` of the LLVM the process runs, when it exports the C API.
 pub fn process_llvm_version() -> Option<(u32, u32, u32)> {
@@ -23,7 +29,8 @@ pub fn process_llvm_version() -> Option<(u32, u32, u32)> {
     Some((major, minor, patch))
 }
 
-/// Ok when the process runs LLVM 16, else the message for the user.
+/// Ok when the process runs the LLVM this library is built for, else the message for
+/// the user.
 pub fn check(version: Option<(u32, u32, u32)>) -> Result<(), String> {
     match version {
         Some((major, _, _)) if major == BUILT_FOR_MAJOR => Ok(()),
@@ -46,15 +53,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn llvm_16_is_accepted() {
-        assert_eq!(check(Some((16, 0, 6))), Ok(()));
+    fn the_llvm_it_is_built_for_is_accepted() {
+        assert_eq!(check(Some((BUILT_FOR_MAJOR, 0, 6))), Ok(()));
     }
 
     #[test]
     fn another_llvm_is_refused_by_name() {
         let err = check(Some((22, 1, 8))).unwrap_err();
         assert!(err.contains("running LLVM 22.1.8"), "{err}");
-        assert!(err.contains("clang-16"), "{err}");
+        assert!(err.contains(&format!("clang-{BUILT_FOR_MAJOR}")), "{err}");
     }
 
     #[test]

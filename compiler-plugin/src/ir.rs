@@ -208,6 +208,21 @@ impl<'m, 'ctx> Ir<'m, 'ctx> {
         }
     }
 
+    /// The section a global is placed in, if any.
+    pub fn section(&self, global: GlobalValue<'ctx>) -> Option<String> {
+        global
+            .get_section()
+            .map(|section| section.to_string_lossy().into_owned())
+    }
+
+    /// The value of an integer constant (zero-extended), None for anything else.
+    pub fn constant_int(&self, v: Value<'ctx>) -> Option<u64> {
+        match v.basic()? {
+            BasicValueEnum::IntValue(int) => int.get_zero_extended_constant(),
+            _ => None,
+        }
+    }
+
     /// The string a `[N x i8]` constant global holds (an annotation's text).
     pub fn c_string_of_global(&self, v: Value<'ctx>) -> Option<String> {
         let global = raw::as_global(self.strip_casts(v), raw::GlobalKind::Variable)?;

@@ -1,7 +1,8 @@
-//! clang 16 compiler plugin for OpenMP 5.1 `declare target indirect` (issue 17) and C++
-//! virtual functions on the device (issue 23).
+//! clang 16/17/18 compiler plugin for OpenMP 5.1 `declare target indirect` (issue 17) and
+//! C++ virtual functions on the device (issue 23). One build per LLVM version (the
+//! crate's feature `llvm16`, `llvm17` or `llvm18`, [`host_llvm`]).
 //!
-//! One shared library, loaded by clang-16 twice (the install's config files pass both):
+//! One shared library, loaded by clang-N twice (the install's config files pass both):
 //! - `-fplugin=`: the AST half (glue/ast_plugin.cpp, C++ because clang's plugin API is)
 //!   annotates every indirect function before code generation, has clang emit the
 //!   vtable groups of device classes in both compiles, and names them for the IR half
@@ -10,20 +11,23 @@
 //! - `-fpass-plugin=`: the IR half (this crate) turns those annotations into
 //!   - host modules: one offload entry per indirect function and per device class's
 //!     vtable group ([`registration`]), in the convention our libomptarget plugin reads on
-//!     every backend (LLVM 22's for vtables);
+//!     every backend (LLVM 22's for vtables), except for the functions clang 18
+//!     registered itself ([`clang_entries`]);
 //!   - device modules: the global each entry names ([`registration`]), a lookup of every vptr
 //!     device code loads ([`vptr`]), and a call to `__kmpc_target_translate_fptr` before
 //!     every other indirect call ([`translate`]).
 //!
-//! Where the passes run (LLVM 16's new pass manager, clang's default pipelines):
+//! Where the passes run (LLVM's new pass manager, clang's default pipelines; the same
+//! extension points in LLVM 16, 17 and 18):
 //! entries, holders and vptr lookups at the pipeline start (it runs at -O0 too), right
 //! after clang's code generation, where every vptr load still looks as clang emitted
 //! it; the fold of lookups of proven vtables after each instruction combiner run; the
 //! call rewrite at the optimizer's last extension point, so a call that optimization
-//! made direct is left alone. At -O0 clang 16 builds a minimal pipeline that runs the
+//! made direct is left alone. At -O0 clang builds a minimal pipeline that runs the
 //! pipeline-start and optimizer-last extension points (tests/tests/compiler_plugin.rs
 //! checks both rewrites at -O0 and -O2).
 pub mod annotations;
+pub mod clang_entries;
 pub mod host_llvm;
 pub mod ir;
 pub mod registration;
@@ -51,12 +55,12 @@ impl LlvmModulePass for EmitIndirectEntries {
         let ir = ir::Ir::new(module);
         let requests = annotations::take_requests(&ir);
         let mut changed = !requests.is_empty();
-        if ir.has_module_flag(DEVICE_FLAG) {
-            let mut holders: Vec<_> = requests
-                .indirect_functions
-                .iter()
-                .map(|f| f.as_global_value())
-                .collect();
+        let device = ir.has_module_flag(DEVICE_FLAG);
+        // clang 18 registers indirect functions itself: those get nothing of ours.
+        let unregistered =
+            clang_entries::not_registered_by_clang(&ir, &requests.indirect_functions, device);
+        if device {
+            let mut holders: Vec<_> = unregistered.iter().map(|f| f.as_global_value()).collect();
             holders.extend(registration::all_defined_vtables(&ir));
             registration::emit_device_holders(&ir, &holders);
             if ir.has_module_flag(OPENMP_FLAG) {
@@ -65,7 +69,7 @@ impl LlvmModulePass for EmitIndirectEntries {
                 changed |= translated > 0 || !holders.is_empty();
             }
         } else {
-            registration::emit_host_entries(&ir, &requests.indirect_functions);
+            registration::emit_host_entries(&ir, &unregistered);
             let vtables = registration::defined_vtables(&ir, &requests.vtables);
             registration::emit_host_vtable_entries(&ir, &vtables);
         }
@@ -140,13 +144,14 @@ fn register(builder: &mut PassBuilder) {
 }
 
 extern "C" fn register_raw(builder: *mut std::ffi::c_void) {
-    // SAFETY: LLVM calls the registrar with its live PassBuilder (LLVM 16, checked in
-    // llvmGetPassPluginInfo before this can be reached).
+    // SAFETY: LLVM calls the registrar with its live PassBuilder (of the LLVM this
+    // library is built for, checked in llvmGetPassPluginInfo before this can be reached).
     let mut builder = unsafe { PassBuilder::from_raw(builder) };
     register(&mut builder);
 }
 
-/// LLVM's pass-plugin entry point. In a compiler that does not run LLVM 16 it reports
+/// LLVM's pass-plugin entry point. In a compiler that does not run the LLVM this library
+/// is built for ([`host_llvm::BUILT_FOR_MAJOR`]) it reports
 /// API version 0, which the compiler refuses with "Wrong API version" after our message,
 /// instead of calling into a pass builder of another version.
 #[no_mangle]
@@ -166,14 +171,16 @@ pub extern "C" fn llvmGetPassPluginInfo() -> PassPluginLibraryInfo {
     }
 }
 
-/// For the AST glue's load-time check: null when the process runs LLVM 16, else the
-/// message (leaked: the glue prints it and ends the process).
+/// For the AST glue's load-time check: null when the process runs the LLVM this library
+/// is built for, else the message (leaked: the glue prints it and ends the process).
 #[no_mangle]
 pub extern "C" fn omp_indirect_host_llvm_error() -> *const std::ffi::c_char {
     match host_llvm::check(host_llvm::process_llvm_version()) {
         Ok(()) => std::ptr::null(),
         Err(message) => std::ffi::CString::new(message)
             .map(|m| m.into_raw().cast_const())
-            .unwrap_or(c"the omptarget-indirect compiler plugin needs clang 16".as_ptr()),
+            .unwrap_or(
+                c"the omptarget-indirect compiler plugin needs the clang it was built for".as_ptr(),
+            ),
     }
 }

@@ -1,18 +1,26 @@
-//! `cargo xtask install --prefix P`: install the runtime and the compiler plugin the way
-//! a toolchain component installs, so that
+//! `cargo xtask install --prefix P [--llvm N]`: install the runtime and the compiler
+//! plugin the way a toolchain component installs, so that
 //!
 //! ```text
-//! clang-16 --config=P/share/omptarget-indirect/x86_64-pc-linux-gnu.cfg prog.c -o prog
+//! clang-N --config=P/share/omptarget-indirect/x86_64-pc-linux-gnu.cfg prog.c -o prog
 //! LD_LIBRARY_PATH=P/lib ./prog
 //! ```
 //! builds a standard OpenMP 5.1 program (`declare target indirect`, no project header)
-//! and runs it through our libomptarget plugin.
+//! and runs it through our libomptarget plugin. N is 16 (the default; Debian 12), 17 or
+//! 18 (Debian 13: [`llvm_release`] says which release packages which).
+//!
+//! For 17 and 18 the install has the same layout with the x86_64 target only: the
+//! compiler plugin is built for clang N, the config names clang N, and the GPU pieces
+//! (the nvptx64/amdgcn device RTL, LLVM N's device runtime archive, their configs) are
+//! left out: our GPU backends refuse the device environment LLVM 17's and 18's device
+//! runtimes define (docs/LLVM_VERSIONS.md §4), so a GPU program built by clang 17 or 18
+//! could not run through them yet. The plugin file is the same for every version.
 //!
 //! Layout:
 //! - `lib/libomptarget.rtl.{x86_64,cuda,amdgpu}[.nextgen].so`: the plugin copies, debug
 //!   info stripped (one `lib/.debug/libomptarget-rs.debug` that each copy's
 //!   `.gnu_debuglink` names; gdb looks in `.debug/` beside the library);
-//! - `lib/libomptarget-indirect-clang16.so`: the compiler plugin (same debug-info split);
+//! - `lib/libomptarget-indirect-clangN.so`: the compiler plugin (same debug-info split);
 //! - `lib/omptarget-indirect/<triple>/...`: the device RTL for every target;
 //! - `lib/omptarget-indirect/libomptarget.devicertl.a`: LLVM 16's own device runtime
 //!   archive plus our device RTL packed as offload objects, one per GPU architecture
@@ -21,7 +29,7 @@
 //!   process (`OMPTARGET_RS_ISOLATED=1`), which the x86_64 plugin starts;
 //! - `include/omp_indirect.h`, `bin/offload-inspect`;
 //! - `share/omptarget-indirect/<triple>.cfg`: clang config files (see [`config_text`]).
-use crate::{compiler_plugin, device, nvptx_program, plugin, util};
+use crate::{compiler_plugin, debian13, device, llvm_release, nvptx_program, plugin, util};
 use anyhow::{ensure, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -32,18 +40,34 @@ pub struct Args {
     /// The installation prefix (created if missing).
     #[arg(long)]
     pub prefix: PathBuf,
+    /// The clang/LLVM version to install for: 16 (Debian 12), 17 or 18 (Debian 13).
+    #[arg(long, default_value_t = llvm_release::DEFAULT)]
+    pub llvm: u32,
 }
 
 /// Each installed plugin copy must stay below this (issue 17).
 pub const MAX_PLUGIN_COPY_BYTES: u64 = 4 << 20;
-/// The compiler plugin's installed file name.
-pub const COMPILER_PLUGIN: &str = "libomptarget-indirect-clang16.so";
-/// The offload targets a config file is installed for.
+/// The compiler plugin's installed file name for clang `major`.
+pub fn compiler_plugin_file(major: u32) -> String {
+    format!("libomptarget-indirect-clang{major}.so")
+}
+/// The offload targets a config file is installed for (LLVM 16).
 pub const CONFIG_TRIPLES: &[&str] = &[
     "x86_64-pc-linux-gnu",
     "nvptx64-nvidia-cuda",
     "amdgcn-amd-amdhsa",
 ];
+/// The offload target of the host CPU, the only one installed for LLVM 17 and 18.
+pub const HOST_TRIPLE: &str = "x86_64-pc-linux-gnu";
+
+/// The offload targets a config file is installed for, for clang `major`.
+pub fn config_triples(major: u32) -> &'static [&'static str] {
+    if major == 16 {
+        CONFIG_TRIPLES
+    } else {
+        &CONFIG_TRIPLES[..1]
+    }
+}
 /// NVIDIA GPUs the device RTL is installed for (clang 16 targets at most sm_90).
 pub const NVPTX_INSTALL_ARCHES: &[&str] = &["sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"];
 /// The debug file every plugin copy points to.
@@ -52,11 +76,12 @@ const PLUGIN_DEBUG_FILE: &str = "libomptarget-rs.debug";
 const LLVM16_DEVICERTL: &str = "/usr/lib/llvm-16/lib/libomptarget.devicertl.a";
 
 pub fn main(args: Args) -> Result<()> {
-    let prefix = install(&args.prefix)?;
-    println!("installed into {}", prefix.display());
-    for triple in CONFIG_TRIPLES {
+    let major = args.llvm;
+    let prefix = install_for(&args.prefix, major)?;
+    println!("installed into {} for clang {major}", prefix.display());
+    for triple in config_triples(major) {
         println!(
-            "  clang-16 --config={} ...",
+            "  clang-{major} --config={} ...",
             config_path(&prefix, triple).display()
         );
     }
@@ -74,12 +99,30 @@ pub fn config_path(prefix: &Path, triple: &str) -> PathBuf {
         .join(format!("{triple}.cfg"))
 }
 
-/// Build everything and install it under `prefix`; returns the absolute prefix.
+/// Build everything and install it under `prefix` for clang 16; returns the absolute
+/// prefix.
 pub fn install(prefix: &Path) -> Result<PathBuf> {
-    device::build_all()?;
-    let plugins = plugin::build_plugins()?;
-    let compiler_plugin = compiler_plugin::build()?;
+    install_for(prefix, 16)
+}
+
+/// Build everything clang `major` needs and install it under `prefix`; returns the
+/// absolute prefix.
+pub fn install_for(prefix: &Path, major: u32) -> Result<PathBuf> {
+    llvm_release::ensure_packaged_here(major)?;
+    if major == 16 {
+        device::build_all()?;
+    } else {
+        // clang-N and libomptarget N (the config's compiler and what it links), and
+        // llvm-objcopy-N (the debug-info split below).
+        let packages = debian13::llvm_packages(major);
+        util::ensure_debian_packages(&packages.iter().map(String::as_str).collect::<Vec<_>>())?;
+        device::host_staticlib()?;
+    }
+    let plugins = plugin::build_plugins_for(major)?;
+    let compiler_plugin = compiler_plugin::build_for(major)?;
     let inspect = build_offload_inspect()?;
+    let objcopy = objcopy(major)?;
+    let compiler_plugin_name = compiler_plugin_file(major);
 
     util::section(&format!("install into {}", prefix.display()));
     fs::create_dir_all(prefix)?;
@@ -96,10 +139,11 @@ pub fn install(prefix: &Path) -> Result<PathBuf> {
     ] {
         fs::create_dir_all(prefix.join(dir))?;
     }
-    install_plugins(&plugins, &lib)?;
+    install_plugins(&objcopy, &plugins, &lib)?;
     // The isolated host device's process: the x86_64 plugin finds it from its own file,
     // in ../libexec/omptarget-indirect/.
     install_stripped(
+        &objcopy,
         &plugins.join(plugin::DEVICE_EXECUTABLE),
         &prefix
             .join("libexec/omptarget-indirect")
@@ -107,11 +151,13 @@ pub fn install(prefix: &Path) -> Result<PathBuf> {
         &format!("{}.debug", plugin::DEVICE_EXECUTABLE),
     )?;
     install_stripped(
+        &objcopy,
         &compiler_plugin,
-        &lib.join(COMPILER_PLUGIN),
-        &format!("{COMPILER_PLUGIN}.debug"),
+        &lib.join(&compiler_plugin_name),
+        &format!("{compiler_plugin_name}.debug"),
     )?;
     install_stripped(
+        &objcopy,
         &inspect,
         &prefix.join("bin/offload-inspect"),
         "offload-inspect.debug",
@@ -120,13 +166,27 @@ pub fn install(prefix: &Path) -> Result<PathBuf> {
         &util::root().join("host-plugin/include/omp_indirect.h"),
         &prefix.join("include/omp_indirect.h"),
     )?;
-    install_device_rtl(&lib.join("omptarget-indirect"))?;
-    for triple in CONFIG_TRIPLES {
+    if major == 16 {
+        install_device_rtl(&lib.join("omptarget-indirect"))?;
+    } else {
+        install_host_device_rtl(&lib.join("omptarget-indirect"))?;
+    }
+    for triple in config_triples(major) {
         let path = config_path(&prefix, triple);
-        fs::write(&path, config_text(triple))
+        fs::write(&path, config_text_for(triple, major))
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(prefix)
+}
+
+/// The llvm-objcopy that splits debug info: LLVM 22's on Debian 12 (as always), LLVM
+/// N's own where LLVM N is installed (Debian 13 packages no LLVM 22).
+fn objcopy(major: u32) -> Result<PathBuf> {
+    if major == 16 {
+        util::llvm22("llvm-objcopy")
+    } else {
+        Ok(test_support::tools::find_llvm(major, "llvm-objcopy")?)
+    }
 }
 
 fn build_offload_inspect() -> Result<PathBuf> {
@@ -140,16 +200,15 @@ fn build_offload_inspect() -> Result<PathBuf> {
 }
 
 /// The six plugin copies, each stripped of debug info and linked to one debug file.
-fn install_plugins(plugins: &Path, lib: &Path) -> Result<()> {
+fn install_plugins(objcopy: &Path, plugins: &Path, lib: &Path) -> Result<()> {
     let built = plugins.join(plugin::plugin_file_names(plugin::PLUGIN_KINDS[0])[0].as_str());
     let debug = lib.join(".debug").join(PLUGIN_DEBUG_FILE);
-    let objcopy = util::llvm22("llvm-objcopy")?;
     let sh = Shell::new()?;
     cmd!(sh, "{objcopy} --only-keep-debug {built} {debug}").run()?;
     for kind in plugin::PLUGIN_KINDS {
         for name in plugin::plugin_file_names(kind) {
             let to = lib.join(&name);
-            strip_with_debuglink(&objcopy, &built, &to, &debug)?;
+            strip_with_debuglink(objcopy, &built, &to, &debug)?;
             let size = fs::metadata(&to)?.len();
             ensure!(
                 size <= MAX_PLUGIN_COPY_BYTES,
@@ -162,8 +221,7 @@ fn install_plugins(plugins: &Path, lib: &Path) -> Result<()> {
 }
 
 /// `from` without debug info at `to`, its debug info in `.debug/<debug_name>` beside it.
-fn install_stripped(from: &Path, to: &Path, debug_name: &str) -> Result<()> {
-    let objcopy = util::llvm22("llvm-objcopy")?;
+fn install_stripped(objcopy: &Path, from: &Path, to: &Path, debug_name: &str) -> Result<()> {
     let debug = to
         .parent()
         .context("an installed file lives in a folder")?
@@ -171,7 +229,7 @@ fn install_stripped(from: &Path, to: &Path, debug_name: &str) -> Result<()> {
         .join(debug_name);
     let sh = Shell::new()?;
     cmd!(sh, "{objcopy} --only-keep-debug {from} {debug}").run()?;
-    strip_with_debuglink(&objcopy, from, to, &debug)
+    strip_with_debuglink(objcopy, from, to, &debug)
 }
 
 /// Through a temporary name: a running program keeps the old file's pages.
@@ -197,13 +255,19 @@ fn copy(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The device RTL of every target under `dir` (lib/omptarget-indirect/).
-fn install_device_rtl(dir: &Path) -> Result<()> {
-    let device = device::device_dir();
+/// The x86_64 device RTL under `dir` (lib/omptarget-indirect/), which the x86_64 config
+/// links into device images.
+fn install_host_device_rtl(dir: &Path) -> Result<()> {
     copy(
         &device::host_staticlib()?,
         &dir.join("x86_64-unknown-linux-gnu/libdevice_rtl.a"),
-    )?;
+    )
+}
+
+/// The device RTL of every target under `dir` (lib/omptarget-indirect/).
+fn install_device_rtl(dir: &Path) -> Result<()> {
+    let device = device::device_dir();
+    install_host_device_rtl(dir)?;
     let nvptx = dir.join("nvptx64-nvidia-cuda");
     for variant in ["", device::WARP_COOPERATIVE] {
         let rel = Path::new("nvptx64-nvidia-cuda")
@@ -304,27 +368,46 @@ fn devicertl_archive(members: &[PathBuf], out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The clang config file for one offload target. Paths are relative to the file
-/// (`<CFGDIR>`, which clang 16 expands), so the prefix can move.
-pub fn config_text(triple: &str) -> String {
-    let plugin = format!("<CFGDIR>/../../lib/{COMPILER_PLUGIN}");
-    let common = format!(
+/// The clang `major` config file for one offload target. Paths are relative to the file
+/// (`<CFGDIR>`, which clang expands), so the prefix can move.
+pub fn config_text_for(triple: &str, major: u32) -> String {
+    let plugin = format!("<CFGDIR>/../../lib/{}", compiler_plugin_file(major));
+    let mut common = format!(
         "-fopenmp\n\
          -fopenmp-version=51\n\
          -fplugin={plugin}\n\
          -fpass-plugin={plugin}\n\
          -I<CFGDIR>/../../include\n"
     );
+    if major != 16 {
+        // Debian 12's clang-16 gives OpenMP programs the RUNPATH of its lib folder,
+        // where libomptarget.so.16 is; Debian 13's clang-17/18 do not, and their
+        // libomptarget.so.N is only there (a config's link options are not reported
+        // unused when a unit is only compiled).
+        common.push_str(&format!(
+            "# libomptarget.so.{major} lives in LLVM {major}'s lib folder only.\n\
+             -Wl,-rpath,/usr/lib/llvm-{major}/lib\n"
+        ));
+    }
+    // clang 16's and 17's linker wrappers hand -Xoffload-linker arguments to the device
+    // link's clang as `-Wl,<arg>`; clang 18's hands them over as they are, so there a
+    // linker option needs its own `-Wl,`.
+    let undefined = "--undefined=__kmpc_target_translate_fptr";
+    let undefined = if major >= 18 {
+        format!("-Wl,{undefined}")
+    } else {
+        undefined.to_owned()
+    };
     match triple {
         "x86_64-pc-linux-gnu" => format!(
-            "# clang-16 --config=<this file> prog.c -o prog: OpenMP 5.1 offloading to the host\n\
+            "# clang-{major} --config=<this file> prog.c -o prog: OpenMP 5.1 offloading to the host\n\
              # CPU (an x86_64 device image); `declare target indirect` through the\n\
              # omptarget-indirect compiler plugin. Run: LD_LIBRARY_PATH=<prefix>/lib ./prog\n\
              {common}\
              -fopenmp-targets=x86_64-pc-linux-gnu\n\
              # The device image links the device RTL (the archive reaches the device link\n\
              # before the objects, so --undefined makes the linker take the lookup).\n\
-             -Xoffload-linker-x86_64-pc-linux-gnu --undefined=__kmpc_target_translate_fptr\n\
+             -Xoffload-linker-x86_64-pc-linux-gnu {undefined}\n\
              -Xoffload-linker-x86_64-pc-linux-gnu <CFGDIR>/../../lib/omptarget-indirect/x86_64-unknown-linux-gnu/libdevice_rtl.a\n"
         ),
         "nvptx64-nvidia-cuda" | "amdgcn-amd-amdhsa" => {
@@ -355,7 +438,7 @@ mod tests {
     #[test]
     fn every_config_loads_both_plugin_halves_and_openmp_5_1() {
         for triple in CONFIG_TRIPLES {
-            let text = config_text(triple);
+            let text = config_text_for(triple, 16);
             for line in [
                 "-fopenmp-version=51",
                 "-fplugin=<CFGDIR>/../../lib/libomptarget-indirect-clang16.so",
@@ -369,12 +452,54 @@ mod tests {
     #[test]
     fn the_gpu_configs_leave_the_architecture_to_the_user() {
         for triple in ["nvptx64-nvidia-cuda", "amdgcn-amd-amdhsa"] {
-            let text = config_text(triple);
+            let text = config_text_for(triple, 16);
             assert!(
                 !text.lines().any(|l| l.starts_with("--offload-arch")),
                 "{text}"
             );
             assert!(text.contains("-L<CFGDIR>/../../lib/omptarget-indirect\n"));
+        }
+    }
+
+    #[test]
+    fn the_clang_17_and_18_configs_name_their_plugin_and_libomptarget_folder() {
+        for major in [17, 18] {
+            assert_eq!(config_triples(major), ["x86_64-pc-linux-gnu"]);
+            let text = config_text_for("x86_64-pc-linux-gnu", major);
+            let plugin = format!("<CFGDIR>/../../lib/libomptarget-indirect-clang{major}.so");
+            for line in [
+                format!("-fplugin={plugin}"),
+                format!("-fpass-plugin={plugin}"),
+                format!("-Wl,-rpath,/usr/lib/llvm-{major}/lib"),
+            ] {
+                assert!(
+                    text.lines().any(|l| l == line),
+                    "{major}: no {line}\n{text}"
+                );
+            }
+            assert!(
+                text.starts_with(&format!("# clang-{major} --config")),
+                "{text}"
+            );
+            assert!(
+                !text.contains("clang16") && !text.contains("clang-16"),
+                "{text}"
+            );
+        }
+        assert!(!config_text_for("x86_64-pc-linux-gnu", 16).contains("-rpath"));
+        for (major, undefined) in [
+            (16, "--undefined"),
+            (17, "--undefined"),
+            (18, "-Wl,--undefined"),
+        ] {
+            let line = format!(
+                "-Xoffload-linker-x86_64-pc-linux-gnu {undefined}=__kmpc_target_translate_fptr"
+            );
+            let text = config_text_for("x86_64-pc-linux-gnu", major);
+            assert!(
+                text.lines().any(|l| l == line),
+                "{major}: no {line}\n{text}"
+            );
         }
     }
 }

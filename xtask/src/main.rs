@@ -3,6 +3,7 @@
 mod bench;
 mod compiler_plugin;
 mod debian13;
+mod debian13_programs;
 mod debian_root;
 mod demo;
 mod device;
@@ -11,6 +12,7 @@ mod gpu_kit;
 mod indirect_programs;
 mod install;
 mod lit;
+mod llvm_release;
 mod nvptx_program;
 mod plugin;
 mod reliability;
@@ -40,8 +42,12 @@ enum Cmd {
     /// the best device present (an NVIDIA GPU, else the host CPU).
     Demo(demo::Args),
     /// Install plugins, device RTL, compiler plugin, header, tools and clang config
-    /// files under --prefix (then `clang-16 --config=P/share/omptarget-indirect/<triple>.cfg`).
+    /// files under --prefix (then `clang-N --config=P/share/omptarget-indirect/<triple>.cfg`);
+    /// `--llvm 17|18` for Debian 13's clang-17/18 (x86_64 only).
     Install(install::Args),
+    /// In the Debian 13 root of LLVM 17 or 18: `cargo xtask install --llvm N` inside it,
+    /// then the standard indirect programs built with clang-N and run through our plugin.
+    Debian13Programs(debian13_programs::Args),
     /// Build the standard indirect-call programs for an NVIDIA GPU through the installed
     /// nvptx64 config into --out (the GPU kit runs them), checking each cubin.
     IndirectGpuPrograms(indirect_programs::Args),
@@ -69,6 +75,7 @@ fn main() -> Result<()> {
         Cmd::BuildPlugin(a) => plugin::build_main(a),
         Cmd::Demo(a) => demo::main(a),
         Cmd::Install(a) => install::main(a),
+        Cmd::Debian13Programs(a) => debian13_programs::main(a),
         Cmd::IndirectGpuPrograms(a) => indirect_programs::main(a),
         Cmd::Lit(a) => lit::main(a),
         Cmd::Fuzz(a) => fuzz::main(a),

@@ -2,7 +2,8 @@
 //!
 //! Contract used by other xtask modules:
 //! - `build_plugins()` builds and returns target/plugin/, holding
-//!   libomptarget.rtl.{x86_64,cuda,amdgpu}.so and their .nextgen.so names.
+//!   libomptarget.rtl.{x86_64,cuda,amdgpu}.so and their .nextgen.so names;
+//!   `build_plugins_for(major)` the same without LLVM 16's packages for 17 and 18.
 //!
 //! One cdylib serves every kind: it reads its kind from the name libomptarget loaded it by,
 //! so the build compiles once and copies the library six times (copies, not links: one
@@ -39,12 +40,22 @@ pub fn plugin_file_names(kind: &str) -> [String; 2] {
 }
 
 pub fn build_plugins() -> Result<PathBuf> {
-    util::section("build-plugin: host-plugin (libomptarget 16 plugins)");
-    // The host backend calls kernels through the system libffi; libomptarget 16 and
-    // clang 16 (what the plugins plug into, and what their tests compile with) come
-    // with util::llvm16's packages.
+    build_plugins_for(16)
+}
+
+/// The same plugin file serves libomptarget 16, 17 and 18; `major` only says which
+/// LLVM's packages come with it: for 16, libomptarget 16 and clang 16 (what the plugins
+/// plug into on Debian 12, and what their tests compile with, util::llvm16's packages);
+/// for 17 and 18 the caller brings its LLVM (`install --llvm N` on Debian 13).
+pub fn build_plugins_for(major: u32) -> Result<PathBuf> {
+    util::section(&format!(
+        "build-plugin: host-plugin (libomptarget {major} plugins)"
+    ));
+    // The host backend calls kernels through the system libffi.
     util::ensure_debian_packages(&["libffi-dev"])?;
-    util::llvm16("clang")?;
+    if major == 16 {
+        util::llvm16("clang")?;
+    }
     let sh = Shell::new()?;
     let built = util::build_release(&sh, "host-plugin", &["--lib"], "libhost_plugin.so")?;
     let device = build_device_executable(&sh)?;

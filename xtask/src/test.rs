@@ -11,6 +11,8 @@
 //!    the CUDA demo program and the GPU lookup benchmark built, the demo's device image
 //!    and the benchmark's kernels checked on the CPU (they run only where a GPU is),
 //! 6. the GPU kit (`cargo xtask gpu-bundle`) built and run in a bare Debian root,
+//!    and LLVM 17 and 18 in their Debian 13 roots: the project installed inside each
+//!    (`install --llvm N`), the standard programs built with clang-N and run through it,
 //! 7. LLVM 16's libomptarget lit suite through our x86_64 plugin, in-process and on the
 //!    isolated host device,
 //! 8. bounded fuzzing of every parser.
@@ -18,7 +20,7 @@
 //! Build steps stop at the first failure (later steps need their output); test steps all
 //! run so one report shows every failure. The last line is `xtask test: N passed, N failed`.
 
-use crate::{device, fuzz, indirect_programs, install, lit, plugin, util};
+use crate::{debian13_programs, device, fuzz, indirect_programs, install, lit, plugin, util};
 use anyhow::{bail, Result};
 use std::time::Instant;
 use xshell::{cmd, Shell};
@@ -40,6 +42,9 @@ pub struct Args {
     /// Skip building the GPU kit and its run in a bare Debian root.
     #[arg(long)]
     pub skip_kit: bool,
+    /// Skip LLVM 17 and 18 in their Debian 13 roots (install inside, standard programs).
+    #[arg(long)]
+    pub skip_debian13: bool,
 }
 
 /// The end-to-end test files that run programs through libomptarget: run a second time
@@ -205,6 +210,18 @@ pub fn main(args: Args) -> Result<()> {
             eprintln!("{}", proof.report());
             Ok(())
         }));
+    }
+    // LLVM 17 and 18 as a Debian 13 user has them: the install built inside the root,
+    // standard programs compiled by clang-N through it and run through our plugin.
+    if !args.skip_debian13 {
+        steps.push(timed(
+            "LLVM 17 in Debian 13: install inside + standard programs",
+            || debian13_programs::check(17).map(|_| ()),
+        ));
+        steps.push(timed(
+            "LLVM 18 in Debian 13: install inside + standard programs",
+            || debian13_programs::check(18).map(|_| ()),
+        ));
     }
     if !args.skip_lit {
         steps.push(timed("libomptarget 16 lit suite (our plugin)", || {

@@ -1,0 +1,418 @@
+//! `cargo xtask debian13-programs --llvm N` (and a step of `cargo xtask test`): LLVM 17 or
+//! 18 used as a new user of Debian 13 would, in the cached Debian 13 root of that version
+//! ([`debian13`]):
+//!
+//! 1. `cargo xtask install --prefix P --llvm N` runs **inside** the root: the project is
+//!    built there, against the root's LLVM N (the compiler plugin for clang N, the plugin
+//!    file, the x86_64 device RTL), with this machine's Rust toolchain (its cargo and
+//!    rustup homes and the workspace are bind-mounted at their own paths) and a target
+//!    folder of its own, `target/debian13-build/llvmN/`, which never mixes with this
+//!    machine's builds (and stays cached there between runs);
+//! 2. the compiler plugin's own tests (`cargo test -p compiler-plugin --features llvmN`)
+//!    run there too, against LLVM N;
+//! 3. the standard `declare target indirect` programs that `indirect_programs` builds for
+//!    GPUs with clang 16 (the same sources: C, C++ virtual calls in two units, OpenMP_VV)
+//!    are built with clang-N through P's x86_64 config at -O0 and -O2, and run with
+//!    `LD_LIBRARY_PATH=P/lib`: each must print its success line, and the loader's own log
+//!    (`LD_DEBUG=libs`) and our load marker must show that our x86_64 plugin from P/lib
+//!    ran it, and no LLVM plugin file was loaded. Each program must have exactly one
+//!    host entry per indirect function: clang 18 registers the functions marked with a
+//!    bare `indirect` itself, and the compiler plugin must not register them again.
+//!
+//! Needs root (debootstrap, chroot, mount).
+
+use crate::{debian13, debian_root, indirect_programs, install, util};
+use anyhow::{bail, ensure, Context, Result};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The LLVM version: 17 or 18.
+    #[arg(long)]
+    pub llvm: u32,
+}
+
+pub fn main(args: Args) -> Result<()> {
+    let report = check(args.llvm)?;
+    println!("{}", report.summary());
+    Ok(())
+}
+
+/// One standard program: its sources (below tests/fixtures), the line a passing run
+/// prints on the x86_64 host device.
+struct Program {
+    name: &'static str,
+    sources: &'static [&'static str],
+    expect: &'static str,
+}
+
+/// On the in-process host device every case runs, `indirect(0)` and typeid included.
+const PROGRAMS: &[Program] = &[
+    Program {
+        name: "indirect_standard_c",
+        sources: &["compiler/indirect_standard.c"],
+        expect: "indirect cases: 14 ok, 0 wrong",
+    },
+    Program {
+        name: "indirect_standard_cxx",
+        sources: &["compiler/indirect_standard.cpp"],
+        expect: "indirect cases: 6 ok, 0 wrong",
+    },
+    Program {
+        name: "virtual_calls",
+        sources: &[
+            "virtual/virtual_calls.cpp",
+            "virtual/virtual_other_unit.cpp",
+        ],
+        expect: "virtual cases: 24 ok, 0 wrong",
+    },
+    Program {
+        name: "test_target_declare_indirect",
+        sources: &["third_party/openmp_vv/test_target_declare_indirect.c"],
+        expect: indirect_programs::OPENMP_VV_EXPECT,
+    },
+];
+
+const OPT_LEVELS: [&str; 2] = ["-O0", "-O2"];
+
+/// What one run found.
+pub struct Report {
+    pub major: u32,
+    /// Seconds the root took to make now (None: cached).
+    pub root_secs: Option<f64>,
+    /// Seconds `cargo xtask install` took inside the root.
+    pub install_secs: f64,
+    /// Each program and opt level that passed.
+    pub passed: Vec<String>,
+    /// Each one that did not, with why.
+    pub failed: Vec<String>,
+    pub programs_secs: f64,
+}
+
+impl Report {
+    pub fn summary(&self) -> String {
+        let mut text = format!(
+            "LLVM {} in Debian 13: root {}, install inside it {:.0} s, programs {:.0} s: \
+             {} passed, {} failed",
+            self.major,
+            match self.root_secs {
+                Some(s) => format!("made in {s:.0} s"),
+                None => "cached".into(),
+            },
+            self.install_secs,
+            self.programs_secs,
+            self.passed.len(),
+            self.failed.len()
+        );
+        for p in &self.passed {
+            text.push_str(&format!("\n  ok      {p}"));
+        }
+        for f in &self.failed {
+            text.push_str(&format!("\n  FAILED  {f}"));
+        }
+        text
+    }
+}
+
+/// The step: install inside the root of LLVM `major`, then build and run every program
+/// at every opt level. Fails when the install fails or any program does.
+pub fn check(major: u32) -> Result<Report> {
+    let report = run(major)?;
+    eprintln!("{}", report.summary());
+    ensure!(
+        report.failed.is_empty(),
+        "LLVM {major}: {} of {} programs failed",
+        report.failed.len(),
+        report.failed.len() + report.passed.len()
+    );
+    Ok(report)
+}
+
+fn run(major: u32) -> Result<Report> {
+    ensure!(
+        util::is_root(),
+        "building and running LLVM {major} programs in a Debian 13 root needs root \
+         (debootstrap, chroot, mount)"
+    );
+    let (root, root_secs) = debian13::root(major)?;
+    let workspace = util::root();
+    let target = util::target_dir();
+    let build = target.join(format!("debian13-build/llvm{major}"));
+    let prefix = build.join("install");
+    let out = build.join("programs");
+    fs::create_dir_all(&out)?;
+    let toolchain = Toolchain::of_this_machine()?;
+
+    let mut binds: Vec<&Path> = vec![&workspace, &toolchain.cargo_home, &toolchain.rustup_home];
+    if !target.starts_with(&workspace) {
+        binds.push(&target);
+    }
+    let _mounts = debian_root::Mounts::new(&root, &binds)?;
+    let sh = xshell::Shell::new()?;
+
+    util::section(&format!(
+        "LLVM {major} in Debian 13: cargo xtask install --prefix {} --llvm {major} (inside the root)",
+        prefix.display()
+    ));
+    let start = Instant::now();
+    let (prefix_arg, llvm_arg) = (prefix.display().to_string(), major.to_string());
+    let mut install = toolchain.env_args(&workspace, &build);
+    install.extend(
+        [
+            "cargo",
+            "xtask",
+            "install",
+            "--prefix",
+            &prefix_arg,
+            "--llvm",
+            &llvm_arg,
+        ]
+        .map(String::from),
+    );
+    debian_root::chroot_cmd(&sh, &root, &as_strs(&install))
+        .run()
+        .with_context(|| {
+            format!(
+                "cargo xtask install --llvm {major} inside {}",
+                root.display()
+            )
+        })?;
+    let install_secs = start.elapsed().as_secs_f64();
+
+    util::section(&format!(
+        "LLVM {major} in Debian 13: the compiler plugin's tests (inside the root)"
+    ));
+    let mut unit_tests = toolchain.env_args(&workspace, &build);
+    unit_tests.push(format!(
+        "LLVM_SYS_{major}0_PREFIX={}",
+        debian13::llvm_prefix(major).display()
+    ));
+    let features = format!("llvm{major}");
+    unit_tests.extend(
+        [
+            "cargo",
+            "test",
+            "-p",
+            "compiler-plugin",
+            "--no-default-features",
+            "--features",
+            &features,
+        ]
+        .map(String::from),
+    );
+    debian_root::chroot_cmd(&sh, &root, &as_strs(&unit_tests))
+        .run()
+        .with_context(|| format!("the compiler plugin's tests for LLVM {major}"))?;
+
+    util::section(&format!(
+        "LLVM {major} in Debian 13: the standard programs through the installed config"
+    ));
+    let start = Instant::now();
+    let config = install::config_path(&prefix, install::HOST_TRIPLE);
+    let (mut passed, mut failed) = (Vec::new(), Vec::new());
+    for program in PROGRAMS {
+        for opt in OPT_LEVELS {
+            let label = format!("{} {opt}", program.name);
+            match build_and_run(&sh, &root, major, &config, &prefix, &out, program, opt) {
+                Ok(entries) => passed.push(format!("{label} ({entries})")),
+                Err(e) => {
+                    eprintln!("{label}: FAILED: {e:#}");
+                    failed.push(format!("{label}: {e:#}"));
+                }
+            }
+        }
+    }
+    Ok(Report {
+        major,
+        root_secs,
+        install_secs,
+        passed,
+        failed,
+        programs_secs: start.elapsed().as_secs_f64(),
+    })
+}
+
+fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// This machine's Rust (rustup's proxies and toolchains), used inside the root.
+struct Toolchain {
+    cargo_home: PathBuf,
+    rustup_home: PathBuf,
+}
+
+impl Toolchain {
+    fn of_this_machine() -> Result<Toolchain> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let from_env = |var: &str, default: &str| {
+            std::env::var_os(var)
+                .map(PathBuf::from)
+                .or_else(|| home.as_ref().map(|h| h.join(default)))
+                .with_context(|| format!("neither {var} nor HOME is set"))
+        };
+        let toolchain = Toolchain {
+            cargo_home: from_env("CARGO_HOME", ".cargo")?,
+            rustup_home: from_env("RUSTUP_HOME", ".rustup")?,
+        };
+        ensure!(
+            toolchain.cargo_home.join("bin/cargo").is_file(),
+            "no cargo in {}/bin",
+            toolchain.cargo_home.display()
+        );
+        Ok(toolchain)
+    }
+
+    /// `env -C <dir> CARGO_HOME=... RUSTUP_HOME=... PATH=... CARGO_TARGET_DIR=<build>`:
+    /// what chroot_cmd's clean environment lacks to run this machine's cargo in `dir`.
+    fn env_args(&self, dir: &Path, build: &Path) -> Vec<String> {
+        vec![
+            "env".into(),
+            "-C".into(),
+            dir.display().to_string(),
+            format!("CARGO_HOME={}", self.cargo_home.display()),
+            format!("RUSTUP_HOME={}", self.rustup_home.display()),
+            format!(
+                "PATH={}:/usr/sbin:/usr/bin:/sbin:/bin",
+                self.cargo_home.join("bin").display()
+            ),
+            format!("CARGO_TARGET_DIR={}", build.display()),
+        ]
+    }
+}
+
+/// Build `program` with clang-N through `config` at `opt`, check its indirect entries,
+/// run it with P/lib on the library path, and check its output and which plugin ran it.
+/// Returns what the entry check found.
+#[allow(clippy::too_many_arguments)]
+fn build_and_run(
+    sh: &xshell::Shell,
+    root: &Path,
+    major: u32,
+    config: &Path,
+    prefix: &Path,
+    out: &Path,
+    program: &Program,
+    opt: &str,
+) -> Result<String> {
+    let fixtures = util::root().join("tests/fixtures");
+    let sources: Vec<String> = program
+        .sources
+        .iter()
+        .map(|s| fixtures.join(s).display().to_string())
+        .collect();
+    let cxx = sources.iter().any(|s| s.ends_with(".cpp"));
+    let driver = format!("{}-{major}", if cxx { "clang++" } else { "clang" });
+    let exe = out.join(format!("{}{opt}", program.name));
+    let vv = fixtures.join("third_party/openmp_vv");
+    let mut compile = vec![
+        driver,
+        format!("--config={}", config.display()),
+        opt.to_owned(),
+        format!("-I{}", vv.display()),
+    ];
+    compile.extend(sources);
+    compile.extend(["-o".into(), exe.display().to_string()]);
+    debian_root::chroot_cmd(sh, root, &as_strs(&compile)).run()?;
+    let entries = one_entry_per_indirect_function(&exe)?;
+
+    let ld_debug = out.join(format!("{}{opt}.ld-debug", program.name));
+    let _ = fs::remove_dir_all(&ld_debug);
+    fs::create_dir_all(&ld_debug)?;
+    let marker = out.join(format!("{}{opt}.load-marker", program.name));
+    let _ = fs::remove_file(&marker);
+    let lib = prefix.join("lib");
+    let run = [
+        "env".to_owned(),
+        format!("LD_LIBRARY_PATH={}", lib.display()),
+        format!("OMPTARGET_RS_LOAD_MARKER={}", marker.display()),
+        "LD_DEBUG=libs".to_owned(),
+        format!("LD_DEBUG_OUTPUT={}", ld_debug.join("pid").display()),
+        exe.display().to_string(),
+    ];
+    let output = debian_root::chroot_cmd(sh, root, &as_strs(&run))
+        .ignore_status()
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() || !stdout.contains(program.expect) {
+        bail!(
+            "{} exited with {} without printing {:?}:\n{stdout}\n{stderr}",
+            exe.display(),
+            output.status,
+            program.expect
+        );
+    }
+    let marker_text = fs::read_to_string(&marker).unwrap_or_default();
+    ensure!(
+        marker_text.lines().any(|l| l.starts_with("x86_64 ")),
+        "our x86_64 plugin did not run {} (load marker: {marker_text:?})",
+        exe.display()
+    );
+    prove_plugin_files(&ld_debug, &lib, major)?;
+    Ok(entries)
+}
+
+/// No two indirect-function entries of the program's host entries share a host
+/// address; says how many there are, and how many clang made itself (named by clang's
+/// rule, not ours).
+fn one_entry_per_indirect_function(exe: &Path) -> Result<String> {
+    let bytes = fs::read(exe).with_context(|| format!("reading {}", exe.display()))?;
+    let entries = offload_formats::entries::read_host_entries(&bytes)?;
+    let functions: Vec<_> = entries
+        .iter()
+        .filter(|e| e.role() == offload_formats::entries::EntryRole::IndirectFunction)
+        .collect();
+    let mut addresses: Vec<u64> = functions.iter().map(|e| e.addr).collect();
+    addresses.sort_unstable();
+    addresses.dedup();
+    if addresses.len() != functions.len() {
+        let listed: Vec<String> = functions
+            .iter()
+            .map(|e| format!("{:#x} {}", e.addr, e.name))
+            .collect();
+        bail!(
+            "{}: a function has more than one indirect entry: {listed:?}",
+            exe.display()
+        );
+    }
+    let clang_made = functions
+        .iter()
+        .filter(|e| !e.name.starts_with(offload_formats::entries::holder::PREFIX))
+        .count();
+    Ok(format!(
+        "{} indirect function entries, {clang_made} of them clang's",
+        functions.len()
+    ))
+}
+
+/// From the loader's log of every process: the x86_64 plugin initialized from P/lib, and
+/// no plugin file from LLVM N's own folder.
+fn prove_plugin_files(ld_debug: &Path, lib: &Path, major: u32) -> Result<()> {
+    let ours = lib.join("libomptarget.rtl.x86_64.so");
+    let llvm = format!("/usr/lib/llvm-{major}/lib/libomptarget.rtl.");
+    let mut ours_seen = false;
+    for entry in fs::read_dir(ld_debug)? {
+        let text = fs::read_to_string(entry?.path())?;
+        for line in text.lines() {
+            let Some(path) = line.split("calling init: ").nth(1) else {
+                continue;
+            };
+            let path = path.trim();
+            ensure!(
+                !path.starts_with(&llvm),
+                "LLVM {major}'s plugin {path} was loaded"
+            );
+            ours_seen |= Path::new(path) == ours;
+        }
+    }
+    ensure!(
+        ours_seen,
+        "the loader's log (LD_DEBUG=libs in {}) shows no initialization of {}",
+        ld_debug.display(),
+        ours.display()
+    );
+    Ok(())
+}
