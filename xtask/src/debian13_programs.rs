@@ -41,12 +41,27 @@ pub fn main(args: Args) -> Result<()> {
 }
 
 /// One standard program: its sources (below tests/fixtures), the line a passing run
-/// prints on the x86_64 host device.
+/// prints on the x86_64 host device, and how it is built and what it prints for the
+/// isolated host device.
 struct Program {
     name: &'static str,
     sources: &'static [&'static str],
     expect: &'static str,
+    isolated: Isolated,
 }
+
+/// A program's build and success line for the isolated host device, where (as on a GPU)
+/// a host address reaching device code faults.
+struct Isolated {
+    defines: &'static [&'static str],
+    expect: &'static str,
+}
+
+/// Both modes run the same build and print the same line.
+const SAME_ON_BOTH: Isolated = Isolated {
+    defines: &[],
+    expect: "",
+};
 
 /// On the in-process host device every case runs, `indirect(0)` and typeid included.
 const PROGRAMS: &[Program] = &[
@@ -54,11 +69,18 @@ const PROGRAMS: &[Program] = &[
         name: "indirect_standard_c",
         sources: &["compiler/indirect_standard.c"],
         expect: "indirect cases: 14 ok, 0 wrong",
+        // Leaves out the call through a pointer that is not indirect: a host address,
+        // which faults where the device has its own address space.
+        isolated: Isolated {
+            defines: &["-DINDIRECT_GPU"],
+            expect: "indirect cases: 13 ok, 0 wrong",
+        },
     },
     Program {
         name: "indirect_standard_cxx",
         sources: &["compiler/indirect_standard.cpp"],
         expect: "indirect cases: 6 ok, 0 wrong",
+        isolated: SAME_ON_BOTH,
     },
     Program {
         name: "virtual_calls",
@@ -67,13 +89,44 @@ const PROGRAMS: &[Program] = &[
             "virtual/virtual_other_unit.cpp",
         ],
         expect: "virtual cases: 24 ok, 0 wrong",
+        isolated: SAME_ON_BOTH,
     },
     Program {
         name: "test_target_declare_indirect",
         sources: &["third_party/openmp_vv/test_target_declare_indirect.c"],
         expect: indirect_programs::OPENMP_VV_EXPECT,
+        isolated: SAME_ON_BOTH,
     },
 ];
+
+/// The two x86_64 host devices a program runs on: in this process, and isolated (its
+/// own process, `OMPTARGET_RS_ISOLATED=1`).
+#[derive(Clone, Copy)]
+enum HostMode {
+    InProcess,
+    Isolated,
+}
+
+impl HostMode {
+    const ALL: [HostMode; 2] = [HostMode::InProcess, HostMode::Isolated];
+
+    fn label(self) -> &'static str {
+        match self {
+            HostMode::InProcess => "in-process",
+            HostMode::Isolated => "isolated",
+        }
+    }
+
+    /// The defines and success line of `program` in this mode.
+    fn build_of(self, program: &Program) -> (&'static [&'static str], &'static str) {
+        match self {
+            HostMode::Isolated if !program.isolated.expect.is_empty() => {
+                (program.isolated.defines, program.isolated.expect)
+            }
+            _ => (&[], program.expect),
+        }
+    }
+}
 
 const OPT_LEVELS: [&str; 2] = ["-O0", "-O2"];
 
@@ -214,12 +267,15 @@ fn run(major: u32) -> Result<Report> {
     let (mut passed, mut failed) = (Vec::new(), Vec::new());
     for program in PROGRAMS {
         for opt in OPT_LEVELS {
-            let label = format!("{} {opt}", program.name);
-            match build_and_run(&sh, &root, major, &config, &prefix, &out, program, opt) {
-                Ok(entries) => passed.push(format!("{label} ({entries})")),
-                Err(e) => {
-                    eprintln!("{label}: FAILED: {e:#}");
-                    failed.push(format!("{label}: {e:#}"));
+            for mode in HostMode::ALL {
+                let label = format!("{} {opt} {}", program.name, mode.label());
+                let run = Run { program, opt, mode };
+                match build_and_run(&sh, &root, major, &config, &prefix, &out, &run) {
+                    Ok(entries) => passed.push(format!("{label} ({entries})")),
+                    Err(e) => {
+                        eprintln!("{label}: FAILED: {e:#}");
+                        failed.push(format!("{label}: {e:#}"));
+                    }
                 }
             }
         }
@@ -287,6 +343,13 @@ impl Toolchain {
 /// run it with P/lib on the library path, and check its output and which plugin ran it.
 /// Returns what the entry check found.
 #[allow(clippy::too_many_arguments)]
+/// One program at one opt level on one host device.
+struct Run<'a> {
+    program: &'a Program,
+    opt: &'a str,
+    mode: HostMode,
+}
+
 fn build_and_run(
     sh: &xshell::Shell,
     root: &Path,
@@ -294,9 +357,10 @@ fn build_and_run(
     config: &Path,
     prefix: &Path,
     out: &Path,
-    program: &Program,
-    opt: &str,
+    run: &Run,
 ) -> Result<String> {
+    let Run { program, opt, mode } = *run;
+    let (defines, expect) = mode.build_of(program);
     let fixtures = util::root().join("tests/fixtures");
     let sources: Vec<String> = program
         .sources
@@ -305,7 +369,7 @@ fn build_and_run(
         .collect();
     let cxx = sources.iter().any(|s| s.ends_with(".cpp"));
     let driver = format!("{}-{major}", if cxx { "clang++" } else { "clang" });
-    let exe = out.join(format!("{}{opt}", program.name));
+    let exe = out.join(format!("{}{opt}-{}", program.name, mode.label()));
     let vv = fixtures.join("third_party/openmp_vv");
     let mut compile = vec![
         driver,
@@ -313,21 +377,33 @@ fn build_and_run(
         opt.to_owned(),
         format!("-I{}", vv.display()),
     ];
+    compile.extend(defines.iter().map(|d| d.to_string()));
     compile.extend(sources);
     compile.extend(["-o".into(), exe.display().to_string()]);
     debian_root::chroot_cmd(sh, root, &as_strs(&compile)).run()?;
     let entries = one_entry_per_indirect_function(&exe)?;
 
-    let ld_debug = out.join(format!("{}{opt}.ld-debug", program.name));
+    let ld_debug = out.join(format!("{}{opt}-{}.ld-debug", program.name, mode.label()));
     let _ = fs::remove_dir_all(&ld_debug);
     fs::create_dir_all(&ld_debug)?;
-    let marker = out.join(format!("{}{opt}.load-marker", program.name));
+    let marker = out.join(format!(
+        "{}{opt}-{}.load-marker",
+        program.name,
+        mode.label()
+    ));
     let _ = fs::remove_file(&marker);
     let lib = prefix.join("lib");
     let run = [
         "env".to_owned(),
         format!("LD_LIBRARY_PATH={}", lib.display()),
         format!("OMPTARGET_RS_LOAD_MARKER={}", marker.display()),
+        format!(
+            "OMPTARGET_RS_ISOLATED={}",
+            match mode {
+                HostMode::InProcess => "0",
+                HostMode::Isolated => "1",
+            }
+        ),
         "LD_DEBUG=libs".to_owned(),
         format!("LD_DEBUG_OUTPUT={}", ld_debug.join("pid").display()),
         exe.display().to_string(),
@@ -337,12 +413,12 @@ fn build_and_run(
         .output()?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() || !stdout.contains(program.expect) {
+    if !output.status.success() || !stdout.contains(expect) {
         bail!(
             "{} exited with {} without printing {:?}:\n{stdout}\n{stderr}",
             exe.display(),
             output.status,
-            program.expect
+            expect
         );
     }
     let marker_text = fs::read_to_string(&marker).unwrap_or_default();
