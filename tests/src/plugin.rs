@@ -4,7 +4,7 @@
 use crate::paths::{require_file, target_dir};
 use host_plugin::abi::{KernelArgs, TgtDeviceImage, TgtOffloadEntry, TgtTargetTable};
 use host_plugin::HostOffloadEntry;
-use std::ffi::{c_void, CString};
+use std::ffi::{c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::ptr::null_mut;
 
@@ -32,6 +32,18 @@ pub fn entry(name: &str, host: u64, size: u64, flags: i32) -> HostOffloadEntry<'
         size,
         flags,
         host_vtable: None,
+    }
+}
+
+/// A libomptarget host entry (`__tgt_offload_entry`) named `name`, which must outlive
+/// it.
+pub fn tgt_entry(name: &CStr, host: usize, size: usize, flags: i32) -> TgtOffloadEntry {
+    TgtOffloadEntry {
+        addr: host as *mut c_void,
+        name: name.as_ptr() as *mut _,
+        size,
+        flags,
+        reserved: 0,
     }
 }
 

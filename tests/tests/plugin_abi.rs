@@ -3,7 +3,9 @@
 
 mod plugin_support;
 
-use e2e_tests::plugin::{device_image, DataAlloc, DataDelete, DataMove, Launch, LoadBinary};
+use e2e_tests::plugin::{
+    device_image, tgt_entry, DataAlloc, DataDelete, DataMove, Launch, LoadBinary,
+};
 use host_plugin::abi::{
     KernelArgs, TgtBinDesc, TgtDeviceImage, TgtOffloadEntry, OFFLOAD_FAIL, OFFLOAD_SUCCESS,
 };
@@ -106,13 +108,7 @@ fn libomptarget_call_sequence_through_the_c_abi() {
     let sizes = [0usize, 0, 8, 4];
     let flags = [0, FLAG_INDIRECT, FLAG_INDIRECT, 0];
     let mut entries: Vec<TgtOffloadEntry> = (0..4)
-        .map(|i| TgtOffloadEntry {
-            addr: host[i] as *mut c_void,
-            name: names[i].as_ptr() as *mut _,
-            size: sizes[i],
-            flags: flags[i],
-            reserved: 0,
-        })
+        .map(|i| tgt_entry(&names[i], host[i], sizes[i], flags[i]))
         .collect();
     let mut device_image = device_image(&mut image, &mut entries);
 
