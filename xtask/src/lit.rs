@@ -111,11 +111,13 @@ impl LitSummary {
 }
 
 /// LLVM `major`'s suite (17 or 18) in its Debian 13 root, through LLVM's plugin and
-/// through ours (the plugins in `plugin_dir`), compared: the step `cargo xtask test` runs.
+/// through ours (the plugins in `plugin_dir`) in-process and on the isolated host device,
+/// compared: the step `cargo xtask test` runs.
 pub fn compare_in_debian13(major: u32, plugin_dir: &Path) -> Result<()> {
     debian13_suites::main(&Args {
         plugin_dir: Some(plugin_dir.to_owned()),
         llvm: major,
+        isolated: true,
         ..Args::default()
     })
 }
@@ -200,7 +202,8 @@ pub const ISOLATED_DIFFERENCES: &[(&str, &str)] = &[
     ),
 ];
 
-const REQUIRES_USM: &str = "`#pragma omp requires unified_shared_memory`: refused by the \
+pub(crate) const REQUIRES_USM: &str =
+    "`#pragma omp requires unified_shared_memory`: refused by the \
     isolated device, with the reason, as a discrete GPU without unified memory would";
 
 /// Passes when the isolated run differs from the in-process baseline by exactly

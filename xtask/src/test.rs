@@ -240,11 +240,11 @@ pub fn main(args: Args) -> Result<()> {
         // LLVM 17's and 18's own suites in their Debian 13 roots (Debian 12 packages
         // neither), through their plugins and ours, compared.
         steps.push(timed(
-            "libomptarget 17 lit suite in Debian 13 (LLVM 17's plugin vs ours)",
+            "libomptarget 17 lit suite in Debian 13 (LLVM 17's plugin vs ours, in-process and isolated)",
             || lit::compare_in_debian13(17, &util::target_dir().join("plugin")),
         ));
         steps.push(timed(
-            "libomptarget 18 lit suite in Debian 13 (LLVM 18's plugin vs ours)",
+            "libomptarget 18 lit suite in Debian 13 (LLVM 18's plugin vs ours, in-process and isolated)",
             || lit::compare_in_debian13(18, &util::target_dir().join("plugin")),
         ));
     }
