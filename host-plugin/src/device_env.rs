@@ -9,48 +9,14 @@
 //!   searches that table; its rows are this plugin's (host, device) rows, sorted by host
 //!   address, so the image's table is published there too ([`crate::device_table`]).
 //!
-//! Seen as `__omp_rtl_device_environment` in clang-16 sm_90 images; LLVM 16's AMDGPU
-//! device runtime names it `omptarget_device_environment` (protected visibility).
+//! The layouts and names are offload-formats' ([`offload_formats::device_runtime`]).
 
 use crate::backend::{Backend, BackendError, DeviceAddr, LoadedModule};
-use std::ffi::CStr;
-
-/// The names of the global, newest first.
-pub const NAMES: [&CStr; 2] = [
-    c"__omp_rtl_device_environment",
-    c"omptarget_device_environment",
-];
 
 /// Which LLVM's device environment an image's runtime reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
-    Llvm16,
-    Llvm17,
-    Llvm18,
-}
-
-impl Layout {
-    /// The layout of a global of `size` bytes, None for a size no LLVM 16-18 has.
-    pub fn of_size(size: u64) -> Option<Self> {
-        match size {
-            16 => Some(Layout::Llvm16),
-            24 => Some(Layout::Llvm17),
-            48 => Some(Layout::Llvm18),
-            _ => None,
-        }
-    }
-
-    pub fn size(self) -> usize {
-        match self {
-            Layout::Llvm16 => 16,
-            Layout::Llvm17 => 24,
-            Layout::Llvm18 => 48,
-        }
-    }
-}
-
-/// Where LLVM 18's IndirectCallTable and IndirectCallTableSize lie in the environment.
-const INDIRECT_CALL_TABLE_OFFSET: u64 = 24;
+pub use offload_formats::device_runtime::DeviceEnvironmentLayout as Layout;
+/// The names of the global, newest first.
+pub use offload_formats::device_runtime::DEVICE_ENVIRONMENT_NAMES as NAMES;
 
 /// What a device tells its runtime beyond its number: the backend's answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,7 +72,7 @@ impl Installed {
     /// Where the 16 bytes of LLVM 18's (IndirectCallTable, IndirectCallTableSize) lie:
     /// None for the layouts without them.
     pub fn indirect_call_table(&self) -> Option<DeviceAddr> {
-        (self.layout == Layout::Llvm18).then_some(self.addr + INDIRECT_CALL_TABLE_OFFSET)
+        Some(self.addr + self.layout.indirect_call_table_offset()?)
     }
 }
 
@@ -174,11 +140,7 @@ mod tests {
     }
 
     #[test]
-    fn sizes_name_layouts() {
-        for layout in [Layout::Llvm16, Layout::Llvm17, Layout::Llvm18] {
-            assert_eq!(Layout::of_size(layout.size() as u64), Some(layout));
-        }
-        assert_eq!(Layout::of_size(32), None);
+    fn the_indirect_call_table_lies_in_llvm_18s_only() {
         let env = Installed {
             layout: Layout::Llvm18,
             addr: 0x1000,

@@ -58,34 +58,8 @@ pub fn read_exec_mode(
     })
 }
 
-/// clang 18's `<kernel>_kernel_environment` (LLVM 18's `KernelEnvironmentTy`), which
-/// replaces `<kernel>_exec_mode`: its configuration's ExecMode byte and its teams
-/// reduction's buffer (`include/Shared/Environment.h`).
-pub mod kernel_environment {
-    /// The global's name suffix.
-    pub const SUFFIX: &[u8] = b"_kernel_environment";
-    /// Its size on a 64-bit device (the configuration, two pointers).
-    pub const SIZE: u64 = 48;
-    /// What is read of it: the configuration (3 bytes, padding, six i32).
-    pub const CONFIGURATION_BYTES: usize = 28;
-    const EXEC_MODE: usize = 2;
-    const REDUCTION_DATA_SIZE: usize = 20;
-    const REDUCTION_BUFFER_LENGTH: usize = 24;
-
-    /// The kernel's mode byte and how many bytes of reduction buffer its launch
-    /// environment must carry (ReductionDataSize x ReductionBufferLength; 0: none).
-    pub fn parse(configuration: &[u8; CONFIGURATION_BYTES]) -> (u8, u64) {
-        let i32_at =
-            |at: usize| i32::from_le_bytes(configuration[at..at + 4].try_into().expect("4 bytes"));
-        let (size, length) = (i32_at(REDUCTION_DATA_SIZE), i32_at(REDUCTION_BUFFER_LENGTH));
-        let buffer = if size > 0 && length > 0 {
-            size as u64 * length as u64
-        } else {
-            0
-        };
-        (configuration[EXEC_MODE], buffer)
-    }
-}
+/// clang 18's `<kernel>_kernel_environment`, which replaces `<kernel>_exec_mode`.
+pub use offload_formats::device_runtime::kernel_environment;
 
 /// What the device and the kernel allow, and the plugin's defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

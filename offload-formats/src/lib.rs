@@ -6,6 +6,8 @@
 //! * [`bundle`]: `clang-offload-bundler` bundles, plain and compressed (`CCOB`).
 //! * [`target_id`]: target IDs (`gfx90a:sramecc+:xnack-`), canonical form, compatibility.
 //! * [`cuda`]: CUDA image kinds (cubin, fatbinary, PTX), a cubin's SM and where it runs.
+//! * [`device_runtime`]: the device and kernel environments LLVM 16-18's device runtime
+//!   reads, by version.
 //! * [`image`]: classify a file and find every device image inside it.
 //!
 //! Readers are zero-copy (they borrow the input) and never panic on malformed input:
@@ -17,6 +19,7 @@
 pub mod bundle;
 pub mod compressed;
 pub mod cuda;
+pub mod device_runtime;
 pub mod entries;
 pub mod error;
 pub mod image;
