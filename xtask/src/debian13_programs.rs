@@ -10,7 +10,9 @@
 //!    machine's builds (and stays cached there between runs);
 //! 2. the compiler plugin's own tests (`cargo test -p compiler-plugin --features llvmN`)
 //!    run there too, against LLVM N;
-//! 3. the standard `declare target indirect` programs that `indirect_programs` builds for
+//! 3. a clang-N GPU image is built for sm_90 and checked for what the cuda plugin reads
+//!    of it ([`debian13_gpu_image`]; not run: no GPU);
+//! 4. the standard `declare target indirect` programs that `indirect_programs` builds for
 //!    GPUs with clang 16 (the same sources: C, C++ virtual calls in two units, OpenMP_VV)
 //!    are built with clang-N through P's x86_64 config at -O0 and -O2, and run with
 //!    `LD_LIBRARY_PATH=P/lib`: each must print its success line, and the loader's own log
@@ -21,7 +23,7 @@
 //!
 //! Needs root (debootstrap, chroot, mount).
 
-use crate::{debian13, debian_root, indirect_programs, install, util};
+use crate::{debian13, debian13_gpu_image, debian_root, indirect_programs, install, util};
 use anyhow::{bail, ensure, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -137,6 +139,8 @@ pub struct Report {
     pub root_secs: Option<f64>,
     /// Seconds `cargo xtask install` took inside the root.
     pub install_secs: f64,
+    /// What the check of a clang-N GPU image found.
+    pub gpu_image: String,
     /// Each program and opt level that passed.
     pub passed: Vec<String>,
     /// Each one that did not, with why.
@@ -159,6 +163,7 @@ impl Report {
             self.passed.len(),
             self.failed.len()
         );
+        text.push_str(&format!("\n  {}", self.gpu_image));
         for p in &self.passed {
             text.push_str(&format!("\n  ok      {p}"));
         }
@@ -198,7 +203,13 @@ fn run(major: u32) -> Result<Report> {
     fs::create_dir_all(&out)?;
     let toolchain = Toolchain::of_this_machine()?;
 
-    let mut binds: Vec<&Path> = vec![&workspace, &toolchain.cargo_home, &toolchain.rustup_home];
+    let (cuda_path, cuda_installation) = debian13_gpu_image::cuda_binds()?;
+    let mut binds: Vec<&Path> = vec![
+        &workspace,
+        &toolchain.cargo_home,
+        &toolchain.rustup_home,
+        &cuda_installation,
+    ];
     if !target.starts_with(&workspace) {
         binds.push(&target);
     }
@@ -260,6 +271,12 @@ fn run(major: u32) -> Result<Report> {
         .with_context(|| format!("the compiler plugin's tests for LLVM {major}"))?;
 
     util::section(&format!(
+        "LLVM {major} in Debian 13: a clang-{major} GPU image, checked for what the cuda plugin reads"
+    ));
+    let gpu_image = debian13_gpu_image::check(&sh, &root, major, &cuda_path, &out)?;
+    eprintln!("{gpu_image}");
+
+    util::section(&format!(
         "LLVM {major} in Debian 13: the standard programs through the installed config"
     ));
     let start = Instant::now();
@@ -284,6 +301,7 @@ fn run(major: u32) -> Result<Report> {
         major,
         root_secs,
         install_secs,
+        gpu_image,
         passed,
         failed,
         programs_secs: start.elapsed().as_secs_f64(),
