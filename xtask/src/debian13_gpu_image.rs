@@ -18,7 +18,6 @@ use object::{Object, ObjectSection, ObjectSymbol};
 use offload_formats::device_runtime::{
     kernel_environment, DeviceEnvironmentLayout, DEVICE_ENVIRONMENT_NAMES,
 };
-use offload_formats::image::{find_images, ImageKind};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -62,26 +61,11 @@ pub fn check(
     debian_root::chroot_cmd(sh, root, &args)
         .run()
         .with_context(|| format!("clang-{major} building {FIXTURE} for {SM}"))?;
-    let bytes = fs::read(&exe)?;
-    let images = find_images(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", exe.display()))?;
-    let cubin = images
-        .iter()
-        .find(|i| {
-            i.kind
-                == (ImageKind::Elf {
-                    machine: object::elf::EM_CUDA,
-                    relocatable: false,
-                })
-                && i.arch.as_deref() == Some(SM)
-        })
-        .with_context(|| {
-            format!(
-                "{}: no {SM} cubin among {} images",
-                exe.display(),
-                images.len()
-            )
-        })?;
-    let file = object::File::parse(&*cubin.data).context("the cubin is not ELF")?;
+    let (images, cubins) = nvptx_program::cubins_of(&exe, SM)?;
+    let cubin = cubins
+        .first()
+        .with_context(|| format!("{}: no {SM} cubin among {images} images", exe.display()))?;
+    let file = object::File::parse(&**cubin).context("the cubin is not ELF")?;
     let facts = ImageFacts::read(&file)?;
     facts.expect_llvm(major)?;
     Ok(facts.summary(major))

@@ -16,7 +16,7 @@ use crate::{install, nvptx_program, util};
 use anyhow::{ensure, Context, Result};
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
 use offload_formats::entries::holder;
-use offload_formats::image::{find_images, ImageKind};
+use offload_formats::image::find_images;
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -231,26 +231,13 @@ pub struct ImageFacts {
 /// table globals (taken from our archive by the link), and in which a kernel calls the
 /// lookup (a caller -> callee pair of `.nv.callgraph`, the linked cubin's call graph).
 pub fn check_cubin(exe: &Path, sm: &str) -> Result<ImageFacts> {
-    let bytes = fs::read(exe).with_context(|| format!("reading {}", exe.display()))?;
-    let images = find_images(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", exe.display()))?;
-    let cubins: Vec<_> = images
-        .iter()
-        .filter(|i| {
-            i.kind
-                == (ImageKind::Elf {
-                    machine: object::elf::EM_CUDA,
-                    relocatable: false,
-                })
-                && i.arch.as_deref() == Some(sm)
-        })
-        .collect();
+    let (images, cubins) = nvptx_program::cubins_of(exe, sm)?;
     ensure!(
-        cubins.len() == 1 && images.len() == 1,
-        "{}: expected exactly one {sm} cubin, found {} device images",
+        cubins.len() == 1 && images == 1,
+        "{}: expected exactly one {sm} cubin, found {images} device images",
         exe.display(),
-        images.len()
     );
-    let file = object::File::parse(&*cubins[0].data).context("the cubin is not ELF")?;
+    let file = object::File::parse(&*cubins[0]).context("the cubin is not ELF")?;
     let facts = defined_symbols(&file);
     require_rtl(&facts, exe)?;
     let lookup = file
@@ -284,7 +271,7 @@ pub fn check_cubin(exe: &Path, sm: &str) -> Result<ImageFacts> {
     eprintln!(
         "{}: one {sm} cubin ({} bytes): defines {LOOKUP} and the table globals, a kernel calls it",
         exe.display(),
-        cubins[0].data.len()
+        cubins[0].len()
     );
     Ok(facts)
 }

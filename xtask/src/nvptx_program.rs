@@ -135,31 +135,35 @@ pub fn cuda_path_for_clang16() -> Result<PathBuf> {
         .with_context(|| format!("making the --cuda-path folder {}", folder.display()))
 }
 
+/// The program's device images: how many it carries, and the cubins for `sm` among
+/// them (linked CUDA ELF: what the cuda plugin loads).
+pub fn cubins_of(exe: &Path, sm: &str) -> Result<(usize, Vec<Vec<u8>>)> {
+    let bytes = fs::read(exe).with_context(|| format!("reading {}", exe.display()))?;
+    let images = find_images(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", exe.display()))?;
+    let cubin = ImageKind::Elf {
+        machine: object::elf::EM_CUDA,
+        relocatable: false,
+    };
+    let cubins = images
+        .iter()
+        .filter(|i| i.kind == cubin && i.arch.as_deref() == Some(sm))
+        .map(|i| i.data.to_vec())
+        .collect();
+    Ok((images.len(), cubins))
+}
+
 /// The program carries one cubin for `sm` that defines the lookup, both table globals
 /// (nvlink took them from the device RTL) and every name in `also`: what the cuda
 /// plugin will look up. Returns the cubin's size.
 pub fn check_image(exe: &Path, sm: &str, also: &[&str]) -> Result<usize> {
     use object::{Object, ObjectSymbol};
-    let bytes = fs::read(exe)?;
-    let images = find_images(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", exe.display()))?;
-    let cubins: Vec<_> = images
-        .iter()
-        .filter(|i| {
-            i.kind
-                == ImageKind::Elf {
-                    machine: object::elf::EM_CUDA,
-                    relocatable: false,
-                }
-                && i.arch.as_deref() == Some(sm)
-        })
-        .collect();
+    let (images, cubins) = cubins_of(exe, sm)?;
     ensure!(
         cubins.len() == 1,
-        "{}: expected one {sm} cubin, found {} device images",
+        "{}: expected one {sm} cubin, found {images} device images",
         exe.display(),
-        images.len()
     );
-    let cubin = object::File::parse(&*cubins[0].data).context("the cubin is not ELF")?;
+    let cubin = object::File::parse(&*cubins[0]).context("the cubin is not ELF")?;
     let defined: Vec<String> = cubin
         .symbols()
         .filter(|s| s.is_definition())
@@ -179,8 +183,8 @@ pub fn check_image(exe: &Path, sm: &str, also: &[&str]) -> Result<usize> {
     eprintln!(
         "{}: one {sm} cubin ({} bytes) defining {}",
         exe.display(),
-        cubins[0].data.len(),
+        cubins[0].len(),
         wanted.join(", ")
     );
-    Ok(cubins[0].data.len())
+    Ok(cubins[0].len())
 }
