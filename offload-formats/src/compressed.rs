@@ -14,6 +14,13 @@ use crate::error::{Error, Result};
 use crate::reader::Reader;
 use std::io::Read;
 
+mod stream;
+// zstd's C API, the system's or the built-in copy's: the crate's only unsafe code.
+#[allow(unsafe_code)]
+pub mod zstd_library;
+
+pub use stream::{CompressedWriter, DecompressedReader};
+
 pub const MAGIC: &[u8; 4] = b"CCOB";
 const CONTAINER: &str = "compressed offload bundle";
 
@@ -52,10 +59,29 @@ const MAX_RATIO: u64 = 65536;
 /// produced, so a header that lies about the size cannot force a huge allocation.
 const MAX_PREALLOCATION: u64 = 64 << 20;
 
-impl<'a> CompressedBundle<'a> {
-    /// Parse the header. Does not decompress.
-    pub fn parse(data: &'a [u8]) -> Result<Self> {
-        let r = Reader::new(data, CONTAINER);
+/// The fields of a compressed bundle's header, read from its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub version: u16,
+    pub method: Method,
+    /// The `total size` field (v2, v3); `None` for v1.
+    pub total_size: Option<u64>,
+    pub uncompressed_size: u64,
+    pub hash: u64,
+    /// Offset of the payload from the start of the container.
+    pub payload_offset: u64,
+    /// Where the payload ends: `total size`, else the file's length.
+    pub payload_end: u64,
+}
+
+/// The longest header (version 3).
+pub const MAX_HEADER_LEN: usize = 32;
+
+impl Header {
+    /// Parse the header at the start of `prefix`, the first bytes (at least
+    /// [`MAX_HEADER_LEN`] where the file has them) of a file of `file_len` bytes.
+    pub fn parse(prefix: &[u8], file_len: u64) -> Result<Self> {
+        let r = Reader::new(prefix, CONTAINER);
         r.expect_magic(0, MAGIC)?;
         let version = r.u16(4, "version")?;
         let method = match r.u16(6, "method")? {
@@ -79,9 +105,9 @@ impl<'a> CompressedBundle<'a> {
         };
         let hash = r.u64(hash_at, "hash")?;
         let payload_offset = hash_at + 8;
-        let end = match total_size {
+        let payload_end = match total_size {
             Some(total) => {
-                if total < payload_offset || total > data.len() as u64 {
+                if total < payload_offset || total > file_len {
                     return Err(r.invalid(
                         "total size",
                         8,
@@ -91,10 +117,10 @@ impl<'a> CompressedBundle<'a> {
                 }
                 total
             }
-            None => data.len() as u64,
+            None => file_len.max(payload_offset),
         };
-        let payload = r.bytes(payload_offset, end - payload_offset, "payload")?;
-        if uncompressed_size > (payload.len() as u64 + 64).saturating_mul(MAX_RATIO) {
+        let payload_len = payload_end - payload_offset;
+        if uncompressed_size > (payload_len + 64).saturating_mul(MAX_RATIO) {
             return Err(r.invalid(
                 "uncompressed size",
                 hash_at - 8,
@@ -102,14 +128,32 @@ impl<'a> CompressedBundle<'a> {
                 "implausibly large for the payload",
             ));
         }
-        Ok(CompressedBundle {
+        Ok(Header {
             version,
             method,
             total_size,
             uncompressed_size,
             hash,
-            payload,
             payload_offset,
+            payload_end,
+        })
+    }
+}
+
+impl<'a> CompressedBundle<'a> {
+    /// Parse the header. Does not decompress.
+    pub fn parse(data: &'a [u8]) -> Result<Self> {
+        let h = Header::parse(data, data.len() as u64)?;
+        let r = Reader::new(data, CONTAINER);
+        let payload = r.bytes(h.payload_offset, h.payload_end - h.payload_offset, "payload")?;
+        Ok(CompressedBundle {
+            version: h.version,
+            method: h.method,
+            total_size: h.total_size,
+            uncompressed_size: h.uncompressed_size,
+            hash: h.hash,
+            payload,
+            payload_offset: h.payload_offset,
         })
     }
 
@@ -151,38 +195,28 @@ impl<'a> CompressedBundle<'a> {
 
 /// The `hash` field: the MD5 of the uncompressed bundle, first 8 bytes little-endian.
 pub fn truncated_md5(data: &[u8]) -> u64 {
-    let digest = md5::compute(data);
+    low_64(&md5::compute(data).0)
+}
+
+/// The first 8 bytes of an MD5 digest, little-endian (LLVM's `MD5Result::low`).
+fn low_64(digest: &[u8; 16]) -> u64 {
     let mut low = [0u8; 8];
-    low.copy_from_slice(&digest.0[..8]);
+    low.copy_from_slice(&digest[..8]);
     u64::from_le_bytes(low)
 }
 
-/// zstd the way LLVM's `compression::zstd::compress` does for the bundler: the given
-/// level with long-distance matching enabled, content size in the frame, no checksum.
+/// zstd the way LLVM's `compression::zstd::compress` does for the bundler (see
+/// [`zstd_library::FrameWriter`]), in one piece.
 fn zstd_compress(data: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
-    let mut c = zstd::bulk::Compressor::new(level)?;
-    c.set_parameter(zstd::stream::raw::CParameter::EnableLongDistanceMatching(
-        true,
-    ))?;
-    c.set_parameter(zstd::stream::raw::CParameter::WindowLog(27))?;
-    c.include_checksum(false)?;
-    c.include_contentsize(true)?;
-    c.compress(data)
+    use std::io::Write;
+    let mut frame = zstd_library::FrameWriter::new(Vec::new(), level, data.len() as u64)?;
+    frame.write_all(data)?;
+    frame.finish()
 }
 
 /// Compress a plain bundle into the `CCOB` form, header `version` 2 or 3.
 pub fn compress(bundle: &[u8], version: u16, method: Method, level: i32) -> Result<Vec<u8>> {
-    let header_len: usize = match version {
-        2 => 24,
-        3 => 32,
-        v => {
-            return Err(Error::Syntax {
-                what: "compressed bundle version",
-                text: v.to_string(),
-                reason: "we write versions 2 and 3".into(),
-            })
-        }
-    };
+    let header_len = header_len(version)?;
     let payload = match method {
         Method::Zstd => zstd_compress(bundle, level),
         Method::Zlib => {
@@ -197,7 +231,35 @@ pub fn compress(bundle: &[u8], version: u16, method: Method, level: i32) -> Resu
         offset: 0,
         reason: format!("compression failed: {e}"),
     })?;
-    let total = (header_len + payload.len()) as u64;
+    let total = header_len + payload.len() as u64;
+    let mut out = header(version, method, total, bundle.len() as u64, truncated_md5(bundle))?;
+    out.reserve(payload.len());
+    out.extend_from_slice(&payload);
+    Ok(out)
+}
+
+/// The length of a version 2 or 3 header (what [`header`] writes).
+pub fn header_len(version: u16) -> Result<u64> {
+    match version {
+        2 => Ok(24),
+        3 => Ok(32),
+        v => Err(Error::Syntax {
+            what: "compressed bundle version",
+            text: v.to_string(),
+            reason: "we write versions 2 and 3".into(),
+        }),
+    }
+}
+
+/// A version 2 or 3 header: `total` counts the whole file, `uncompressed` the plain
+/// bundle whose truncated MD5 is `hash`.
+pub fn header(
+    version: u16,
+    method: Method,
+    total: u64,
+    uncompressed: u64,
+    hash: u64,
+) -> Result<Vec<u8>> {
     let too_big = |what: &'static str, value: u64| Error::InvalidField {
         container: CONTAINER,
         field: what,
@@ -205,21 +267,19 @@ pub fn compress(bundle: &[u8], version: u16, method: Method, level: i32) -> Resu
         value,
         reason: "does not fit the 32-bit field of version 2",
     };
-    let mut out = Vec::with_capacity(total as usize);
+    let mut out = Vec::with_capacity(header_len(version)? as usize);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&(method as u16).to_le_bytes());
     if version == 2 {
         let t = u32::try_from(total).map_err(|_| too_big("total size", total))?;
-        let u = u32::try_from(bundle.len())
-            .map_err(|_| too_big("uncompressed size", bundle.len() as u64))?;
+        let u = u32::try_from(uncompressed).map_err(|_| too_big("uncompressed size", uncompressed))?;
         out.extend_from_slice(&t.to_le_bytes());
         out.extend_from_slice(&u.to_le_bytes());
     } else {
         out.extend_from_slice(&total.to_le_bytes());
-        out.extend_from_slice(&(bundle.len() as u64).to_le_bytes());
+        out.extend_from_slice(&uncompressed.to_le_bytes());
     }
-    out.extend_from_slice(&truncated_md5(bundle).to_le_bytes());
-    out.extend_from_slice(&payload);
+    out.extend_from_slice(&hash.to_le_bytes());
     Ok(out)
 }

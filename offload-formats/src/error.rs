@@ -43,6 +43,13 @@ pub enum Error {
         offset: u64,
         reason: String,
     },
+    /// Reading or writing a stream failed (not the data's fault).
+    #[error("{container}: {doing}: {reason}")]
+    Io {
+        container: &'static str,
+        doing: &'static str,
+        reason: String,
+    },
     #[error("ELF: {0}")]
     Elf(String),
     #[error("invalid {what} `{text}`: {reason}")]

@@ -13,8 +13,12 @@
 //! Readers are zero-copy (they borrow the input) and never panic on malformed input:
 //! every failure is an [`Error`] naming the field and the offset that was wrong.
 //! Allocations are bounded by the input size.
+//!
+//! No reader or writer has `unsafe` code. The one module that does is
+//! [`compressed::zstd_library`]: the calls into zstd's C API that compress bundles with
+//! the machine's libzstd (for clang-offload-bundler's bytes).
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod bundle;
 pub mod compressed;
