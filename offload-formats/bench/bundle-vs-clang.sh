@@ -5,14 +5,16 @@
 # (%e, %M: the peak RSS wait4 reports).
 #
 #   offload-formats/bench/bundle-vs-clang.sh [--mib N] [--rounds N] [--sparse] [--type T]
-#       [--before PATH] [--after PATH] [--dir DIR]
+#       [--before PATH] [--after PATH] [--dir DIR] [--raw FILE]
 #
+# --raw appends every run to FILE as "MIB TYPE TOOL MODE WALL_S PEAK_KIB" lines, the
+# input of plot-bundle-bench.py.
 # Inputs are random (dense) unless --sparse; they, the bundles and the unbundled images
 # live in DIR (default: a fresh folder under $CARGO_TARGET_DIR or target/), about 6x the
 # input size on disk while it runs, removed at the end.
 set -euo pipefail
 
-mib=512 rounds=5 sparse=0 before="" after="" dir="" ty=bc
+mib=512 rounds=5 sparse=0 before="" after="" dir="" ty=bc raw=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --mib) mib=$2; shift 2 ;;
@@ -22,6 +24,7 @@ while [ $# -gt 0 ]; do
         --before) before=$2; shift 2 ;;
         --after) after=$2; shift 2 ;;
         --dir) dir=$2; shift 2 ;;
+        --raw) raw=$2; shift 2 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -85,6 +88,7 @@ for r in $(seq "$rounds"); do
     done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+[ -n "$raw" ] && awk -v mib=$((2 * mib)) -v ty=$ty '{print mib, ty, $0}' "$dir/results" >> "$raw"
 
 # Median per tool and mode; ratios against clang's medians.
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }

@@ -145,7 +145,11 @@ impl<'a> CompressedBundle<'a> {
     pub fn parse(data: &'a [u8]) -> Result<Self> {
         let h = Header::parse(data, data.len() as u64)?;
         let r = Reader::new(data, CONTAINER);
-        let payload = r.bytes(h.payload_offset, h.payload_end - h.payload_offset, "payload")?;
+        let payload = r.bytes(
+            h.payload_offset,
+            h.payload_end - h.payload_offset,
+            "payload",
+        )?;
         Ok(CompressedBundle {
             version: h.version,
             method: h.method,
@@ -211,7 +215,7 @@ fn zstd_compress(data: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
     use std::io::Write;
     let mut frame = zstd_library::FrameWriter::new(Vec::new(), level, data.len() as u64)?;
     frame.write_all(data)?;
-    frame.finish()
+    Ok(frame.finish()?.0)
 }
 
 /// Compress a plain bundle into the `CCOB` form, header `version` 2 or 3.
@@ -232,7 +236,13 @@ pub fn compress(bundle: &[u8], version: u16, method: Method, level: i32) -> Resu
         reason: format!("compression failed: {e}"),
     })?;
     let total = header_len + payload.len() as u64;
-    let mut out = header(version, method, total, bundle.len() as u64, truncated_md5(bundle))?;
+    let mut out = header(
+        version,
+        method,
+        total,
+        bundle.len() as u64,
+        truncated_md5(bundle),
+    )?;
     out.reserve(payload.len());
     out.extend_from_slice(&payload);
     Ok(out)
@@ -273,7 +283,8 @@ pub fn header(
     out.extend_from_slice(&(method as u16).to_le_bytes());
     if version == 2 {
         let t = u32::try_from(total).map_err(|_| too_big("total size", total))?;
-        let u = u32::try_from(uncompressed).map_err(|_| too_big("uncompressed size", uncompressed))?;
+        let u =
+            u32::try_from(uncompressed).map_err(|_| too_big("uncompressed size", uncompressed))?;
         out.extend_from_slice(&t.to_le_bytes());
         out.extend_from_slice(&u.to_le_bytes());
     } else {

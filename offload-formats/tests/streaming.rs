@@ -246,18 +246,35 @@ fn failures_leave_outputs_untouched() {
     ));
     let good_bytes = std::fs::read(&good).unwrap();
     let truncated = file(&dir, "truncated.bc", &good_bytes[..good_bytes.len() - 1]);
+    // A compressed bundle with one payload byte changed: decompressed, its MD5 no
+    // longer matches the header (or zstd finds the frame corrupt first).
+    let compressed = dir.join("compressed.bc").to_str().unwrap().to_owned();
+    let mut c = bundle_cmd(&ours(), true, "bc", &[&host, &dev], &compressed, 1);
+    run_ok(c.arg("-compress"));
+    let mut corrupt_bytes = std::fs::read(&compressed).unwrap();
+    std::fs::remove_file(&compressed).unwrap();
+    let middle = corrupt_bytes.len() / 2;
+    corrupt_bytes[middle] ^= 0x40;
+    let corrupt = file(&dir, "corrupt.bc", &corrupt_bytes);
     let outs = [file(&dir, "out0", b"old 0"), file(&dir, "out1", b"old 1")];
     let not_a_file = dir.join("subdir");
     std::fs::create_dir(&not_a_file).unwrap();
     let not_a_file = not_a_file.to_str().unwrap().to_owned();
     let before = listing(&dir);
     // (what, theirs when it fails cleanly, ours). On a truncated bundle
-    // clang-offload-bundler 22 crashes (SIGSEGV), so only ours is held to exit status 1.
+    // clang-offload-bundler 22 crashes (SIGSEGV), and it does not check a compressed
+    // bundle's hash (it unbundles the changed bytes, exit status 0), so there only ours
+    // is held to exit status 1.
     let cases: Vec<(&str, Option<Command>, Command)> = vec![
         (
             "unbundle a truncated bundle",
             None,
             unbundle_cmd(&ours(), true, "bc", &truncated, &[&outs[0], &outs[1]]),
+        ),
+        (
+            "unbundle a compressed bundle with a changed byte",
+            None,
+            unbundle_cmd(&ours(), true, "bc", &corrupt, &[&outs[0], &outs[1]]),
         ),
         (
             "bundle a folder",
@@ -403,5 +420,109 @@ fn above_4_gib() {
         "clang-offload-bundler-22's device image"
     );
     assert!(same_bytes(&mine, &dev), "our device image");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `-compress`ed, at the sizes where zstd or our buffers change (0, 1, a zstd block of
+/// 128 KiB, the 1 MiB copy buffer) and above zstd's 128 MiB window: our bundle is
+/// clang-offload-bundler-22's byte for byte (v3 and v2 headers), and unbundling and
+/// listing its bundle give the inputs and its listing.
+#[test]
+fn compressed_byte_identical_to_the_bundler() {
+    let dir = scratch("stream_compressed");
+    let block = 128 << 10;
+    let sizes: [u64; 8] = [
+        0,
+        1,
+        block - 1,
+        block,
+        block + 1,
+        (1 << 20) - 1,
+        1 << 20,
+        1 << 20 | 1,
+    ];
+    let mut cases: Vec<(u64, u64)> = sizes.iter().map(|&s| (s, s / 3 + 5)).collect();
+    // Past the window: a repeated 1 MiB pattern, so long-distance matching has work.
+    cases.push((150 << 20, 3 << 20));
+    for (host_len, dev_len) in cases {
+        let pattern = bytes(host_len, (host_len as usize).min(1 << 20));
+        let host_bytes: Vec<u8> = pattern
+            .iter()
+            .cycle()
+            .take(host_len as usize)
+            .copied()
+            .collect();
+        let host = file(&dir, "host", &host_bytes);
+        let dev = file(&dir, "dev", &bytes(dev_len, dev_len as usize));
+        for version in ["3", "2"] {
+            if version == "2" && host_len > 2 << 20 {
+                continue;
+            }
+            let case = format!("sizes {host_len}/{dev_len}, v{version}");
+            let theirs = dir.join("theirs").to_str().unwrap().to_owned();
+            let mine = dir.join("ours").to_str().unwrap().to_owned();
+            for (tool, ours_cmd, out) in [(bundler(), false, &theirs), (ours(), true, &mine)] {
+                let mut c = bundle_cmd(&tool, ours_cmd, "bc", &[&host, &dev], out, 1);
+                c.arg("-compress")
+                    .env("COMPRESSED_BUNDLE_FORMAT_VERSION", version);
+                run_ok(&mut c);
+            }
+            assert!(same_bytes(&theirs, &mine), "bundle: {case}");
+            let outs = [
+                dir.join("h").to_str().unwrap().to_owned(),
+                dir.join("d").to_str().unwrap().to_owned(),
+            ];
+            run_ok(&mut unbundle_cmd(
+                &ours(),
+                true,
+                "bc",
+                &theirs,
+                &[&outs[0], &outs[1]],
+            ));
+            assert!(same_bytes(&outs[0], &host), "unbundle host: {case}");
+            assert!(same_bytes(&outs[1], &dev), "unbundle device: {case}");
+            let list = |tool: &Path, ours_cmd: bool| {
+                let mut c = Command::new(tool);
+                c.arg(if ours_cmd { "list" } else { "-list" })
+                    .arg("-type=bc")
+                    .arg(format!("-input={theirs}"));
+                run_ok(&mut c).stdout
+            };
+            assert_eq!(list(&ours(), true), list(&bundler(), false), "list: {case}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `-compress` on 1 GiB in (two 512 MiB images): bundling, listing and unbundling hold
+/// zstd's window, not the input. The 64 MiB of plain bundles cannot hold here: for
+/// clang-offload-bundler's bytes the compressor needs the 128 MiB window that
+/// long-distance matching sets (window log 27), and the decompressor the same window.
+#[test]
+fn compressed_peak_memory_is_the_zstd_window() {
+    const LIMIT_KIB: u64 = 160 << 10;
+    let dir = scratch("stream_compressed_peak");
+    let host = sparse(&dir, "host", 512 << 20, 5);
+    let dev = sparse(&dir, "dev", 512 << 20, 6);
+    let bundled = dir.join("bundle").to_str().unwrap().to_owned();
+    let mut bundle = bundle_cmd(&ours(), true, "bc", &[&host, &dev], &bundled, 1);
+    bundle.arg("-compress");
+    let peak = peak_kib(&dir, &mut bundle);
+    assert!(peak < LIMIT_KIB, "bundle peak RSS {peak} KiB");
+    let mut list = Command::new(ours());
+    list.args(["list", "-type=bc", &format!("-input={bundled}")]);
+    let peak = peak_kib(&dir, &mut list);
+    assert!(peak < LIMIT_KIB, "list peak RSS {peak} KiB");
+    let outs = [
+        dir.join("host.out").to_str().unwrap().to_owned(),
+        dir.join("dev.out").to_str().unwrap().to_owned(),
+    ];
+    let peak = peak_kib(
+        &dir,
+        &mut unbundle_cmd(&ours(), true, "bc", &bundled, &[&outs[0], &outs[1]]),
+    );
+    assert!(peak < LIMIT_KIB, "unbundle peak RSS {peak} KiB");
+    assert!(same_bytes(&outs[0], &host), "host image differs");
+    assert!(same_bytes(&outs[1], &dev), "device image differs");
     std::fs::remove_dir_all(&dir).unwrap();
 }

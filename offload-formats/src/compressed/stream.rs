@@ -60,8 +60,7 @@ impl<W: Write + Seek> CompressedWriter<W> {
             });
         }
         let io = |e: std::io::Error| io_error("writing", e);
-        let compressed = self.frame.compressed_len();
-        let mut out = self.frame.finish().map_err(io)?;
+        let (mut out, compressed) = self.frame.finish().map_err(io)?;
         let total = header_len(self.version)? + compressed;
         let hash = super::low_64(&self.md5.compute().0);
         let bytes = header(self.version, Method::Zstd, total, self.uncompressed, hash)?;

@@ -165,11 +165,6 @@ impl<W: std::io::Write> FrameWriter<W> {
         Ok(writer)
     }
 
-    /// Bytes of compressed frame written so far.
-    pub fn compressed_len(&self) -> u64 {
-        self.written
-    }
-
     /// Feed `data`, or (with `end`) finish the frame; writes whatever zstd produced.
     fn stream(&mut self, data: &[u8], end: bool) -> std::io::Result<()> {
         let api = api();
@@ -204,10 +199,12 @@ impl<W: std::io::Write> FrameWriter<W> {
         }
     }
 
-    /// End the frame (zstd checks the pledged size) and give back the writer.
-    pub fn finish(mut self) -> std::io::Result<W> {
+    /// End the frame (zstd checks the pledged size) and give back the writer with the
+    /// frame's length.
+    pub fn finish(mut self) -> std::io::Result<(W, u64)> {
         self.stream(&[], true)?;
-        Ok(self.out.take().expect("the writer is taken only here"))
+        let out = self.out.take().expect("the writer is taken only here");
+        Ok((out, self.written))
     }
 }
 

@@ -102,6 +102,14 @@ impl Output {
         Failure(format!("'{}': {}", self.path, io_message(&e)))
     }
 
+    /// The file being written, where it is a regular file (which can seek back).
+    pub fn seekable_file(&self) -> Option<&std::fs::File> {
+        match &self.sink {
+            Sink::File(f) if f.metadata().is_ok_and(|m| m.is_file()) => Some(f),
+            _ => None,
+        }
+    }
+
     pub fn write_all(&mut self, data: &[u8]) -> CliResult {
         use std::io::Write;
         match &mut self.sink {

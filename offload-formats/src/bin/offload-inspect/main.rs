@@ -46,8 +46,7 @@ fn main() -> ExitCode {
     let rest = &args[1..];
     let result = match command.as_str() {
         "bundle" | "unbundle" | "list" => {
-            bundler::BundlerOptions::parse(rest)
-                .and_then(|o| bundler::run(&command, &o, json))
+            bundler::BundlerOptions::parse(rest).and_then(|o| bundler::run(&command, &o, json))
         }
         "entries" => one_file(rest).and_then(|f| run_entries(&f, json)),
         "images" => one_file(rest).and_then(|f| run_images(&f, json)),

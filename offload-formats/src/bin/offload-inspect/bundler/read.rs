@@ -7,6 +7,7 @@ use crate::{fail, io_message, read, CliResult, Failure};
 use offload_formats::bundle::{self, text, Bundle, BundleEntryId};
 use offload_formats::compressed::{self, CompressedBundle};
 use offload_formats::string_map_order::string_map_order;
+use std::io::Read;
 
 /// An input to list or unbundle: the plain bundle bytes (decompressed when the file is a
 /// compressed bundle).
@@ -52,8 +53,24 @@ impl ParsedInput {
 pub fn list(path: &str, format: &Format, json: bool) -> CliResult {
     let mut source = Source::open(path)?;
     let prefix = source.prefix(MAGIC_PREFIX)?;
-    let ids: Vec<String> = if reads_in_place(format, &prefix) {
-        let table = read_table(&mut source, format, &prefix)?;
+    let streamed =
+        if compressed::is_compressed_bundle(&prefix) && !matches!(format, Format::Text(_)) {
+            // Decompressed to the end, as the bundler does: the hash covers the whole payload.
+            match open_compressed(&mut source, format)? {
+                Some((plain, table)) => {
+                    plain
+                        .finish()
+                        .map_err(|e| Failure(format!("'{path}': {e}")))?;
+                    Some(table)
+                }
+                None => None,
+            }
+        } else if reads_in_place(format, &prefix) {
+            Some(read_table(&mut source, format, &prefix)?)
+        } else {
+            None
+        };
+    let ids: Vec<String> = if let Some(table) = streamed {
         let ids: Vec<&str> = table.iter().map(|e| e.id.as_str()).collect();
         if let Format::Text(_) = format {
             ids.iter().map(|id| (*id).to_owned()).collect()
@@ -107,14 +124,248 @@ pub fn unbundle_files(
     }
     let mut source = Source::open(&o.inputs[0])?;
     let prefix = source.prefix(MAGIC_PREFIX)?;
+    let written = match unbundle_compressed(o, format, wanted, &mut source, &prefix)? {
+        Some(written) => written,
+        None => unbundle_whole(o, format, wanted, &mut source, &prefix)?,
+    };
+    if json {
+        println!("{}", serde_json::json!({ "unbundled": written }));
+    }
+    Ok(())
+}
+
+/// The bundler's matching: entries in file order, each to the first wanted target not
+/// yet satisfied that it is compatible with. Returns (entry index, target, output) for
+/// each match, and the (target, output) pairs left without one.
+fn assign<'w>(
+    ids: &[&str],
+    wanted: &'w [BundleEntryId],
+    outputs: &'w [String],
+    hip_openmp_compatible: bool,
+) -> (Vec<Assigned<'w>>, Vec<Unmatched<'w>>) {
+    let mut pending: Vec<Unmatched> = wanted
+        .iter()
+        .zip(outputs.iter().map(String::as_str))
+        .collect();
+    let mut assigned = Vec::new();
+    for (entry, id_text) in ids.iter().enumerate() {
+        if pending.is_empty() {
+            break;
+        }
+        let Ok(code_object) = BundleEntryId::parse(id_text) else {
+            continue;
+        };
+        if let Some(pos) = pending
+            .iter()
+            .position(|(w, _)| code_object.is_code_object_compatible(w, hip_openmp_compatible))
+        {
+            let (target, output) = pending.remove(pos);
+            assigned.push(Assigned {
+                entry,
+                is_host: code_object.is_host(),
+                target,
+                output,
+            });
+        }
+    }
+    (assigned, pending)
+}
+
+/// An entry matched to a wanted target and its output.
+struct Assigned<'w> {
+    entry: usize,
+    is_host: bool,
+    target: &'w BundleEntryId,
+    output: &'w str,
+}
+
+/// A wanted target without an entry, and its output.
+type Unmatched<'w> = (&'w BundleEntryId, &'w str);
+
+/// What unbundling wrote, for `--json`.
+fn written_entry(a: &Assigned, id_text: &str, size: u64) -> serde_json::Value {
+    serde_json::json!({"target": a.target.to_bundler_string(), "bundle": id_text, "output": a.output, "size": size})
+}
+
+/// The bundler's rules for wanted targets without an entry, once the matched ones are
+/// written: an error unless `-allow-missing-bundles`, else empty outputs, and when no
+/// target matched at all, the host output gets the whole input (`write_whole_input`).
+fn finish_unmatched(
+    o: &BundlerOptions,
+    wanted: &[BundleEntryId],
+    pending: &[Unmatched],
+    found_host: bool,
+    write_whole_input: impl FnOnce(&str) -> CliResult,
+) -> CliResult {
+    if !pending.is_empty() && !o.allow_missing_bundles {
+        let mut missing: Vec<String> = pending.iter().map(|(w, _)| w.to_bundler_string()).collect();
+        missing.sort();
+        missing.dedup();
+        return fail(format!("Can't find bundles for{}", english_list(&missing)));
+    }
+    let nothing_found = pending.len() == wanted.len();
+    let mut write_whole_input = Some(write_whole_input);
+    for (w, path) in pending {
+        // No bundle at all: the input is taken to be the host code object.
+        match write_whole_input.take_if(|_| nothing_found && w.is_host()) {
+            Some(write) => write(path)?,
+            None => write_file(path, &[])?,
+        }
+    }
+    let host_wanted = wanted.iter().any(BundleEntryId::is_host);
+    if !nothing_found && !found_host && host_wanted && !o.allow_missing_bundles {
+        return fail("Can't find bundle for the host target");
+    }
+    Ok(())
+}
+
+/// A compressed binary bundle unbundled as it decompresses: its entry table read from
+/// the stream's start, the matched code objects written in offset order to temporary
+/// outputs, which are renamed into place only once the whole payload's size and MD5
+/// match the header. Memory: zstd's window (at most 128 MiB) and a fixed buffer.
+/// `None` where this does not apply and the whole input is read instead: not a
+/// compressed bundle, a text type (its markers are found by seeking), not a regular
+/// file, a payload that is no plain bundle, code objects out of order or overlapping,
+/// or no target matched (the host output then gets the whole plain bundle).
+fn unbundle_compressed(
+    o: &BundlerOptions,
+    format: &Format,
+    wanted: &[BundleEntryId],
+    source: &mut Source,
+    prefix: &[u8],
+) -> CliResult<Option<Vec<serde_json::Value>>> {
+    if !compressed::is_compressed_bundle(prefix) || matches!(format, Format::Text(_)) {
+        return Ok(None);
+    }
+    let path = source.path.clone();
+    let Some((mut plain, table)) = open_compressed(source, format)? else {
+        return Ok(None);
+    };
+    let ids: Vec<&str> = table.iter().map(|e| e.id.as_str()).collect();
+    let (mut assigned, pending) = assign(&ids, wanted, &o.outputs, o.hip_openmp_compatible);
+    assigned.sort_by_key(|a| table[a.entry].offset);
+    let mut at = plain.position();
+    for a in &assigned {
+        let e = &table[a.entry];
+        if e.offset < at {
+            return Ok(None);
+        }
+        at = e.offset + e.size;
+    }
+    if assigned.is_empty() {
+        return Ok(None);
+    }
+    let mut outputs: Vec<Output> = assigned
+        .iter()
+        .map(|a| Output::create(a.output))
+        .collect::<CliResult<_>>()?;
+    let mut buffer = vec![0u8; COPY_BUFFER];
+    for (a, out) in assigned.iter().zip(outputs.iter_mut()) {
+        let e = &table[a.entry];
+        let skip = e.offset - plain.position();
+        let skipped = std::io::copy(&mut (&mut plain).take(skip), &mut std::io::sink());
+        if !matches!(skipped, Ok(n) if n == skip) {
+            return Err(stream_failure(plain, &path, skipped.err()));
+        }
+        let mut left = e.size;
+        while left > 0 {
+            let want = left.min(buffer.len() as u64) as usize;
+            match plain.read(&mut buffer[..want]) {
+                Ok(0) => return Err(stream_failure(plain, &path, None)),
+                Ok(n) => {
+                    out.write_all(&buffer[..n])?;
+                    left -= n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(stream_failure(plain, &path, Some(e))),
+            }
+        }
+    }
+    plain
+        .finish()
+        .map_err(|e| Failure(format!("'{path}': {e}")))?;
+    for out in outputs {
+        out.commit()?;
+    }
+    let found_host = assigned.iter().any(|a| a.is_host);
+    let written = assigned
+        .iter()
+        .map(|a| written_entry(a, ids[a.entry], table[a.entry].size))
+        .collect();
+    // Some target matched, so no output gets the whole input.
+    finish_unmatched(o, wanted, &pending, found_host, |_| Ok(()))?;
+    Ok(Some(written))
+}
+
+/// The plain bundle inside a compressed one, decompressing, with its entry table read;
+/// `None` when the input is not a regular file or the payload is no plain binary bundle.
+fn open_compressed<'s>(
+    source: &'s mut Source,
+    format: &Format,
+) -> CliResult<Option<(compressed::DecompressedReader<'s>, Vec<bundle::EntryRange>)>> {
+    let head = source.prefix(compressed::MAX_HEADER_LEN)?;
+    let header = compressed::Header::parse(&head, source.len)?;
+    source.seek(header.payload_offset)?;
+    let path = source.path.clone();
+    let SourceKind::File(file) = &source.kind else {
+        return Ok(None);
+    };
+    let mut plain = compressed::DecompressedReader::new(header, file)?;
+    let mut magic = Vec::with_capacity(MAGIC_PREFIX);
+    if let Err(e) = (&mut plain)
+        .take(MAGIC_PREFIX as u64)
+        .read_to_end(&mut magic)
+    {
+        return Err(stream_failure(plain, &path, Some(e)));
+    }
+    if !bundle::is_bundle(&magic) || format.is_object_bundle(&magic) {
+        return Ok(None);
+    }
+    let table = bundle::read_entry_table(
+        &mut magic.as_slice().chain(&mut plain),
+        header.uncompressed_size,
+    );
+    match table {
+        Ok(Ok(table)) => Ok(Some((plain, table))),
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(stream_failure(plain, &path, Some(e))),
+    }
+}
+
+/// The error for a decompressed stream that failed or ended early: the header check's
+/// (size, hash) when the rest of the payload shows one, else the read error.
+fn stream_failure(
+    plain: compressed::DecompressedReader,
+    path: &str,
+    error: Option<std::io::Error>,
+) -> Failure {
+    match (plain.finish(), error) {
+        (Err(e), _) => Failure(format!("'{path}': {e}")),
+        (Ok(()), Some(e)) => Failure(format!("'{path}': {}", io_message(&e))),
+        (Ok(()), None) => Failure(format!("'{path}': the decompressed bundle ended early")),
+    }
+}
+
+/// The buffer code objects are decompressed through.
+const COPY_BUFFER: usize = 1 << 20;
+
+/// Unbundle from the input read in place (a plain bundle, or no bundle) or, for
+/// compressed and object-file bundles, from the whole input in memory.
+fn unbundle_whole(
+    o: &BundlerOptions,
+    format: &Format,
+    wanted: &[BundleEntryId],
+    source: &mut Source,
+    prefix: &[u8],
+) -> CliResult<Vec<serde_json::Value>> {
     // A plain binary or text bundle, or a file that is none (the host code object), is
     // read in place; compressed and object-file bundles are read into memory.
-    let in_place = reads_in_place(format, &prefix);
+    let in_place = reads_in_place(format, prefix);
     // Filled only when the input is read into memory.
     let mut input = ParsedInput { bytes: Vec::new() };
     let table;
     let entries: Vec<(&str, Code)> = if in_place {
-        table = read_table(&mut source, format, &prefix)?;
+        table = read_table(source, format, prefix)?;
         table
             .iter()
             .map(|e| {
@@ -136,73 +387,37 @@ pub fn unbundle_files(
             .collect()
     };
     let object_bundle = !in_place && format.is_object_bundle(&input.bytes);
-    // Work list of (wanted ID, output path) not yet satisfied.
-    let mut pending: Vec<(&BundleEntryId, &str)> = wanted
-        .iter()
-        .zip(o.outputs.iter().map(String::as_str))
-        .collect();
-    let mut written: Vec<serde_json::Value> = Vec::new();
-    let mut found_host = false;
-    for (id_text, code) in &entries {
-        if pending.is_empty() {
-            break;
-        }
-        let Ok(code_object) = BundleEntryId::parse(id_text) else {
-            continue;
-        };
-        let Some(pos) = pending
-            .iter()
-            .position(|(w, _)| code_object.is_code_object_compatible(w, o.hip_openmp_compatible))
-        else {
-            continue;
-        };
-        let (w, path) = pending.remove(pos);
-        if code_object.is_host() && object_bundle {
+    let ids: Vec<&str> = entries.iter().map(|(id, _)| *id).collect();
+    let (assigned, pending) = assign(&ids, wanted, &o.outputs, o.hip_openmp_compatible);
+    let mut written = Vec::new();
+    for a in &assigned {
+        if a.is_host && object_bundle {
             // The host code of an object bundle is the object minus the bundle sections,
             // which the bundler makes with llvm-objcopy.
             return fail("unbundling the host object of an object bundle (-type=o) is not supported by offload-inspect; use clang-offload-bundler");
         }
-        let size = match code {
+        let size = match &entries[a.entry].1 {
             Code::Bytes(data) => {
-                write_file(path, data)?;
+                write_file(a.output, data)?;
                 data.len() as u64
             }
             Code::Range { offset, size } => {
-                copy_range(&mut source, *offset, *size, path)?;
+                copy_range(source, *offset, *size, a.output)?;
                 *size
             }
         };
-        found_host |= code_object.is_host();
-        written.push(serde_json::json!({"target": w.to_bundler_string(), "bundle": id_text, "output": path, "size": size}));
+        written.push(written_entry(a, ids[a.entry], size));
     }
-    if !pending.is_empty() && !o.allow_missing_bundles {
-        let mut missing: Vec<String> = pending.iter().map(|(w, _)| w.to_bundler_string()).collect();
-        missing.sort();
-        missing.dedup();
-        return fail(format!("Can't find bundles for{}", english_list(&missing)));
-    }
-    let nothing_found = pending.len() == wanted.len();
-    for (w, path) in &pending {
-        // No bundle at all: the input is taken to be the host code object.
-        if nothing_found && w.is_host() {
-            if in_place {
-                let len = source.len;
-                copy_range(&mut source, 0, len, path)?;
-            } else {
-                write_file(path, &input.bytes)?;
-            }
+    let found_host = assigned.iter().any(|a| a.is_host);
+    finish_unmatched(o, wanted, &pending, found_host, |path| {
+        if in_place {
+            let len = source.len;
+            copy_range(source, 0, len, path)
         } else {
-            write_file(path, &[])?;
+            write_file(path, &input.bytes)
         }
-    }
-    let host_wanted = wanted.iter().any(BundleEntryId::is_host);
-    if !nothing_found && !found_host && host_wanted && !o.allow_missing_bundles {
-        return fail("Can't find bundle for the host target");
-    }
-    if json {
-        println!("{}", serde_json::json!({ "unbundled": written }));
-    }
-    Ok(())
+    })?;
+    Ok(written)
 }
 
 /// Enough of the start of an input to tell its kind (bundle, CCOB or ELF magic).

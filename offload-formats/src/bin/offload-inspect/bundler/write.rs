@@ -4,7 +4,7 @@
 use super::{compression_version, conflicting_targets, zstd_level, BundlerOptions, Format};
 use crate::files::{write_file, Output, Source, SourceKind};
 use crate::read;
-use crate::{fail, CliResult};
+use crate::{fail, io_message, CliResult, Failure};
 use offload_formats::bundle::{self, text, BundleEntryId};
 use offload_formats::compressed::{self, Method};
 
@@ -41,11 +41,7 @@ pub fn bundle_files(
         // llvm-objcopy); we do not write objects.
         return fail("-type=o with an object-file host input (an object bundle) is not supported by offload-inspect bundle; use clang-offload-bundler");
     }
-    let size = if o.compress {
-        bundle_in_memory(o, format, &sources, normalized)?
-    } else {
-        bundle_streamed(o, format, &mut sources, normalized)?
-    };
+    let size = bundle_streamed(o, format, &sources, normalized)?;
     if json {
         let v = serde_json::json!({
             "output": o.outputs[0],
@@ -58,16 +54,25 @@ pub fn bundle_files(
     Ok(())
 }
 
-/// Write a plain bundle without holding its code objects: the header, computed from
-/// the inputs' sizes, then each input copied in at its offset. Returns its size.
-fn bundle_streamed(
-    o: &BundlerOptions,
+/// One piece of a plain bundle, in file order.
+enum Piece {
+    Bytes(Vec<u8>),
+    Zeros(u64),
+    /// All of `sources[i]`.
+    Input(usize),
+}
+
+/// The plain bundle of `sources` as pieces, and its size: computed from the inputs'
+/// sizes alone, so it is known before a byte is written (the compressed form needs it
+/// up front).
+fn plain_bundle(
     format: &Format,
-    sources: &mut [Source],
+    sources: &[Source],
     normalized: &[String],
-) -> CliResult<u64> {
-    let mut out = Output::create(&o.outputs[0])?;
-    let mut written = 0u64;
+    align: u64,
+) -> (Vec<Piece>, u64) {
+    let mut pieces = Vec::new();
+    let mut size = 0u64;
     match format {
         Format::Binary | Format::Object => {
             let sizes: Vec<(&str, u64)> = normalized
@@ -75,47 +80,135 @@ fn bundle_streamed(
                 .map(String::as_str)
                 .zip(sources.iter().map(|s| s.len))
                 .collect();
-            let (header, offsets) = bundle::header(&sizes, o.bundle_align);
-            out.write_all(&header)?;
-            written += header.len() as u64;
-            for (source, offset) in sources.iter().zip(offsets) {
-                out.write_zeros(offset - written)?;
-                out.copy_from(source, source.len)?;
-                written = offset + source.len;
+            let (header, offsets) = bundle::header(&sizes, align);
+            size += header.len() as u64;
+            pieces.push(Piece::Bytes(header));
+            for (i, offset) in offsets.into_iter().enumerate() {
+                pieces.push(Piece::Zeros(offset - size));
+                pieces.push(Piece::Input(i));
+                size = offset + sources[i].len;
             }
         }
         Format::Text(comment) => {
             let (start, end) = text::markers(comment);
-            for (id, source) in normalized.iter().zip(sources.iter()) {
-                let start_line = format!("{start}{id}\n");
-                let end_line = format!("{end}{id}\n");
-                out.write_all(start_line.as_bytes())?;
-                out.copy_from(source, source.len)?;
-                out.write_all(end_line.as_bytes())?;
-                written += (start_line.len() + end_line.len()) as u64 + source.len;
+            for (i, id) in normalized.iter().enumerate() {
+                let start_line = format!("{start}{id}\n").into_bytes();
+                let end_line = format!("{end}{id}\n").into_bytes();
+                size += (start_line.len() + end_line.len()) as u64 + sources[i].len;
+                pieces.push(Piece::Bytes(start_line));
+                pieces.push(Piece::Input(i));
+                pieces.push(Piece::Bytes(end_line));
             }
         }
     }
-    out.commit()?;
-    Ok(written)
+    (pieces, size)
 }
 
-/// `-compress`: the plain bundle is built in memory and compressed in one piece, and
-/// `unbundle` / `list` decompress a compressed bundle whole (`ParsedInput::load`).
-///
-/// Both could stream; it is not done yet. Writing: the CCOB header comes before the
-/// payload and holds the total (compressed) size, the uncompressed size and the MD5 of
-/// the whole plain bundle. The uncompressed size follows from the inputs' sizes and the
-/// MD5 can be fed as the plain bundle streams into a zstd stream, but the total size is
-/// known only at the end: the header must be written last by seeking back (a file, not
-/// stdout) or the compressed payload held. And a streamed zstd frame (pledged content
-/// size, long-distance matching, window log 27) should first be shown to give the bytes
-/// this one-shot `ZSTD_compress2` gives (no test pins our compressed bytes today; the
-/// README says they match clang-offload-bundler's only for small inputs). Reading:
-/// every output has to stay a temporary file until the hash at the end matches, which
-/// `Output` allows but which needs all outputs open at once. Until then `-compress`
-/// holds the inputs, the plain bundle and the compressed bundle, and reading holds
-/// both forms.
+/// Write the bundle without holding its code objects. Plain: the pieces go to the
+/// output, each input copied in by the kernel. `-compress`: the pieces stream through
+/// zstd into the output and the header is written last, which needs a seekable output
+/// (a regular file); to anything else (stdout, a pipe) the bundle is built in memory.
+/// Returns the bundle's size.
+fn bundle_streamed(
+    o: &BundlerOptions,
+    format: &Format,
+    sources: &[Source],
+    normalized: &[String],
+) -> CliResult<u64> {
+    let (pieces, plain_size) = plain_bundle(format, sources, normalized, o.bundle_align);
+    let mut out = Output::create(&o.outputs[0])?;
+    let size = if !o.compress {
+        for piece in &pieces {
+            match piece {
+                Piece::Bytes(b) => out.write_all(b)?,
+                Piece::Zeros(n) => out.write_zeros(*n)?,
+                Piece::Input(i) => out.copy_from(&sources[*i], sources[*i].len)?,
+            }
+        }
+        plain_size
+    } else if let Some(file) = out.seekable_file() {
+        let compressing = compressed::CompressedWriter::new(
+            file,
+            compression_version(),
+            zstd_level(o),
+            plain_size,
+        )?;
+        write_compressed(compressing, &pieces, sources)
+            .map_err(|e| Failure(format!("'{}': {e}", o.outputs[0])))?
+    } else {
+        drop(out);
+        return bundle_in_memory(o, format, sources, normalized);
+    };
+    out.commit()?;
+    Ok(size)
+}
+
+/// Stream `pieces` through `compressing` (one fixed buffer for the inputs); returns the
+/// compressed bundle's size.
+fn write_compressed(
+    mut compressing: compressed::CompressedWriter<&std::fs::File>,
+    pieces: &[Piece],
+    sources: &[Source],
+) -> Result<u64, String> {
+    use std::io::{Read, Write};
+    let mut buffer = vec![0u8; COPY_BUFFER];
+    for piece in pieces {
+        match piece {
+            Piece::Bytes(b) => compressing.write_all(b).map_err(|e| io_message(&e))?,
+            Piece::Zeros(n) => {
+                buffer.fill(0);
+                let mut left = *n;
+                while left > 0 {
+                    let k = left.min(buffer.len() as u64) as usize;
+                    compressing
+                        .write_all(&buffer[..k])
+                        .map_err(|e| io_message(&e))?;
+                    left -= k as u64;
+                }
+            }
+            Piece::Input(i) => {
+                let source = &sources[*i];
+                let copied = match &source.kind {
+                    SourceKind::Bytes(b) => {
+                        compressing.write_all(b).map_err(|e| io_message(&e))?;
+                        b.len() as u64
+                    }
+                    SourceKind::File(f) => {
+                        let mut from = f.take(source.len);
+                        let mut copied = 0u64;
+                        loop {
+                            let n = from.read(&mut buffer).map_err(|e| {
+                                format!("reading '{}': {}", source.path, io_message(&e))
+                            })?;
+                            if n == 0 {
+                                break;
+                            }
+                            compressing
+                                .write_all(&buffer[..n])
+                                .map_err(|e| io_message(&e))?;
+                            copied += n as u64;
+                        }
+                        copied
+                    }
+                };
+                if copied != source.len {
+                    return Err(format!(
+                        "'{}' ended after {copied} of its {} bytes (did it change while being read?)",
+                        source.path, source.len
+                    ));
+                }
+            }
+        }
+    }
+    let (_, total) = compressing.finish().map_err(|e| e.to_string())?;
+    Ok(total)
+}
+
+/// The buffer inputs are read through on their way into zstd.
+const COPY_BUFFER: usize = 1 << 20;
+
+/// `-compress` to an output that cannot seek (stdout, a pipe): the plain bundle is built
+/// in memory and compressed in one piece.
 fn bundle_in_memory(
     o: &BundlerOptions,
     format: &Format,
