@@ -382,18 +382,25 @@ fn same_exit_codes_and_messages() {
 }
 
 /// Object-file bundles (`-type=o` with an object host input): the bundler stores code
-/// objects in ELF sections; `list` and device `unbundle` match it, and what we do not
-/// do (writing objects, extracting the host object) fails with exit status 1.
+/// objects in ELF sections through llvm-objcopy. With the same llvm-objcopy, ours writes
+/// the bundler's object byte for byte, and `list` and `unbundle` (device sections, and
+/// the host object stripped of them) give its output; with no llvm-objcopy, the
+/// bundler's message and no output.
 #[test]
 fn object_bundles() {
     let dir = scratch("object_bundles");
+    // The bundler runs the llvm-objcopy beside the path it was started by (so
+    // /usr/bin/clang-offload-bundler-22 runs /usr/bin/llvm-objcopy, whatever its
+    // version): started from LLVM 22's folder, it runs LLVM 22's, and so does ours.
+    let bundler = std::fs::canonicalize(bundler()).unwrap();
+    let objcopy = bundler.with_file_name("llvm-objcopy");
     let src = file(&dir, "h.c", b"int host_fn(void) { return 1; }\n");
     let obj = dir.join("h.o").to_str().unwrap().to_owned();
     run_ok(Command::new(llvm22("clang")).args(["-c", &src, "-o", &obj]));
     let ins = inputs(&dir, 3, 21);
     let targets = "host-x86_64-unknown-linux-gnu,openmp-nvptx64-nvidia-cuda--sm_90,hip-amdgcn-amd-amdhsa--gfx90a";
     let bundled = dir.join("b.o").to_str().unwrap().to_owned();
-    run_ok(Command::new(bundler()).args([
+    run_ok(Command::new(&bundler).args([
         "-type=o",
         &format!("-targets={targets}"),
         &format!("-input={obj}"),
@@ -402,13 +409,13 @@ fn object_bundles() {
         &format!("-output={bundled}"),
     ]));
     let theirs =
-        run_ok(Command::new(bundler()).args(["-list", "-type=o", &format!("-input={bundled}")]));
+        run_ok(Command::new(&bundler).args(["-list", "-type=o", &format!("-input={bundled}")]));
     let mine = run_ok(Command::new(ours()).args(["list", "-type=o", &format!("-input={bundled}")]));
     assert_eq!(mine.stdout, theirs.stdout);
     assert_eq!(String::from_utf8_lossy(&mine.stdout).lines().count(), 3);
     // With another -type the same file is not an object bundle, for both tools.
     for ty in ["-type=bc", "-type=ll"] {
-        let theirs = run(Command::new(bundler()).args(["-list", ty, &format!("-input={bundled}")]));
+        let theirs = run(Command::new(&bundler).args(["-list", ty, &format!("-input={bundled}")]));
         let mine = run(Command::new(ours()).args(["list", ty, &format!("-input={bundled}")]));
         assert_eq!(
             (mine.status.code(), mine.stdout),
@@ -428,26 +435,85 @@ fn object_bundles() {
         std::fs::read(&out).unwrap(),
         std::fs::read(&ins[2]).unwrap()
     );
-    let host = run(Command::new(ours()).args([
+    let with_objcopy = |c: &mut Command| -> Command {
+        let mut c2 = Command::new(c.get_program());
+        c2.args(c.get_args())
+            .env("OFFLOAD_INSPECT_OBJCOPY", &objcopy);
+        c2
+    };
+    let two = "host-x86_64-unknown-linux-gnu,openmp-nvptx64-nvidia-cuda--sm_90";
+    let outs: Vec<String> = ["th", "td", "oh", "od"]
+        .iter()
+        .map(|n| dir.join(n).to_str().unwrap().to_owned())
+        .collect();
+    run_ok(Command::new(&bundler).args([
+        "-unbundle",
+        "-type=o",
+        &format!("-targets={two}"),
+        &format!("-input={bundled}"),
+        &format!("-output={}", outs[0]),
+        &format!("-output={}", outs[1]),
+    ]));
+    run_ok(&mut with_objcopy(Command::new(ours()).args([
         "unbundle",
         "-type=o",
-        "-targets=host-x86_64-unknown-linux-gnu",
+        &format!("-targets={two}"),
         &format!("-input={bundled}"),
-        &format!("-output={out}"),
-    ]));
-    assert_eq!(host.status.code(), Some(1));
-    let write = run(Command::new(ours()).args([
+        &format!("-output={}", outs[2]),
+        &format!("-output={}", outs[3]),
+    ])));
+    for (t, o) in [(0, 2), (1, 3)] {
+        assert_eq!(
+            std::fs::read(&outs[t]).unwrap(),
+            std::fs::read(&outs[o]).unwrap(),
+            "unbundled {}",
+            ["host", "device"][t]
+        );
+    }
+    // The host object keeps its code and loses every bundle section.
+    let host_obj = std::fs::read(&outs[2]).unwrap();
+    assert!(host_obj.starts_with(b"\x7fELF"));
+    assert!(!host_obj
+        .windows(24)
+        .any(|w| w == b"__CLANG_OFFLOAD_BUNDLE__"));
+    let mine = dir.join("mine.o").to_str().unwrap().to_owned();
+    run_ok(&mut with_objcopy(Command::new(ours()).args([
         "bundle",
         "-type=o",
-        "-targets=host-x86_64-unknown-linux-gnu,openmp-nvptx64-nvidia-cuda--sm_90",
+        &format!("-targets={targets}"),
         &format!("-input={obj}"),
         &format!("-input={}", ins[1]),
-        &format!("-output={out}"),
-    ]));
-    assert_eq!(write.status.code(), Some(1));
-    assert!(error_text(&write).contains("not supported"));
+        &format!("-input={}", ins[2]),
+        &format!("-output={mine}"),
+    ])));
+    assert_eq!(
+        std::fs::read(&mine).unwrap(),
+        std::fs::read(&bundled).unwrap()
+    );
+    let missing = dir.join("missing.o").to_str().unwrap().to_owned();
+    let no_objcopy = run(Command::new(ours())
+        .args([
+            "bundle",
+            "-type=o",
+            &format!("-targets={two}"),
+            &format!("-input={obj}"),
+            &format!("-input={}", ins[1]),
+            &format!("-output={missing}"),
+        ])
+        .env("OFFLOAD_INSPECT_OBJCOPY", dir.join("no-such-objcopy")));
+    assert_eq!(no_objcopy.status.code(), Some(1));
+    assert!(
+        error_text(&no_objcopy).contains("no-such-objcopy"),
+        "{no_objcopy:?}"
+    );
+    assert!(!std::path::Path::new(&missing).exists());
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 }
-
 /// `unbundle` writes the same files as the bundler: binary, compressed and text bundles,
 /// target-ID matching, missing bundles allowed, and a non-bundle input (host copy).
 #[test]

@@ -1,6 +1,7 @@
 //! `bundle`, `unbundle` and `list`: clang-offload-bundler's options, checks and
 //! messages. Writing is in [`write`], reading in [`read`].
 
+mod objcopy;
 mod read;
 mod write;
 
@@ -111,7 +112,9 @@ impl Format {
     }
 }
 
-fn format_of(file_type: &str, mode: &str) -> CliResult<Format> {
+/// How `file_type` is stored, or the bundler's error for a type it does not know; `a`
+/// (archives) is refused.
+pub fn format_of(file_type: &str, mode: &str) -> CliResult<Format> {
     if let Some(comment) = text::comment_for_type(file_type) {
         return Ok(Format::Text(comment));
     }
@@ -119,7 +122,10 @@ fn format_of(file_type: &str, mode: &str) -> CliResult<Format> {
         "bc" | "gch" | "ast" => Ok(Format::Binary),
         "o" => Ok(Format::Object),
         "a" if mode == "bundle" => fail("Archive files are only supported for unbundling"),
-        "a" => fail("archives of bundles (-type=a) are not supported by offload-inspect"),
+        // Unbundling an archive writes one archive per target whose symbol table lists
+        // each member's symbols; for bitcode members (static device libraries) those
+        // come from reading LLVM IR, which needs LLVM. Our archives would differ.
+        "a" => fail("archives of bundles (-type=a) are not supported by offload-inspect: use clang-offload-bundler"),
         other => fail(format!("'{other}': invalid file type specified")),
     }
 }

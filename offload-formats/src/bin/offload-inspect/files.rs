@@ -102,6 +102,15 @@ impl Output {
         Failure(format!("'{}': {}", self.path, io_message(&e)))
     }
 
+    /// Where another program should write this output: the temporary file (renamed
+    /// into place by [`Output::commit`]), else the path itself (`-` is stdout).
+    pub fn path_for_tool(&self) -> String {
+        match &self.temp {
+            Some(temp) => temp.to_string_lossy().into_owned(),
+            None => self.path.clone(),
+        }
+    }
+
     /// The file being written, where it is a regular file (which can seek back).
     pub fn seekable_file(&self) -> Option<&std::fs::File> {
         match &self.sink {

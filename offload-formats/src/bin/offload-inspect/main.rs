@@ -2,10 +2,13 @@
 //!
 //! * `offload-inspect bundle|unbundle|list <clang-offload-bundler options>`: a drop-in
 //!   for clang-offload-bundler (same options, same bytes out, same listing, exit 1 on
-//!   error) for the binary (`bc`, `gch`, `ast`, `o` with a non-object input) and text
-//!   (`ll`, `s`, `i`, `ii`, `cui`, `hipi`, `d`) types. Plain bundles stream: inputs are
-//!   copied into the bundle, and code objects out of it, without being held in memory
-//!   (`Output`, `Source`); every output appears whole or not at all.
+//!   error) for the binary (`bc`, `gch`, `ast`), text (`ll`, `s`, `i`, `ii`, `cui`,
+//!   `hipi`, `d`) and object (`o`) types, plain and `-compress`ed. Bundles stream:
+//!   inputs are copied into the bundle, and code objects out of it, without being held
+//!   in memory (`files`); compressed ones through zstd's window. Object bundles are made
+//!   and stripped by llvm-objcopy, as the bundler makes them (`bundler::objcopy`).
+//!   Every output appears whole or not at all. Archives (`-type=a`) are refused: see
+//!   `bundler::format_of`.
 //! * `offload-inspect entries FILE`: the host offload entries of an executable/object.
 //! * `offload-inspect images FILE`: every embedded device image.
 //!

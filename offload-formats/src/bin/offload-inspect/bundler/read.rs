@@ -1,7 +1,7 @@
 //! `unbundle` and `list`: plain bundles read in place, compressed ones decompressed as
 //! they are read.
 
-use super::{english_list, BundlerOptions, Format};
+use super::{english_list, objcopy, BundlerOptions, Format};
 use crate::files::{write_file, Output, Source, SourceKind};
 use crate::{fail, io_message, read, CliResult, Failure};
 use offload_formats::bundle::{self, text, Bundle, BundleEntryId};
@@ -391,12 +391,12 @@ fn unbundle_whole(
     let (assigned, pending) = assign(&ids, wanted, &o.outputs, o.hip_openmp_compatible);
     let mut written = Vec::new();
     for a in &assigned {
-        if a.is_host && object_bundle {
-            // The host code of an object bundle is the object minus the bundle sections,
-            // which the bundler makes with llvm-objcopy.
-            return fail("unbundling the host object of an object bundle (-type=o) is not supported by offload-inspect; use clang-offload-bundler");
-        }
         let size = match &entries[a.entry].1 {
+            // The host code of an object bundle is the object minus the bundle sections.
+            Code::Bytes(data) if object_bundle && objcopy::is_host_placeholder(data) => {
+                objcopy::host_object(&o.inputs[0], a.output)?;
+                std::fs::metadata(a.output).map_or(0, |m| m.len())
+            }
             Code::Bytes(data) => {
                 write_file(a.output, data)?;
                 data.len() as u64

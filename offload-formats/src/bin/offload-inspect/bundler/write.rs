@@ -36,12 +36,19 @@ pub fn bundle_files(
         .map(|p| Source::open(p))
         .collect::<CliResult<_>>()?;
     let host = ids.iter().position(BundleEntryId::is_host).unwrap_or(0);
-    if format.is_object_bundle(&sources[host].prefix(4)?) {
-        // The bundler then writes an object with one section per code object (through
-        // llvm-objcopy); we do not write objects.
-        return fail("-type=o with an object-file host input (an object bundle) is not supported by offload-inspect bundle; use clang-offload-bundler");
+    // The bundler picks its handler by the first input: an object file makes an object
+    // bundle (code objects as sections, through llvm-objcopy).
+    if format.is_object_bundle(&sources[0].prefix(4)?) {
+        drop(sources);
+        let size = super::objcopy::bundle(&o.inputs, normalized, host, &o.outputs[0])?;
+        return report(o, normalized, size, json);
     }
     let size = bundle_streamed(o, format, &sources, normalized)?;
+    report(o, normalized, size, json)
+}
+
+/// `--json`: what was written.
+fn report(o: &BundlerOptions, normalized: &[String], size: u64, json: bool) -> CliResult {
     if json {
         let v = serde_json::json!({
             "output": o.outputs[0],
