@@ -5,21 +5,23 @@
 # (%e, %M: the peak RSS wait4 reports).
 #
 #   offload-formats/bench/bundle-vs-clang.sh [--mib N] [--rounds N] [--sparse] [--type T]
-#       [--before PATH] [--after PATH] [--dir DIR] [--raw FILE]
+#       [--compress] [--before PATH] [--after PATH] [--dir DIR] [--raw FILE]
 #
 # --raw appends every run to FILE as "MIB TYPE TOOL MODE WALL_S PEAK_KIB" lines, the
 # input of plot-bundle-bench.py.
+# --compress bundles with -compress (every tool), and unbundles clang's compressed bundle.
 # Inputs are random (dense) unless --sparse; they, the bundles and the unbundled images
 # live in DIR (default: a fresh folder under $CARGO_TARGET_DIR or target/), about 6x the
 # input size on disk while it runs, removed at the end.
 set -euo pipefail
 
-mib=512 rounds=5 sparse=0 before="" after="" dir="" ty=bc raw=""
+mib=512 rounds=5 sparse=0 before="" after="" dir="" ty=bc raw="" compress=() zip=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --mib) mib=$2; shift 2 ;;
         --rounds) rounds=$2; shift 2 ;;
         --sparse) sparse=1; shift ;;
+        --compress) compress=(-compress); zip=+compress; shift ;;
         --type) ty=$2; shift 2 ;;
         --before) before=$2; shift 2 ;;
         --after) after=$2; shift 2 ;;
@@ -48,7 +50,7 @@ for i in host dev; do
 done
 targets=host-x86_64-unknown-linux-gnu,openmp-nvptx64-nvidia-cuda--sm_90
 # The bundle every tool unbundles: clang's.
-"$clang_bundler" -type=$ty -targets=$targets -input="$dir/host" -input="$dir/dev" -output="$dir/ref.bc"
+"$clang_bundler" -type=$ty -targets=$targets -input="$dir/host" -input="$dir/dev" -output="$dir/ref.bc" ${compress[@]+"${compress[@]}"}
 
 tools=(clang)
 [ -n "$before" ] && tools+=(before)
@@ -62,7 +64,7 @@ run() { # tool mode
     esac
     rm -f "$dir/out.bc" "$dir/out.host" "$dir/out.dev"
     if [ "$mode" = bundle ]; then
-        args+=(-type=$ty -targets=$targets -input="$dir/host" -input="$dir/dev" -output="$dir/out.bc")
+        args+=(-type=$ty -targets=$targets -input="$dir/host" -input="$dir/dev" -output="$dir/out.bc" ${compress[@]+"${compress[@]}"})
     else
         args+=(-type=$ty -targets=$targets -input="$dir/ref.bc" -output="$dir/out.host" -output="$dir/out.dev")
     fi
@@ -77,7 +79,7 @@ run() { # tool mode
     echo "$tool $mode $(cat "$dir/time")" >> "$dir/results"
 }
 
-echo "-type=$ty; $(nproc) CPUs, $(uname -m); load before: $(cut -d' ' -f1-3 /proc/loadavg); inputs 2 x $mib MiB ($([ $sparse = 1 ] && echo sparse || echo random)); $rounds rounds"
+echo "-type=$ty${zip}; $(nproc) CPUs, $(uname -m); load before: $(cut -d' ' -f1-3 /proc/loadavg); inputs 2 x $mib MiB ($([ $sparse = 1 ] && echo sparse || echo random)); $rounds rounds"
 for r in $(seq "$rounds"); do
     # Rotate the order so no tool always runs first (cold cache, writeback of the last).
     n=${#tools[@]}
@@ -88,7 +90,9 @@ for r in $(seq "$rounds"); do
     done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-[ -n "$raw" ] && awk -v mib=$((2 * mib)) -v ty=$ty '{print mib, ty, $0}' "$dir/results" >> "$raw"
+if [ -n "$raw" ]; then
+    awk -v mib=$((2 * mib)) -v ty=$ty$zip '{print mib, ty, $0}' "$dir/results" >> "$raw"
+fi
 
 # Median per tool and mode; ratios against clang's medians.
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }

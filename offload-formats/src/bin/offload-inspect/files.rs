@@ -242,6 +242,31 @@ impl Source {
         })
     }
 
+    /// Can [`Source::reopen`] give a second reader?
+    pub fn can_reopen(&self) -> bool {
+        matches!(self.kind, SourceKind::File(_))
+    }
+
+    /// A second reader of the same file with its own position: the open file itself
+    /// reopened through `/proc/self/fd` (not its path, which may name another file by
+    /// now), else the path where there is no /proc.
+    pub fn reopen(&self) -> CliResult<Source> {
+        use std::os::fd::AsRawFd;
+        let SourceKind::File(f) = &self.kind else {
+            return fail(format!("'{}': only a regular file can be read twice", self.path));
+        };
+        let own = format!("/proc/self/fd/{}", f.as_raw_fd());
+        let file = std::fs::File::open(&own)
+            .or_else(|_| std::fs::File::open(&self.path))
+            .map_err(|e| Failure(format!("'{}': {}", self.path, io_message(&e))))?;
+        Ok(Source {
+            path: self.path.clone(),
+            kind: SourceKind::File(file),
+            start: 0,
+            len: self.len,
+        })
+    }
+
     /// Position the next copy at `offset`.
     pub fn seek(&mut self, offset: u64) -> CliResult {
         use std::io::Seek;

@@ -390,6 +390,8 @@ fn unbundle_whole(
     let ids: Vec<&str> = entries.iter().map(|(id, _)| *id).collect();
     let (assigned, pending) = assign(&ids, wanted, &o.outputs, o.hip_openmp_compatible);
     let mut written = Vec::new();
+    // Ranges of the input to copy (offset, size, output): done together, after the loop.
+    let mut copies = Vec::new();
     for a in &assigned {
         let size = match &entries[a.entry].1 {
             // The host code of an object bundle is the object minus the bundle sections.
@@ -402,12 +404,13 @@ fn unbundle_whole(
                 data.len() as u64
             }
             Code::Range { offset, size } => {
-                copy_range(source, *offset, *size, a.output)?;
+                copies.push((*offset, *size, a.output));
                 *size
             }
         };
         written.push(written_entry(a, ids[a.entry], size));
     }
+    copy_ranges(source, &copies)?;
     let found_host = assigned.iter().any(|a| a.is_host);
     finish_unmatched(o, wanted, &pending, found_host, |path| {
         if in_place {
@@ -465,6 +468,45 @@ fn read_table(
 }
 
 /// Copy `size` bytes at `offset` of `source` into the output `path`.
+/// Copy ranges of the input (offset, size, output) to their outputs. Each copy is the
+/// kernel's (`copy_file_range`), bounded by copying pages; with more than one output and
+/// CPU and enough bytes to matter, they run side by side, one reader of the input per
+/// thread (each its own open file, so each its own position).
+fn copy_ranges(source: &mut Source, copies: &[(u64, u64, &str)]) -> CliResult {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let bytes: u64 = copies.iter().map(|c| c.1).sum();
+    let workers = cpus.min(copies.len());
+    if workers < 2 || bytes < PARALLEL_COPY_BYTES || !source.can_reopen() {
+        for &(offset, size, path) in copies {
+            copy_range(source, offset, size, path)?;
+        }
+        return Ok(());
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let source = &*source;
+    std::thread::scope(|scope| {
+        let worker = || -> CliResult {
+            let mut input = source.reopen()?;
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&(offset, size, path)) = copies.get(i) else {
+                    return Ok(());
+                };
+                copy_range(&mut input, offset, size, path)?;
+            }
+        };
+        let threads: Vec<_> = (0..workers).map(|_| scope.spawn(worker)).collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|_| fail("a copying thread panicked")))
+            .collect::<CliResult<Vec<()>>>()
+    })?;
+    Ok(())
+}
+
+/// Below this many bytes to copy, threads cost more than they save.
+const PARALLEL_COPY_BYTES: u64 = 64 << 20;
+
 fn copy_range(source: &mut Source, offset: u64, size: u64, path: &str) -> CliResult {
     source.seek(offset)?;
     let mut out = Output::create(path)?;
