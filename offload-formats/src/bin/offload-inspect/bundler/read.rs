@@ -349,8 +349,9 @@ fn stream_failure(
 /// The buffer code objects are decompressed through.
 const COPY_BUFFER: usize = 1 << 20;
 
-/// Unbundle from the input read in place (a plain bundle, or no bundle) or, for
-/// compressed and object-file bundles, from the whole input in memory.
+/// Unbundle from the input read in place (a plain bundle, or no bundle) or from the
+/// whole input in memory: object-file bundles, and the compressed bundles
+/// [`unbundle_compressed`] leaves (text types, odd layouts, pipes).
 fn unbundle_whole(
     o: &BundlerOptions,
     format: &Format,
