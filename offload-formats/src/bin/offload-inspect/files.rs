@@ -253,7 +253,10 @@ impl Source {
     pub fn reopen(&self) -> CliResult<Source> {
         use std::os::fd::AsRawFd;
         let SourceKind::File(f) = &self.kind else {
-            return fail(format!("'{}': only a regular file can be read twice", self.path));
+            return fail(format!(
+                "'{}': only a regular file can be read twice",
+                self.path
+            ));
         };
         let own = format!("/proc/self/fd/{}", f.as_raw_fd());
         let file = std::fs::File::open(&own)

@@ -499,7 +499,10 @@ fn copy_ranges(source: &mut Source, copies: &[(u64, u64, &str)]) -> CliResult {
         let threads: Vec<_> = (0..workers).map(|_| scope.spawn(worker)).collect();
         threads
             .into_iter()
-            .map(|t| t.join().unwrap_or_else(|_| fail("a copying thread panicked")))
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| fail("a copying thread panicked"))
+            })
             .collect::<CliResult<Vec<()>>>()
     })?;
     Ok(())
