@@ -209,13 +209,10 @@ fn low_64(digest: &[u8; 16]) -> u64 {
     u64::from_le_bytes(low)
 }
 
-/// zstd the way LLVM's `compression::zstd::compress` does for the bundler (see
-/// [`zstd_library::FrameWriter`]), in one piece.
+/// zstd the way LLVM's `compression::zstd::compress` does for the bundler: in one
+/// call, so the bytes are its bytes at any size (see [`zstd_library`]).
 fn zstd_compress(data: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
-    use std::io::Write;
-    let mut frame = zstd_library::FrameWriter::new(Vec::new(), level, data.len() as u64)?;
-    frame.write_all(data)?;
-    Ok(frame.finish()?.0)
+    zstd_library::compress_one_shot(data, level)
 }
 
 /// Compress a plain bundle into the `CCOB` form, header `version` 2 or 3.

@@ -9,6 +9,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 
+use offload_formats::compressed::zstd_library::STREAMED_EQUALS_ONE_SHOT;
+
 const TARGETS: &str = "host-x86_64-unknown-linux-gnu,openmp-nvptx64-nvidia-cuda--sm_90";
 
 /// A sparse file of `len` bytes, with a few non-zero bytes (from `seed`) at its start,
@@ -423,9 +425,12 @@ fn above_4_gib() {
 }
 
 /// `-compress`ed, at the sizes where zstd or our buffers change (0, 1, a zstd block of
-/// 128 KiB, the 1 MiB copy buffer) and above zstd's 128 MiB window: our bundle is
-/// clang-offload-bundler-22's byte for byte (v3 and v2 headers), and unbundling and
-/// listing its bundle give the inputs and its listing.
+/// 128 KiB, the 1 MiB copy buffer): our streamed bundle is clang-offload-bundler-22's
+/// byte for byte (v3 and v2 headers). Above zstd's 128 MiB window a streamed frame may
+/// differ from the bundler's one-shot frame (zstd_library's doc says why): there ours
+/// must unbundle back to the inputs with the bundler, and with
+/// `OFFLOAD_INSPECT_EXACT_COMPRESSION=1` be its bytes. Unbundling and listing the
+/// bundler's bundle give the inputs and its listing.
 #[test]
 fn compressed_byte_identical_to_the_bundler() {
     let dir = scratch("stream_compressed");
@@ -460,17 +465,39 @@ fn compressed_byte_identical_to_the_bundler() {
             let case = format!("sizes {host_len}/{dev_len}, v{version}");
             let theirs = dir.join("theirs").to_str().unwrap().to_owned();
             let mine = dir.join("ours").to_str().unwrap().to_owned();
-            for (tool, ours_cmd, out) in [(bundler(), false, &theirs), (ours(), true, &mine)] {
-                let mut c = bundle_cmd(&tool, ours_cmd, "bc", &[&host, &dev], out, 1);
-                c.arg("-compress")
-                    .env("COMPRESSED_BUNDLE_FORMAT_VERSION", version);
-                run_ok(&mut c);
-            }
-            assert!(same_bytes(&theirs, &mine), "bundle: {case}");
             let outs = [
                 dir.join("h").to_str().unwrap().to_owned(),
                 dir.join("d").to_str().unwrap().to_owned(),
             ];
+            let past_window = host_len + dev_len > STREAMED_EQUALS_ONE_SHOT;
+            for exact in [false, true] {
+                if exact && !past_window {
+                    continue;
+                }
+                for (tool, ours_cmd, out) in [(bundler(), false, &theirs), (ours(), true, &mine)] {
+                    let mut c = bundle_cmd(&tool, ours_cmd, "bc", &[&host, &dev], out, 1);
+                    c.arg("-compress")
+                        .env("COMPRESSED_BUNDLE_FORMAT_VERSION", version)
+                        .env(
+                            "OFFLOAD_INSPECT_EXACT_COMPRESSION",
+                            if exact { "1" } else { "0" },
+                        );
+                    run_ok(&mut c);
+                }
+                if past_window && !exact {
+                    run_ok(&mut unbundle_cmd(
+                        &bundler(),
+                        false,
+                        "bc",
+                        &mine,
+                        &[&outs[0], &outs[1]],
+                    ));
+                    assert!(same_bytes(&outs[0], &host), "theirs unbundles ours: {case}");
+                    assert!(same_bytes(&outs[1], &dev), "theirs unbundles ours: {case}");
+                } else {
+                    assert!(same_bytes(&theirs, &mine), "bundle: {case}, exact {exact}");
+                }
+            }
             run_ok(&mut unbundle_cmd(
                 &ours(),
                 true,

@@ -9,6 +9,14 @@
 //!
 //! Both libraries are driven through one table of the stable C functions
 //! ([`ZstdApi`]), so the streaming loop ([`FrameWriter`]) exists once.
+//!
+//! Streamed and one-shot frames are the same bytes only up to the window (128 MiB with
+//! long-distance matching) plus a block: beyond it the streaming compressor's history
+//! is a ring buffer, and matches across its wrap go through zstd's "external
+//! dictionary" search, which can choose other matches than the one-shot compressor
+//! (clang-offload-bundler's `ZSTD_compress2`), which sees the whole input contiguous.
+//! [`compress_one_shot`] is that call, for byte identity at any size, at the cost of
+//! holding the input.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use zstd_sys::{ZSTD_CCtx, ZSTD_EndDirective, ZSTD_inBuffer, ZSTD_outBuffer};
@@ -25,6 +33,9 @@ struct ZstdApi {
         *mut ZSTD_inBuffer,
         c_int,
     ) -> usize,
+    compress2:
+        unsafe extern "C" fn(*mut ZSTD_CCtx, *mut c_void, usize, *const c_void, usize) -> usize,
+    compress_bound: unsafe extern "C" fn(usize) -> usize,
     is_error: unsafe extern "C" fn(usize) -> c_uint,
     error_name: unsafe extern "C" fn(usize) -> *const c_char,
     version_string: unsafe extern "C" fn() -> *const c_char,
@@ -75,6 +86,8 @@ fn builtin() -> ZstdApi {
                 ) -> usize,
             >(zstd_sys::ZSTD_compressStream2)
         },
+        compress2: zstd_sys::ZSTD_compress2,
+        compress_bound: zstd_sys::ZSTD_compressBound,
         is_error: zstd_sys::ZSTD_isError,
         error_name: zstd_sys::ZSTD_getErrorName,
         version_string: zstd_sys::ZSTD_versionString,
@@ -100,6 +113,8 @@ fn system() -> Option<ZstdApi> {
             set_parameter: *library.get(b"ZSTD_CCtx_setParameter\0").ok()?,
             set_pledged_src_size: *library.get(b"ZSTD_CCtx_setPledgedSrcSize\0").ok()?,
             compress_stream2: *library.get(b"ZSTD_compressStream2\0").ok()?,
+            compress2: *library.get(b"ZSTD_compress2\0").ok()?,
+            compress_bound: *library.get(b"ZSTD_compressBound\0").ok()?,
             is_error: *library.get(b"ZSTD_isError\0").ok()?,
             error_name: *library.get(b"ZSTD_getErrorName\0").ok()?,
             version_string: *library.get(b"ZSTD_versionString\0").ok()?,
@@ -121,11 +136,73 @@ pub fn compressor_description() -> String {
     format!("{version} ({from})")
 }
 
+/// Up to this many bytes of input, [`FrameWriter`]'s frame is [`compress_one_shot`]'s
+/// (the window, 2^27, plus one 128 KiB block: the streaming history has not wrapped).
+pub const STREAMED_EQUALS_ONE_SHOT: u64 = (1 << 27) + (128 << 10);
+
+/// `data` compressed in one call, as LLVM's `compression::zstd::compress` does for the
+/// bundler (the same parameters as [`FrameWriter`]).
+pub fn compress_one_shot(data: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
+    let api = api();
+    let context = Context::new(level, data.len() as u64)?;
+    // SAFETY: ZSTD_compressBound takes any size.
+    let bound = check(unsafe { (api.compress_bound)(data.len()) })?;
+    let mut out = vec![0u8; bound];
+    // SAFETY: the context is live; `out` has `bound` writable bytes, the most zstd can
+    // write for `data.len()` bytes of input, and `data` is readable for its length.
+    let written = check(unsafe {
+        (api.compress2)(
+            context.cctx,
+            out.as_mut_ptr().cast::<c_void>(),
+            out.len(),
+            data.as_ptr().cast::<c_void>(),
+            data.len(),
+        )
+    })?;
+    out.truncate(written);
+    Ok(out)
+}
+
+/// A compression context with the bundler's parameters, freed on drop.
+struct Context {
+    cctx: *mut ZSTD_CCtx,
+}
+
+impl Context {
+    fn new(level: i32, content_size: u64) -> std::io::Result<Self> {
+        let api = api();
+        // SAFETY: ZSTD_createCCtx takes nothing; null means out of memory.
+        let cctx = unsafe { (api.create_cctx)() };
+        if cctx.is_null() {
+            return Err(std::io::Error::other("ZSTD_createCCtx failed"));
+        }
+        let context = Context { cctx };
+        // SAFETY: `cctx` is the live context created above (freed only by Drop).
+        unsafe {
+            check((api.set_parameter)(cctx, ZSTD_C_COMPRESSION_LEVEL, level))?;
+            check((api.set_parameter)(
+                cctx,
+                ZSTD_C_ENABLE_LONG_DISTANCE_MATCHING,
+                1,
+            ))?;
+            check((api.set_pledged_src_size)(cctx, content_size))?;
+        }
+        Ok(context)
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: the context created in `new`, freed once, here.
+        unsafe { (api().free_cctx)(self.cctx) };
+    }
+}
+
 /// One zstd frame written to `W` as data arrives, with the parameters LLVM's
 /// `compression::zstd::compress` uses for the bundler: the level, long-distance
 /// matching on, the content size in the frame header, no checksum.
 pub struct FrameWriter<W: std::io::Write> {
-    cctx: *mut ZSTD_CCtx,
+    context: Context,
     /// `None` once [`FrameWriter::finish`] has given it back.
     out: Option<W>,
     buffer: Vec<u8>,
@@ -140,29 +217,12 @@ impl<W: std::io::Write> FrameWriter<W> {
     /// A frame of exactly `content_size` bytes (written into its header, checked at
     /// the end by zstd).
     pub fn new(out: W, level: i32, content_size: u64) -> std::io::Result<Self> {
-        let api = api();
-        // SAFETY: ZSTD_createCCtx takes nothing; null means out of memory.
-        let cctx = unsafe { (api.create_cctx)() };
-        if cctx.is_null() {
-            return Err(std::io::Error::other("ZSTD_createCCtx failed"));
-        }
-        let writer = FrameWriter {
-            cctx,
+        Ok(FrameWriter {
+            context: Context::new(level, content_size)?,
             out: Some(out),
             buffer: vec![0; OUT_BUFFER],
             written: 0,
-        };
-        // SAFETY: `cctx` is the live context created above (freed only by Drop).
-        unsafe {
-            check((api.set_parameter)(cctx, ZSTD_C_COMPRESSION_LEVEL, level))?;
-            check((api.set_parameter)(
-                cctx,
-                ZSTD_C_ENABLE_LONG_DISTANCE_MATCHING,
-                1,
-            ))?;
-            check((api.set_pledged_src_size)(cctx, content_size))?;
-        }
-        Ok(writer)
+        })
     }
 
     /// Feed `data`, or (with `end`) finish the frame; writes whatever zstd produced.
@@ -187,7 +247,7 @@ impl<W: std::io::Write> FrameWriter<W> {
             // SAFETY: `cctx` is live; `input` points at `data` and `output` at our
             // buffer, both valid for their sizes for the whole call.
             let left = check(unsafe {
-                (api.compress_stream2)(self.cctx, &mut output, &mut input, directive)
+                (api.compress_stream2)(self.context.cctx, &mut output, &mut input, directive)
             })?;
             let out = self.out.as_mut().expect("streaming before finish");
             out.write_all(&self.buffer[..output.pos])?;
@@ -216,13 +276,6 @@ impl<W: std::io::Write> std::io::Write for FrameWriter<W> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.out.as_mut().map_or(Ok(()), std::io::Write::flush)
-    }
-}
-
-impl<W: std::io::Write> Drop for FrameWriter<W> {
-    fn drop(&mut self) {
-        // SAFETY: the context created in `new`, freed once, here.
-        unsafe { (api().free_cctx)(self.cctx) };
     }
 }
 

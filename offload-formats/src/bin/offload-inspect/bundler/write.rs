@@ -6,6 +6,7 @@ use crate::files::{write_file, Output, Source, SourceKind};
 use crate::read;
 use crate::{fail, io_message, CliResult, Failure};
 use offload_formats::bundle::{self, text, BundleEntryId};
+use offload_formats::compressed::zstd_library::STREAMED_EQUALS_ONE_SHOT;
 use offload_formats::compressed::{self, Method};
 
 pub fn bundle_files(
@@ -114,8 +115,9 @@ fn plain_bundle(
 /// Write the bundle without holding its code objects. Plain: the pieces go to the
 /// output, each input copied in by the kernel. `-compress`: the pieces stream through
 /// zstd into the output and the header is written last, which needs a seekable output
-/// (a regular file); to anything else (stdout, a pipe) the bundle is built in memory.
-/// Returns the bundle's size.
+/// (a regular file); to anything else (stdout, a pipe), and with
+/// `OFFLOAD_INSPECT_EXACT_COMPRESSION=1` above [`STREAMED_EQUALS_ONE_SHOT`], the bundle
+/// is built in memory and compressed in one call. Returns the bundle's size.
 fn bundle_streamed(
     o: &BundlerOptions,
     format: &Format,
@@ -133,7 +135,10 @@ fn bundle_streamed(
             }
         }
         plain_size
-    } else if let Some(file) = out.seekable_file() {
+    } else if let Some(file) = out
+        .seekable_file()
+        .filter(|_| streams_compression(plain_size))
+    {
         let compressing = compressed::CompressedWriter::new(
             file,
             compression_version(),
@@ -148,6 +153,13 @@ fn bundle_streamed(
     };
     out.commit()?;
     Ok(size)
+}
+
+/// Stream `-compress` (bounded memory), unless the user asked for the bundler's exact
+/// bytes at a size where a streamed frame can differ from its one-shot frame.
+fn streams_compression(plain_size: u64) -> bool {
+    let exact = std::env::var_os("OFFLOAD_INSPECT_EXACT_COMPRESSION").is_some_and(|v| v == "1");
+    plain_size <= STREAMED_EQUALS_ONE_SHOT || !exact
 }
 
 /// Stream `pieces` through `compressing` (one fixed buffer for the inputs); returns the
@@ -214,8 +226,8 @@ fn write_compressed(
 /// The buffer inputs are read through on their way into zstd.
 const COPY_BUFFER: usize = 1 << 20;
 
-/// `-compress` to an output that cannot seek (stdout, a pipe): the plain bundle is built
-/// in memory and compressed in one piece.
+/// `-compress` in memory: the plain bundle built and compressed in one call, as the
+/// bundler does (see [`bundle_streamed`] for when).
 fn bundle_in_memory(
     o: &BundlerOptions,
     format: &Format,
