@@ -5,23 +5,28 @@
 # (%e, %M: the peak RSS wait4 reports).
 #
 #   offload-formats/bench/bundle-vs-clang.sh [--mib N] [--rounds N] [--sparse] [--type T]
-#       [--compress] [--before PATH] [--after PATH] [--dir DIR] [--raw FILE]
+#       [--compress] [--from FILE] [--before PATH] [--after PATH] [--dir DIR] [--raw FILE]
 #
 # --raw appends every run to FILE as "MIB TYPE TOOL MODE WALL_S PEAK_KIB" lines, the
 # input of plot-bundle-bench.py.
 # --compress bundles with -compress (every tool), and unbundles clang's compressed bundle.
-# Inputs are random (dense) unless --sparse; they, the bundles and the unbundled images
+# --from FILE: the inputs are FILE's bytes repeated to the size (the device image from
+# FILE's middle on), compressible like real code, instead of random bytes. Past 128 MiB
+# such data streams to other compressed bytes than clang's (offload-formats/README.md):
+# export OFFLOAD_INSPECT_EXACT_COMPRESSION=1 to compare the exact mode instead.
+# Inputs are random (dense) unless --sparse or --from; they, the bundles and the unbundled images
 # live in DIR (default: a fresh folder under $CARGO_TARGET_DIR or target/), about 6x the
 # input size on disk while it runs, removed at the end.
 set -euo pipefail
 
-mib=512 rounds=5 sparse=0 before="" after="" dir="" ty=bc raw="" compress=() zip=""
+mib=512 rounds=5 sparse=0 before="" after="" dir="" ty=bc raw="" compress=() zip="" from="" data=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --mib) mib=$2; shift 2 ;;
         --rounds) rounds=$2; shift 2 ;;
         --sparse) sparse=1; shift ;;
         --compress) compress=(-compress); zip=+compress; shift ;;
+        --from) from=$2; data=+code; shift 2 ;;
         --type) ty=$2; shift 2 ;;
         --before) before=$2; shift 2 ;;
         --after) after=$2; shift 2 ;;
@@ -44,6 +49,11 @@ trap 'rm -rf "$dir"' EXIT
 for i in host dev; do
     if [ "$sparse" = 1 ]; then
         truncate -s "${mib}M" "$dir/$i"
+    elif [ -n "$from" ]; then
+        skip=1; [ $i = dev ] && skip=$(( $(stat -c %s "$from") / 2 ))
+        { tail -c +"$skip" "$from"; while cat "$from"; do :; done; } 2>/dev/null \
+            | head -c "$((mib << 20))" > "$dir/$i" || true
+        [ "$(stat -c %s "$dir/$i")" = "$((mib << 20))" ] || { echo "could not make $i from $from" >&2; exit 1; }
     else
         head -c "$((mib << 20))" /dev/urandom > "$dir/$i"
     fi
@@ -79,7 +89,7 @@ run() { # tool mode
     echo "$tool $mode $(cat "$dir/time")" >> "$dir/results"
 }
 
-echo "-type=$ty${zip}; $(nproc) CPUs, $(uname -m); load before: $(cut -d' ' -f1-3 /proc/loadavg); inputs 2 x $mib MiB ($([ $sparse = 1 ] && echo sparse || echo random)); $rounds rounds"
+echo "-type=$ty${zip}; $(nproc) CPUs, $(uname -m); load before: $(cut -d' ' -f1-3 /proc/loadavg); inputs 2 x $mib MiB ($([ $sparse = 1 ] && echo sparse || { [ -n "$from" ] && echo "from $from"; } || echo random)); $rounds rounds"
 for r in $(seq "$rounds"); do
     # Rotate the order so no tool always runs first (cold cache, writeback of the last).
     n=${#tools[@]}
@@ -91,7 +101,7 @@ for r in $(seq "$rounds"); do
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -n "$raw" ]; then
-    awk -v mib=$((2 * mib)) -v ty=$ty$zip '{print mib, ty, $0}' "$dir/results" >> "$raw"
+    awk -v mib=$((2 * mib)) -v ty=$ty$zip$data '{print mib, ty, $0}' "$dir/results" >> "$raw"
 fi
 
 # Median per tool and mode; ratios against clang's medians.

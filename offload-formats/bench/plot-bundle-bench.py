@@ -42,7 +42,7 @@ def groups(runs):
                              statistics.median(p for _, p in r) / 1024)
         if "clang" in med:
             size = f"{m // 1024} GiB" if m >= 1024 else f"{m} MiB"
-            out.append((size, t.replace("+compress", " -compress"), mode, med))
+            out.append((size, t.replace("+compress", " -compress").replace("+code", ", code"), mode, med))
     return out
 
 
