@@ -131,30 +131,39 @@ impl<'r> DecompressedReader<'r> {
     /// Read what is left, then check the size and hash against the header.
     pub fn finish(mut self) -> Result<()> {
         if let Err(e) = std::io::copy(&mut self, &mut std::io::sink()) {
-            return Err(self.fail(e.to_string()));
+            return Err(decompress_error(&self.header, e.to_string()));
         }
-        let limit = self.header.uncompressed_size;
-        if self.read != limit {
-            let read = if self.read > limit { "more than " } else { "" };
-            return Err(self.fail(format!(
-                "decompressed to {read}{} bytes, header says {limit}",
-                self.read.min(limit)
-            )));
+        let DecompressedReader {
+            header, md5, read, ..
+        } = self;
+        let limit = header.uncompressed_size;
+        if read != limit {
+            let more = if read > limit { "more than " } else { "" };
+            return Err(decompress_error(
+                &header,
+                format!(
+                    "decompressed to {more}{} bytes, header says {limit}",
+                    read.min(limit)
+                ),
+            ));
         }
-        let md5 = std::mem::replace(&mut self.md5, Md5Thread::idle());
         let digest = md5.finish().ok_or_else(hash_lost)?;
-        if super::low_64(&digest) != self.header.hash {
-            return Err(self.fail("hash of the decompressed bundle does not match".into()));
+        if super::low_64(&digest) != header.hash {
+            return Err(decompress_error(
+                &header,
+                "hash of the decompressed bundle does not match".into(),
+            ));
         }
         Ok(())
     }
+}
 
-    fn fail(&self, reason: String) -> Error {
-        Error::Decompress {
-            container: CONTAINER,
-            offset: self.header.payload_offset,
-            reason,
-        }
+/// A payload that does not decompress to what `header` announces.
+fn decompress_error(header: &Header, reason: String) -> Error {
+    Error::Decompress {
+        container: CONTAINER,
+        offset: header.payload_offset,
+        reason,
     }
 }
 
@@ -197,16 +206,6 @@ impl Md5Thread {
             to_hasher: Some(to_hasher),
             returned: Some(returned),
             hasher: Some(hasher),
-        }
-    }
-
-    /// A placeholder left where a finished one was taken out.
-    fn idle() -> Self {
-        Md5Thread {
-            batch: Vec::new(),
-            to_hasher: None,
-            returned: None,
-            hasher: None,
         }
     }
 

@@ -38,7 +38,6 @@ struct ZstdApi {
     compress_bound: unsafe extern "C" fn(usize) -> usize,
     is_error: unsafe extern "C" fn(usize) -> c_uint,
     error_name: unsafe extern "C" fn(usize) -> *const c_char,
-    version_string: unsafe extern "C" fn() -> *const c_char,
     /// Keeps the system library mapped while the pointers above are used.
     _library: Option<libloading::Library>,
 }
@@ -90,7 +89,6 @@ fn builtin() -> ZstdApi {
         compress_bound: zstd_sys::ZSTD_compressBound,
         is_error: zstd_sys::ZSTD_isError,
         error_name: zstd_sys::ZSTD_getErrorName,
-        version_string: zstd_sys::ZSTD_versionString,
         _library: None,
     }
 }
@@ -117,23 +115,9 @@ fn system() -> Option<ZstdApi> {
             compress_bound: *library.get(b"ZSTD_compressBound\0").ok()?,
             is_error: *library.get(b"ZSTD_isError\0").ok()?,
             error_name: *library.get(b"ZSTD_getErrorName\0").ok()?,
-            version_string: *library.get(b"ZSTD_versionString\0").ok()?,
             _library: Some(library),
         })
     }
-}
-
-/// Which zstd compresses, e.g. `1.5.4 (libzstd.so.1)` or `1.5.7 (built in)`.
-pub fn compressor_description() -> String {
-    let api = api();
-    // SAFETY: ZSTD_versionString returns a static NUL-terminated string.
-    let version = unsafe { CStr::from_ptr((api.version_string)()) }.to_string_lossy();
-    let from = if api._library.is_some() {
-        "libzstd.so.1"
-    } else {
-        "built in"
-    };
-    format!("{version} ({from})")
 }
 
 /// Up to this many bytes of input, [`FrameWriter`]'s frame is [`compress_one_shot`]'s
