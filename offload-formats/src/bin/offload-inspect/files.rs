@@ -9,6 +9,26 @@ pub fn write_file(path: &str, data: &[u8]) -> CliResult {
     out.commit()
 }
 
+/// A new file at the first of `path_for(0)`, `path_for(1)`, ... that does not exist yet
+/// (created exclusively, so no other run's file is taken over), opened for writing.
+pub fn create_new_file(
+    path_for: impl Fn(u32) -> std::path::PathBuf,
+) -> std::io::Result<(std::fs::File, std::path::PathBuf)> {
+    for n in 0u32.. {
+        let path = path_for(n);
+        match std::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(file) => return Ok((file, path)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("u32 temporary names exhausted")
+}
+
 /// An output file that appears whole or not at all: written to a temporary file beside
 /// it and renamed over it by [`Output::commit`]; dropped uncommitted (an error on the
 /// way), the temporary file is removed. Written directly instead when `path` is `-`
@@ -68,34 +88,28 @@ impl Output {
             || std::ffi::OsString::from("output"),
             std::ffi::OsStr::to_os_string,
         );
-        for n in 0u32.. {
+        let temp_name = |n: u32| {
             let mut temp_name = std::ffi::OsString::from(".");
             temp_name.push(&name);
             temp_name.push(format!(".offload-inspect-{}-{n}.tmp", std::process::id()));
-            let temp = dir.join(temp_name);
-            match std::fs::File::options()
-                .write(true)
-                .create_new(true)
-                .open(&temp)
-            {
-                Ok(file) => {
-                    // Replacing a file keeps its mode, as writing into it would.
-                    if let Some(m) = &existing {
-                        let _ = file.set_permissions(m.permissions());
-                    }
-                    return Ok(Output {
-                        path: path.to_owned(),
-                        sink: Sink::File(file),
-                        temp: Some(temp),
-                        rename_to: resolved,
-                    });
+            dir.join(temp_name)
+        };
+        match create_new_file(temp_name) {
+            Ok((file, temp)) => {
+                // Replacing a file keeps its mode, as writing into it would.
+                if let Some(m) = &existing {
+                    let _ = file.set_permissions(m.permissions());
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return direct(),
-                Err(e) => return Err(err(e)),
+                Ok(Output {
+                    path: path.to_owned(),
+                    sink: Sink::File(file),
+                    temp: Some(temp),
+                    rename_to: resolved,
+                })
             }
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => direct(),
+            Err(e) => Err(err(e)),
         }
-        unreachable!("u32 temporary names exhausted")
     }
 
     fn fail(&self, e: std::io::Error) -> Failure {

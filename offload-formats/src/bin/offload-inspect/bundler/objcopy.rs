@@ -11,7 +11,7 @@
 //! `/usr/bin/clang-offload-bundler-22` runs `/usr/bin/llvm-objcopy`, of whichever
 //! version that is. Name the one whose bytes you expect.
 
-use crate::files::Output;
+use crate::files::{create_new_file, Output};
 use crate::{fail, io_message, CliResult, Failure};
 use offload_formats::bundle::OBJECT_SECTION_PREFIX;
 use std::path::PathBuf;
@@ -99,32 +99,19 @@ struct HostPlaceholder {
 impl HostPlaceholder {
     fn create() -> CliResult<Self> {
         let dir = std::env::temp_dir();
-        for n in 0u32.. {
-            let path = dir.join(format!(
+        let fail = |path: &std::path::Path, e: std::io::Error| {
+            Failure(format!("'{}': {}", path.display(), io_message(&e)))
+        };
+        let (mut file, path) = create_new_file(|n| {
+            dir.join(format!(
                 "offload-inspect-host-{}-{n}.tmp",
                 std::process::id()
-            ));
-            match std::fs::File::options()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
-                Ok(mut f) => {
-                    let placeholder = HostPlaceholder { path };
-                    std::io::Write::write_all(&mut f, &[0]).map_err(|e| {
-                        Failure(format!(
-                            "'{}': {}",
-                            placeholder.path.display(),
-                            io_message(&e)
-                        ))
-                    })?;
-                    return Ok(placeholder);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(Failure(format!("'{}': {}", path.display(), io_message(&e)))),
-            }
-        }
-        unreachable!("u32 temporary names exhausted")
+            ))
+        })
+        .map_err(|e| fail(&dir, e))?;
+        let placeholder = HostPlaceholder { path };
+        std::io::Write::write_all(&mut file, &[0]).map_err(|e| fail(&placeholder.path, e))?;
+        Ok(placeholder)
     }
 }
 
