@@ -1,7 +1,8 @@
 //! Offload entries decoded from fuzzer bytes -> entry classification -> the indirect
 //! function table (`fptr::build`, `from_rows`, `vtable_pairs`), as `load_binary` does it
 //! with the device addresses a backend would resolve. Never panics; every table it builds
-//! is sorted, duplicate-free and complete, and every error is a real conflict.
+//! is sorted, duplicate-free and complete (a host address that only functions share keeps
+//! its first target), and every error is a real conflict (a vtable word among them).
 #![no_main]
 use host_plugin::host_entry::{
     EntryKind, HostEntry, HostOffloadEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE,
@@ -9,7 +10,7 @@ use host_plugin::host_entry::{
 use host_plugin::fptr::{self, FptrError, IndirectPair, Origin};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 
 /// A few addresses shared by many entries, so duplicates and conflicts are common.
@@ -100,23 +101,40 @@ fn expected_kind(e: &HostOffloadEntry) -> Option<EntryKind> {
 
 fn check_table(pairs: &[IndirectPair]) {
     let result = fptr::build(pairs.to_vec());
-    // What the table must say: each host address's first target, or a conflict.
+    // What the table must say: each host address's first target; an address with two
+    // targets is shared when all its rows are functions, else a conflict.
     let mut want: HashMap<u64, u64> = HashMap::new();
-    let mut conflict = false;
+    let mut targets: HashMap<u64, HashSet<u64>> = HashMap::new();
+    let mut has_word: HashSet<u64> = HashSet::new();
     for p in pairs {
-        conflict |= *want.entry(p.host_ptr).or_insert(p.tgt_ptr) != p.tgt_ptr;
+        want.entry(p.host_ptr).or_insert(p.tgt_ptr);
+        targets.entry(p.host_ptr).or_default().insert(p.tgt_ptr);
+        if !p.origin.is_function() {
+            has_word.insert(p.host_ptr);
+        }
     }
+    let several = |h: &u64| targets.get(h).is_some_and(|t| t.len() > 1);
+    let conflict = targets.keys().any(|h| several(h) && has_word.contains(h));
     match result {
         Ok(table) => {
             assert!(!conflict, "a conflicting pair set was accepted");
-            assert!(table.windows(2).all(|w| w[0].host_ptr < w[1].host_ptr));
-            assert_eq!(table.len(), want.len());
-            for row in &table {
+            let rows = &table.rows;
+            assert!(rows.windows(2).all(|w| w[0].host_ptr < w[1].host_ptr));
+            assert_eq!(rows.len(), want.len());
+            for row in rows {
                 assert_eq!(want.get(&row.host_ptr), Some(&row.tgt_ptr));
             }
-            assert_eq!(fptr::as_bytes(&table).len(), table.len() * 16);
+            assert_eq!(
+                table.shared.len(),
+                targets.keys().filter(|h| several(h)).count()
+            );
+            for shared in &table.shared {
+                assert_eq!(Some(&shared.targets[0].0), want.get(&shared.host));
+                assert!(shared.targets.iter().all(|(_, o)| o.is_function()));
+            }
+            assert_eq!(fptr::as_bytes(rows).len(), rows.len() * 16);
             // The whole-table path (`set_function_ptr_map`) accepts its own output as is.
-            assert_eq!(fptr::from_rows(&table).as_ref(), Ok(&table));
+            assert_eq!(fptr::from_rows(rows).as_ref(), Ok(rows));
         }
         Err(FptrError::Conflict {
             host,
@@ -125,13 +143,10 @@ fn check_table(pairs: &[IndirectPair]) {
             ..
         }) => {
             assert!(conflict, "a consistent pair set was rejected");
+            assert!(has_word.contains(&host));
             assert_ne!(first_tgt, second_tgt);
-            let targets: Vec<u64> = pairs
-                .iter()
-                .filter(|p| p.host_ptr == host)
-                .map(|p| p.tgt_ptr)
-                .collect();
-            assert!(targets.contains(&first_tgt) && targets.contains(&second_tgt));
+            let of_host = &targets[&host];
+            assert!(of_host.contains(&first_tgt) && of_host.contains(&second_tgt));
         }
     }
 }
@@ -178,6 +193,12 @@ fuzz_target!(|data: &[u8]| {
                         .count();
                     assert_eq!(slots.len(), nonnull);
                     pairs.extend(slots);
+                    pairs.extend(fptr::vtable_word_pairs(
+                        name,
+                        c.entry.host_addr,
+                        c.device_addr,
+                        host.len(),
+                    ));
                 }
             }
             _ => {}

@@ -144,7 +144,11 @@ fn phases_once(bytes: &[u8], entries: &[HostOffloadEntry]) -> Result<[Duration; 
         }
         Ok(rows)
     });
-    let (table, build) = timed(|| fptr::build_rows(rows?, |_, _| None).map_err(|e| e.to_string()));
+    let (table, build) = timed(|| {
+        fptr::build_rows(rows?, |_| Default::default())
+            .map(|t| t.rows)
+            .map_err(|e| e.to_string())
+    });
     let table = table?;
     let memory = DeviceMemory::new(std::sync::Arc::new(HostBackend), 0);
     let (uploaded, upload) = timed(|| -> Result<DeviceBuffer, String> {

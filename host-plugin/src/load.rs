@@ -22,7 +22,7 @@ use crate::fptr::{self, FptrMapEntry};
 use crate::host_entry::{self, HostEntry, HostOffloadEntry};
 use crate::image::{ImageError, ImageSymbols};
 use crate::resolve::{row_origins, EntryResolver, ResolvedEntries, ENTRIES_PER_LOAD_THREAD};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// `OMPTARGET_RS_TRANSLATE=0` turns the translation off: no table is installed, so
 /// device code gets host function addresses unchanged (what a program sees without this
@@ -243,27 +243,35 @@ impl Device {
     }
 }
 
-/// The image's table from its resolved rows: sorted, duplicates of one pair merged,
-/// conflicting pairs refused (naming both entries).
+/// The image's table from its resolved rows: sorted, duplicates of one pair merged, a
+/// host address that several device functions share kept with its first (and said so
+/// in the debug log), other conflicting pairs refused (naming both entries): the rule
+/// is [`fptr`]'s.
 fn build_table<E: HostEntry>(
     device: i32,
     image: &str,
     entries: &[E],
     rows: Vec<FptrMapEntry>,
 ) -> Result<Vec<FptrMapEntry>, PluginError> {
-    // Error messages find a row's origin lazily: a name copy and a hash insert per
-    // entry cost 18 % of a 1M-entry load (docs/BENCHMARKS.md 1d).
-    let nth_origin = |host, rank| {
-        row_origins(entries)
-            .filter(|&(h, _)| h == host)
-            .nth(rank)
-            .map(|(_, origin)| origin)
+    // Origins are found only for the host addresses with several device addresses, in
+    // one pass: a name copy and a hash insert per entry cost 18 % of a 1M-entry load
+    // (docs/BENCHMARKS.md 1d).
+    let origins_of = |hosts: &HashSet<u64>| {
+        let mut origins: HashMap<u64, Vec<fptr::Origin>> = HashMap::new();
+        for (host, origin) in row_origins(entries).filter(|(h, _)| hosts.contains(h)) {
+            origins.entry(host).or_default().push(origin);
+        }
+        origins
     };
-    fptr::build_rows(rows, nth_origin).map_err(|source| PluginError::Fptr {
+    let table = fptr::build_rows(rows, origins_of).map_err(|source| PluginError::Fptr {
         image: image.to_string(),
         device,
         source,
-    })
+    })?;
+    for shared in &table.shared {
+        diag::debug(|| format!("device {device}: {image}: indirect function table: {shared}"));
+    }
+    Ok(table.rows)
 }
 
 /// The table dump (`LIBOMPTARGET_INFO` or the debug log): its rows with the entries

@@ -488,6 +488,67 @@ fn cxx_virtual_calls_on_host_and_device_built_objects_at_o2() {
     assert_virtual_cases_pass(&built.exe);
 }
 
+/// A GPU's image has no constructor or destructor aliases where the host has them
+/// (clang's `-mconstructor-aliases`, on by default for ELF hosts): one host address then
+/// stands for two device functions. An x86_64 device image built without aliases while
+/// the host keeps them shows the same on the CPU; it loads, every case passes on both
+/// devices, and the debug log says which addresses were shared.
+#[test]
+fn cxx_virtual_calls_at_o2_with_a_device_image_without_aliases() {
+    let built = build(
+        &x86_config(),
+        "-O2",
+        &virtual_sources(),
+        &["-Xopenmp-target=x86_64-pc-linux-gnu", "-Xclang=-mno-constructor-aliases"],
+        "virtual-o2-no-device-aliases",
+    );
+    assert!(!built.stderr.contains("warning"), "{}", built.stderr);
+    assert_virtual_cases_pass(&built.exe);
+    let out = Command::new(&built.exe)
+        .env("LD_LIBRARY_PATH", prefix().join("lib"))
+        .env("OMPTARGET_RS_DEBUG", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", built.exe.display()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success()
+            && stderr.contains("is one function on the host and 2 on the device")
+            && stderr.contains("translates to the first"),
+        "{}:\n{stderr}",
+        out.status
+    );
+}
+
+/// Two indirect functions of the same code, folded into one host address by the host
+/// link (`--icf=all`), two functions on the device: the program loads and both calls run
+/// the device's code, in-process and on the isolated host device.
+#[test]
+fn indirect_functions_the_host_link_folded_call_the_device_code() {
+    let built = build(
+        &x86_config(),
+        "-O2",
+        &[fixture("compiler/folded_functions.c")],
+        &["-ffunction-sections", "-fuse-ld=lld", "-Wl,--icf=all"],
+        "folded-functions",
+    );
+    for isolated in [true, false] {
+        let out = run_mode(&built.exe, isolated);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stdout.contains("folded: yes"),
+            "the host link did not fold the two functions, so this tests nothing:\n{stdout}"
+        );
+        assert!(
+            out.status.success()
+                && stdout.contains("inc_a(1) = 2, inc_b(2) = 3, ran on the device: yes"),
+            "{} (isolated: {isolated}) {}:\n{stdout}\n{stderr}",
+            built.exe.display(),
+            out.status
+        );
+    }
+}
+
 #[test]
 fn without_the_compiler_plugin_virtual_calls_read_host_vtables() {
     // The control: the same program without the plugin. On the isolated device the

@@ -496,51 +496,24 @@ fn bad_images_and_entries_fail_with_clear_errors() {
         &["no_such_kernel", "not found", "device 0"],
     );
 
-    let conflict = [
-        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
-        entry("twice", HOST_ADD_ONE, 0, FLAG_INDIRECT),
-    ];
-    assert_load_fails(
-        &plugin,
-        &image,
-        &conflict,
-        &["`add_one`", "`twice`", "0x5000"],
-    );
-
-    // A vtable slot and a function entry: the table's rows carry no names, the error
-    // finds them again (the slot by its place in the vtable).
+    // A vtable's word is data: a function entry at its address contradicts it.
     let mut vt = entry(
         "vtable_ptr",
         HOST_VTABLE,
         24,
         FLAG_INDIRECT | FLAG_INDIRECT_VTABLE,
     );
-    vt.host_vtable = Some(words(&[0, HOST_ADD_ONE, HOST_ADD_ONE + 8]));
-    let slot_conflict = [
-        entry("twice", HOST_ADD_ONE + 8, 0, FLAG_INDIRECT),
-        vt,
-        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
-    ];
-    // Slot 1 holds add_one on the device too: the same pair twice, no conflict; slot 2
-    // holds `twice`, as the entry before it says.
-    assert!(plugin
-        .device(0)
-        .and_then(|on| on.load_binary(5, &image, &slot_conflict))
-        .is_ok());
-    plugin.device(0).and_then(|on| on.unload(5)).unwrap();
-    // Host 0x5000: add_one twice (one row), then slot 2 mapping it to `twice`: the
-    // conflict is the third row of that address, named by its slot.
-    let mut vt_wrong = slot_conflict[1].clone();
-    vt_wrong.host_vtable = Some(words(&[0, HOST_ADD_ONE + 8, HOST_ADD_ONE]));
-    let crossed = [slot_conflict[2].clone(), slot_conflict[2].clone(), vt_wrong];
+    vt.host_vtable = Some(words(&[0, HOST_VT_SLOT1, HOST_VT_SLOT2]));
+    let word_and_function = [vt, entry("add_one", HOST_VTABLE + 8, 0, FLAG_INDIRECT)];
     assert_load_fails(
         &plugin,
         &image,
-        &crossed,
+        &word_and_function,
         &[
-            "host address 0x5000",
-            "by entry `add_one` and",
-            "by entry `vtable_ptr[2]`",
+            "host address 0x9008",
+            "by entry `&vtable_ptr[1]` and",
+            "by entry `add_one`",
+            "contradict each other",
         ],
     );
 
@@ -587,6 +560,75 @@ fn bad_images_and_entries_fail_with_clear_errors() {
     );
     plugin.unload_all().unwrap();
     assert_eq!(plugin.device(0).map_or(0, |on| on.loaded_images()), 0);
+}
+
+/// One host address, several device functions: what the host's link makes of
+/// functions of the same code (`--icf=all`) and of a derived class's destructor (an alias
+/// of its base's). The image loads; the address translates to the device function of its
+/// first entry in image order.
+#[test]
+fn a_host_address_of_several_device_functions_translates_to_the_first() {
+    let image = host_image("device_image", true);
+    let plugin = Plugin::new(PluginKind::X86_64);
+    let load = |key, entries: &[HostOffloadEntry]| {
+        plugin
+            .device(0)
+            .and_then(|on| on.load_binary(key, &image, entries))
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let table = |key| {
+        plugin
+            .device(0)
+            .ok()
+            .and_then(|on| on.fptr_table(key))
+            .unwrap()
+    };
+
+    // Two indirect functions folded into one host address: the first entry's wins.
+    let folded = [
+        entry("kernel_call", 0x100, 0, 0),
+        entry("twice", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+    ];
+    let dev = load(1, &folded);
+    assert_eq!(table(1).len(), 1);
+    assert_eq!(table(1)[0].tgt_ptr, dev[1].addr);
+    assert_eq!(
+        call_through(&plugin, &dev[0], HOST_ADD_ONE, 3).0,
+        6,
+        "twice(3)"
+    );
+
+    // A function entry and a vtable slot holding the same host address, another device
+    // function in the slot: the entry comes first in the image and wins; the slot's
+    // other function (`twice`) stays reachable through the vtable's words.
+    let mut vt = entry(
+        "vtable_ptr",
+        HOST_VTABLE,
+        24,
+        FLAG_INDIRECT | FLAG_INDIRECT_VTABLE,
+    );
+    vt.host_vtable = Some(words(&[0, HOST_VT_SLOT1, HOST_ADD_ONE]));
+    let aliased = [
+        entry("kernel_call", 0x100, 0, 0),
+        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+        vt,
+    ];
+    let dev = load(2, &aliased);
+    let rows = table(2);
+    let row = rows.iter().find(|r| r.host_ptr == HOST_ADD_ONE).unwrap();
+    assert_eq!(row.tgt_ptr, dev[1].addr);
+    assert_eq!(
+        call_through(&plugin, &dev[0], HOST_ADD_ONE, 3).0,
+        4,
+        "add_one(3)"
+    );
+    let word2 = rows
+        .iter()
+        .find(|r| r.host_ptr == HOST_VTABLE + 16)
+        .unwrap();
+    assert_eq!(word2.tgt_ptr, dev[2].addr + 16);
+    plugin.unload_all().unwrap();
 }
 
 #[test]

@@ -8,7 +8,9 @@ mod plugin_support;
 
 use e2e_tests::paths::fixture;
 use e2e_tests::paths::target_dir;
-use e2e_tests::plugin::{entry, kernel_args, DataAlloc, DataDelete, DataMove, Launch, LoadBinary};
+use e2e_tests::plugin::{
+    entry, kernel_args, words, DataAlloc, DataDelete, DataMove, Launch, LoadBinary,
+};
 use host_plugin::abi::{TgtDeviceImage, TgtOffloadEntry, OFFLOAD_FAIL};
 use host_plugin::backend::AllocKind;
 use host_plugin::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
@@ -93,17 +95,20 @@ fn rust_api_rows(image: &[u8]) -> Vec<Row> {
         load(image, &[entry("no_such_kernel", 0x108, 0, 0)]),
         &["no_such_kernel", "not found"],
     );
+    // One host address for two device functions is what the host's link does to
+    // aliases and folded code, and loads; a vtable word there is a contradiction.
+    let mut vtable = entry(
+        "vtable_ptr",
+        0x9000,
+        24,
+        FLAG_INDIRECT | FLAG_INDIRECT_VTABLE,
+    );
+    vtable.host_vtable = Some(words(&[0, 0xa000, 0xa008]));
     api_row(
         &mut rows,
-        "two indirect entries, one host address, two functions",
-        load(
-            image,
-            &[
-                entry("add_one", 0x5000, 0, FLAG_INDIRECT),
-                entry("twice", 0x5000, 0, FLAG_INDIRECT),
-            ],
-        ),
-        &["add_one", "twice", "0x5000"],
+        "an indirect function entry at the address of a vtable's word",
+        load(image, &[vtable, entry("add_one", 0x9008, 0, FLAG_INDIRECT)]),
+        &["&vtable_ptr[1]", "add_one", "0x9008", "contradict"],
     );
     api_row(
         &mut rows,
