@@ -10,7 +10,7 @@ use e2e_tests::paths::{root, scratch, target_dir};
 use e2e_tests::plugin::built_plugin_dir;
 use e2e_tests::process::run_ok;
 use e2e_tests::tools::{clang16, ptxas};
-use host_plugin::backend::cuda::image::{classify, CudaImage};
+use host_plugin::backend::cuda::image::{classify, CudaImage, DefinedSymbols};
 use host_plugin::backend::cuda::CudaBackend;
 use host_plugin::backend::AllocKind;
 use host_plugin::{Backend, Plugin, PluginKind};
@@ -261,4 +261,19 @@ fn clang16_nvptx_images_have_what_the_backend_reads() {
         DeviceEnvironmentLayout::of_size(env),
         Some(DeviceEnvironmentLayout::Llvm16)
     );
+
+    // What the backend asks the driver for is only what the cubin defines: its kernels,
+    // their modes and the device environment, not the environment's other name or clang
+    // 18's kernel environments (each of which the driver would answer
+    // CUDA_ERROR_NOT_FOUND, an API error under compute-sanitizer).
+    let defined = DefinedSymbols::of_image(&cubin).expect("a cubin's symbol table");
+    for k in &kernels {
+        assert!(defined.may_define(k.as_bytes()), "{k}");
+        assert!(defined.may_define(format!("{k}_exec_mode").as_bytes()), "{k}");
+        assert!(!defined.may_define(format!("{k}_kernel_environment").as_bytes()), "{k}");
+    }
+    assert!(defined.may_define(b"__omp_rtl_device_environment"));
+    assert!(!defined.may_define(b"omptarget_device_environment"));
+    assert!(!defined.may_define(b"__omptarget_rs_fptr_index"));
+    assert!(DefinedSymbols::of_image(b"not a cubin").is_none());
 }

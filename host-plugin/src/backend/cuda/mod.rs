@@ -23,7 +23,7 @@ use super::{
 use crate::launch_shape::{ExecMode, Limits, Shape};
 use crate::locking::lock;
 use cudarc::driver::{result, sys, DriverError};
-use image::CudaImage;
+use image::{CudaImage, DefinedSymbols};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CStr};
 use std::sync::Mutex;
@@ -273,6 +273,9 @@ struct CudaModule {
     context: Context,
     /// The device's launch limits (the kernel's own cap is asked per kernel).
     device_limits: Limits,
+    /// What the image defines, where its symbol table could be read (a cubin): names
+    /// it lacks are never asked of the driver.
+    defined: Option<DefinedSymbols>,
 }
 
 // SAFETY: the module handle is an opaque driver object usable from any thread (with its
@@ -282,7 +285,17 @@ unsafe impl Send for CudaModule {}
 unsafe impl Sync for CudaModule {}
 
 impl CudaModule {
+    /// False when the image's symbol table says it does not define `name`.
+    fn may_define(&self, name: &CStr) -> bool {
+        self.defined
+            .as_ref()
+            .is_none_or(|d| d.may_define(name.to_bytes()))
+    }
+
     fn lookup_global(&self, name: &CStr) -> Option<(DeviceAddr, usize)> {
+        if !self.may_define(name) {
+            return None;
+        }
         self.context.make_current().ok()?;
         // SAFETY: the module is loaded until self drops.
         unsafe { result::module::get_global(self.module, name.to_owned()) }.ok()
@@ -302,6 +315,11 @@ impl LoadedModule for CudaModule {
 
     /// A kernel, by name; its "address" is its CUfunction handle, as in LLVM's plugin.
     fn function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
+        if !self.may_define(name) {
+            return Err(BackendError::MissingSymbol(
+                name.to_string_lossy().into_owned(),
+            ));
+        }
         self.context.make_current()?;
         // SAFETY: the module is loaded until self drops.
         let function = unsafe { result::module::get_function(self.module, name.to_owned()) }
@@ -424,6 +442,7 @@ impl Backend for CudaBackend {
             module,
             context,
             device_limits: dev.limits(),
+            defined: DefinedSymbols::of_image(bytes),
         };
         Ok(Box::new(loaded))
     }
