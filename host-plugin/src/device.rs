@@ -6,9 +6,11 @@
 //! an image is [`crate::load`]'s sequence; this module keeps what it registers.
 
 use crate::backend::{
-    AllocKind, Backend, DeviceAddr, EventHandle, LaunchRequest, LoadedModule, QueueHandle,
+    AllocKind, Backend, DeviceAddr, DeviceLimit, EventHandle, LaunchRequest, LoadedModule,
+    QueueHandle,
 };
 use crate::device_memory::{DeviceBuffer, DeviceMemory};
+use crate::device_settings::{DeviceSettings, HEAP_SIZE_ENV, STACK_SIZE_ENV};
 use crate::device_table::{DeviceTable, IndexInfo};
 use crate::diag;
 use crate::error::{backend_err, backend_err_with, PluginError};
@@ -18,7 +20,7 @@ use crate::launch_shape::ExecMode;
 use crate::locking::lock;
 use crate::plugin_kind::PluginKind;
 use std::ffi::CStr;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// An image loaded on a device, with everything that lives as long as it does.
 pub(crate) struct LoadedImage {
@@ -51,6 +53,12 @@ pub struct Device {
     backend: Arc<dyn Backend>,
     /// The most threads a load resolves its entries on ([`crate::Plugin::set_load_threads`]).
     load_thread_cap: usize,
+    /// libomptarget's settings for the device ([`crate::device_settings`]): read and
+    /// checked by [`Device::init_device`], else from the environment on first use.
+    settings: OnceLock<DeviceSettings>,
+    /// Whether the stack and heap limits were set on the device (once, at its first
+    /// successful initialisation).
+    limits_set: Mutex<bool>,
 }
 
 impl Device {
@@ -68,7 +76,29 @@ impl Device {
             kernels: RwLock::default(),
             backend,
             load_thread_cap,
+            settings: OnceLock::new(),
+            limits_set: Mutex::new(false),
         }
+    }
+
+    /// Give the device its settings instead of reading them from the environment (the
+    /// Rust API's way; libomptarget's is the environment). Only before they are first
+    /// read: by [`Device::init_device`], a load or a launch.
+    pub fn configure(&self, settings: DeviceSettings) -> Result<(), PluginError> {
+        self.settings
+            .set(settings)
+            .map_err(|_| PluginError::Invalid {
+                device: self.id(),
+                what: "its settings were read already: configure it before its first use".into(),
+            })
+    }
+
+    /// libomptarget's settings for this device (a variable that is not a number counts
+    /// as unset here; [`Device::init_device`] refuses it first).
+    pub fn settings(&self) -> DeviceSettings {
+        *self
+            .settings
+            .get_or_init(|| DeviceSettings::from_env().unwrap_or_default())
     }
 
     /// libomptarget's number for this device (what messages and errors name).
@@ -124,10 +154,57 @@ impl Device {
         }
     }
 
+    /// Initialise the device, then, once, set the stack and heap limits its settings ask
+    /// for, before any launch (LLVM 16's `GenericDeviceTy::init`).
     pub fn init_device(&self) -> Result<(), PluginError> {
+        let settings = match self.settings.get() {
+            Some(configured) => *configured,
+            None => {
+                let from_env = DeviceSettings::from_env().map_err(|e| PluginError::Invalid {
+                    device: self.id(),
+                    what: e.to_string(),
+                })?;
+                *self.settings.get_or_init(|| from_env)
+            }
+        };
         self.backend
             .init_device(self.index)
-            .map_err(backend_err(self.id(), "initialising"))
+            .map_err(backend_err(self.id(), "initialising"))?;
+        let mut limits_set = lock(&self.limits_set);
+        if !*limits_set {
+            self.set_limit(DeviceLimit::StackSize, STACK_SIZE_ENV, settings.stack_size)?;
+            self.set_limit(DeviceLimit::HeapSize, HEAP_SIZE_ENV, settings.heap_size)?;
+            *limits_set = true;
+        }
+        Ok(())
+    }
+
+    /// Set one limit the settings ask for (`variable` names it in messages).
+    fn set_limit(
+        &self,
+        limit: DeviceLimit,
+        variable: &str,
+        bytes: Option<u64>,
+    ) -> Result<(), PluginError> {
+        let Some(bytes) = bytes else {
+            return Ok(());
+        };
+        let applies =
+            self.backend
+                .set_limit(self.index, limit, bytes)
+                .map_err(backend_err_with(self.id(), || {
+                    format!("setting {variable}={bytes}")
+                }))?;
+        diag::debug(|| {
+            let device = self.id();
+            match applies {
+                true => format!("device {device}: {variable}={bytes}: set"),
+                false => {
+                    format!("device {device}: {variable}={bytes}: this device has no such limit")
+                }
+            }
+        });
+        Ok(())
     }
 
     /// Register a loaded image and its kernels, replacing the image of the same key.
@@ -388,7 +465,25 @@ impl Device {
                 ),
             });
         }
-        let plan = record.plan(request);
+        let device_shared = self.settings().dynamic_shared_memory;
+        let plan = record
+            .plan(request, device_shared)
+            .map_err(|e| PluginError::Invalid {
+                device,
+                what: format!(
+                    "kernel {}: its blocks would get {} bytes of dynamic shared memory (the \
+                 larger of the launch's ompx_dyn_cgroup_mem, {} bytes, and \
+                 LIBOMPTARGET_SHARED_MEMORY_SIZE, {device_shared}), more than the {} bytes \
+                 this device gives a block of this kernel",
+                    record
+                        .name
+                        .as_deref()
+                        .map_or("?".into(), |n| n.to_string_lossy()),
+                    e.asked,
+                    request.map_or(0, |r| r.dynamic_shared_memory),
+                    e.limit
+                ),
+            })?;
         diag::debug(|| {
             format!(
                 "device {device}: launching {kernel:#x} with {} args, {request:?} as \

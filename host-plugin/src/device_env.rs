@@ -38,11 +38,18 @@ impl Default for DeviceFacts {
     }
 }
 
-/// The bytes for device `device` of `num_devices` (no debug output, no dynamic shared
-/// memory, no indirect call table yet), in the device's (little-endian) byte order.
-pub fn contents(layout: Layout, num_devices: u32, device: u32, facts: DeviceFacts) -> Vec<u8> {
+/// The bytes for device `device` of `num_devices` (no debug output, no indirect call
+/// table yet), in the device's (little-endian) byte order. `dynamic_memory` is
+/// `DynamicMemSize`: the dynamic shared memory every launch gets
+/// (`LIBOMPTARGET_SHARED_MEMORY_SIZE`), which the device runtime hands out.
+pub fn contents(
+    layout: Layout,
+    num_devices: u32,
+    device: u32,
+    dynamic_memory: u32,
+    facts: DeviceFacts,
+) -> Vec<u8> {
     let debug_kind = 0u32;
-    let dynamic_memory = 0u32;
     let mut out: Vec<u8> = [debug_kind, num_devices, device, dynamic_memory]
         .iter()
         .flat_map(|w| w.to_le_bytes())
@@ -82,6 +89,7 @@ pub fn install(
     backend: &dyn Backend,
     module: &dyn LoadedModule,
     device: usize,
+    dynamic_memory: u32,
 ) -> Result<Option<Installed>, BackendError> {
     let Some((name, size)) = NAMES
         .iter()
@@ -100,6 +108,7 @@ pub fn install(
         layout,
         backend.device_count() as u32,
         device as u32,
+        dynamic_memory,
         backend.device_facts(device),
     );
     // SAFETY: `addr` is the address the module gives for its own global, whose size it
@@ -114,11 +123,16 @@ mod tests {
 
     #[test]
     fn llvm_16_is_four_little_endian_words() {
-        let bytes = contents(Layout::Llvm16, 3, 2, DeviceFacts::default());
+        let bytes = contents(Layout::Llvm16, 3, 2, 0, DeviceFacts::default());
         assert_eq!(bytes[..4], [0; 4]);
         assert_eq!(bytes[4..8], 3u32.to_le_bytes());
         assert_eq!(bytes[8..12], 2u32.to_le_bytes());
         assert_eq!(bytes[12..], [0; 4]);
+        // DynamicMemSize: LIBOMPTARGET_SHARED_MEMORY_SIZE, in every layout.
+        for layout in [Layout::Llvm16, Layout::Llvm17, Layout::Llvm18] {
+            let bytes = contents(layout, 1, 0, 256, DeviceFacts::default());
+            assert_eq!(bytes[12..16], 256u32.to_le_bytes(), "{layout:?}");
+        }
     }
 
     #[test]
@@ -127,9 +141,9 @@ mod tests {
             clock_frequency: 1_000_000_000,
             hardware_parallelism: 132 * 64,
         };
-        let v16 = contents(Layout::Llvm16, 3, 2, facts);
-        let v17 = contents(Layout::Llvm17, 3, 2, facts);
-        let v18 = contents(Layout::Llvm18, 3, 2, facts);
+        let v16 = contents(Layout::Llvm16, 3, 2, 0, facts);
+        let v17 = contents(Layout::Llvm17, 3, 2, 0, facts);
+        let v18 = contents(Layout::Llvm18, 3, 2, 0, facts);
         assert_eq!((v17.len(), v18.len()), (24, 48));
         assert_eq!(v17[..16], v16[..]);
         assert_eq!(v17[16..], 1_000_000_000u64.to_le_bytes());

@@ -4,7 +4,7 @@
 //! is asked to do.
 
 use crate::backend::{DeviceAddr, LaunchRequest};
-use crate::launch_shape::{self, ExecMode, Limits, Shape};
+use crate::launch_shape::{self, ExecMode, Limits, Shape, SharedMemoryTooLarge};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -40,23 +40,35 @@ impl KernelRecord {
     /// request gets LLVM 16's shape for the kernel's mode (SPMD's for a kernel without
     /// one: every work-item runs it); without a request an OpenMP kernel gets the default
     /// shape (its generic-mode main thread needs its full block) and any other runs once.
-    pub fn plan(&self, request: Option<LaunchRequest>) -> LaunchPlan {
+    /// A shaped launch's blocks get the larger of the request's dynamic shared memory and
+    /// `device_shared_memory` (`LIBOMPTARGET_SHARED_MEMORY_SIZE`), up to the kernel's
+    /// limit ([`launch_shape::dynamic_shared_memory`]).
+    pub fn plan(
+        &self,
+        request: Option<LaunchRequest>,
+        device_shared_memory: u32,
+    ) -> Result<LaunchPlan, SharedMemoryTooLarge> {
         let Some(limits) = self.limits else {
-            return LaunchPlan::Once;
+            return Ok(LaunchPlan::Once);
         };
         let (mode, request) = match (self.mode, request) {
             (Some(mode), request) => (mode, request.unwrap_or_default()),
             (None, Some(request)) => (ExecMode::Spmd, request),
-            (None, None) => return LaunchPlan::Once,
+            (None, None) => return Ok(LaunchPlan::Once),
         };
-        let shape = launch_shape::shape(
+        let mut shape = launch_shape::shape(
             mode,
             request.num_teams,
             request.thread_limit,
             request.tripcount,
             &limits,
         );
-        LaunchPlan::Shaped(mode, shape)
+        shape.dynamic_shared_memory = launch_shape::dynamic_shared_memory(
+            request.dynamic_shared_memory,
+            device_shared_memory,
+            &limits,
+        )?;
+        Ok(LaunchPlan::Shaped(mode, shape))
     }
 }
 
@@ -96,6 +108,7 @@ mod tests {
         block_limit: 65536,
         default_threads: 128,
         default_blocks: 3200,
+        max_dynamic_shared_memory: 48 << 10,
     };
 
     fn request(num_teams: u32, thread_limit: u32) -> Option<LaunchRequest> {
@@ -103,7 +116,16 @@ mod tests {
             num_teams,
             thread_limit,
             tripcount: 0,
+            dynamic_shared_memory: 0,
         })
+    }
+
+    fn shape(blocks: u32, threads: u32) -> Shape {
+        Shape {
+            blocks,
+            threads,
+            dynamic_shared_memory: 0,
+        }
     }
 
     #[test]
@@ -114,8 +136,8 @@ mod tests {
             name: None,
             reduction_buffer_bytes: 0,
         };
-        assert_eq!(host.plan(None), LaunchPlan::Once);
-        assert_eq!(host.plan(request(4, 64)), LaunchPlan::Once);
+        assert_eq!(host.plan(None, 0), Ok(LaunchPlan::Once));
+        assert_eq!(host.plan(request(4, 64), 256), Ok(LaunchPlan::Once));
     }
 
     #[test]
@@ -126,11 +148,46 @@ mod tests {
             name: None,
             reduction_buffer_bytes: 0,
         };
-        let shaped =
-            |blocks, threads| LaunchPlan::Shaped(ExecMode::Generic, Shape { blocks, threads });
-        assert_eq!(generic.plan(request(4, 64)), shaped(4, 64 + 32));
+        let shaped = |blocks, threads| {
+            Ok(LaunchPlan::Shaped(
+                ExecMode::Generic,
+                shape(blocks, threads),
+            ))
+        };
+        assert_eq!(generic.plan(request(4, 64), 0), shaped(4, 64 + 32));
         // No request: the defaults.
-        assert_eq!(generic.plan(None), shaped(3200, 128));
+        assert_eq!(generic.plan(None, 0), shaped(3200, 128));
+    }
+
+    #[test]
+    fn a_launch_gets_the_larger_dynamic_shared_memory_up_to_the_kernels_limit() {
+        let generic = KernelRecord {
+            mode: Some(ExecMode::Generic),
+            limits: Some(LIMITS),
+            name: None,
+            reduction_buffer_bytes: 0,
+        };
+        let with_clause = |bytes| {
+            Some(LaunchRequest {
+                dynamic_shared_memory: bytes,
+                ..request(4, 64).unwrap()
+            })
+        };
+        let shared = |plan: Result<LaunchPlan, _>| match plan {
+            Ok(LaunchPlan::Shaped(_, s)) => Ok(s.dynamic_shared_memory),
+            Ok(LaunchPlan::Once) => panic!("a generic kernel on a GPU is shaped"),
+            Err(e) => Err(e),
+        };
+        assert_eq!(shared(generic.plan(with_clause(16), 256)), Ok(256));
+        assert_eq!(shared(generic.plan(with_clause(1024), 256)), Ok(1024));
+        assert_eq!(shared(generic.plan(None, 512)), Ok(512));
+        assert_eq!(
+            shared(generic.plan(with_clause(48 << 10 | 1), 0)),
+            Err(SharedMemoryTooLarge {
+                asked: 48 << 10 | 1,
+                limit: 48 << 10
+            })
+        );
     }
 
     #[test]
@@ -141,16 +198,10 @@ mod tests {
             name: None,
             reduction_buffer_bytes: 0,
         };
-        assert_eq!(plain.plan(None), LaunchPlan::Once);
+        assert_eq!(plain.plan(None, 0), Ok(LaunchPlan::Once));
         assert_eq!(
-            plain.plan(request(2, 64)),
-            LaunchPlan::Shaped(
-                ExecMode::Spmd,
-                Shape {
-                    blocks: 2,
-                    threads: 64
-                }
-            )
+            plain.plan(request(2, 64), 0),
+            Ok(LaunchPlan::Shaped(ExecMode::Spmd, shape(2, 64)))
         );
     }
 }

@@ -74,13 +74,49 @@ pub struct Limits {
     /// Blocks without a num_teams clause or trip count (LLVM 16 NVPTX grid value 3200;
     /// AMDGPU: compute units x 4).
     pub default_blocks: u32,
+    /// The most dynamic shared memory one block of the kernel can get, in bytes: the
+    /// device's per-block maximum (on CUDA the opt-in one) less the kernel's static
+    /// shared memory.
+    pub max_dynamic_shared_memory: u32,
 }
 
-/// One-dimensional launch geometry.
+/// What a launch gets: one-dimensional geometry, and each block's dynamic shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub blocks: u32,
     pub threads: u32,
+    /// Bytes of dynamic shared memory (CUDA's `sharedMemBytes`, AMDGPU's dynamic LDS)
+    /// each block gets: what [`dynamic_shared_memory`] decided.
+    pub dynamic_shared_memory: u32,
+}
+
+/// A launch asks each block for more dynamic shared memory than the kernel can get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedMemoryTooLarge {
+    /// The bytes asked for: the larger of the two requests.
+    pub asked: u32,
+    /// [`Limits::max_dynamic_shared_memory`].
+    pub limit: u32,
+}
+
+/// The dynamic shared memory of a launch, LLVM 16's rule (`CUDAKernelTy::launchImpl`):
+/// the larger of what the launch asks for (the `ompx_dyn_cgroup_mem` clause, the kernel
+/// arguments' `DynCGroupMem`) and what the device gives every launch
+/// (`LIBOMPTARGET_SHARED_MEMORY_SIZE`). More than the kernel can get is refused here,
+/// before the vendor sees it.
+pub fn dynamic_shared_memory(
+    clause: u32,
+    device_default: u32,
+    limits: &Limits,
+) -> Result<u32, SharedMemoryTooLarge> {
+    let asked = clause.max(device_default);
+    if asked > limits.max_dynamic_shared_memory {
+        return Err(SharedMemoryTooLarge {
+            asked,
+            limit: limits.max_dynamic_shared_memory,
+        });
+    }
+    Ok(asked)
 }
 
 /// Threads per block: the thread_limit clause (plus the generic main thread's warp),
@@ -132,6 +168,7 @@ pub fn shape(
     Shape {
         blocks: blocks(mode, num_teams, tripcount, threads, limits),
         threads,
+        dynamic_shared_memory: 0,
     }
 }
 
@@ -172,7 +209,23 @@ mod tests {
         block_limit: 65536,
         default_threads: 128,
         default_blocks: 3200,
+        max_dynamic_shared_memory: 232_448,
     };
+
+    #[test]
+    fn dynamic_shared_memory_is_the_larger_request_up_to_the_limit() {
+        assert_eq!(dynamic_shared_memory(0, 0, &H100), Ok(0));
+        assert_eq!(dynamic_shared_memory(256, 0, &H100), Ok(256));
+        assert_eq!(dynamic_shared_memory(16, 256, &H100), Ok(256));
+        assert_eq!(dynamic_shared_memory(232_448, 0, &H100), Ok(232_448));
+        assert_eq!(
+            dynamic_shared_memory(0, 232_449, &H100),
+            Err(SharedMemoryTooLarge {
+                asked: 232_449,
+                limit: 232_448
+            })
+        );
+    }
 
     #[test]
     fn exec_mode_values_are_llvm_16s() {
@@ -239,14 +292,16 @@ mod tests {
             shape(ExecMode::Generic, 0, 0, 0, &H100),
             Shape {
                 blocks: 3200,
-                threads: 128
+                threads: 128,
+                dynamic_shared_memory: 0
             }
         );
         assert_eq!(
             shape(ExecMode::Spmd, 0, 256, 4096, &H100),
             Shape {
                 blocks: 16,
-                threads: 256
+                threads: 256,
+                dynamic_shared_memory: 0
             }
         );
     }

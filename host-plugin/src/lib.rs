@@ -22,6 +22,7 @@ pub mod backend;
 pub mod device;
 pub mod device_env;
 pub mod device_memory;
+pub mod device_settings;
 pub mod device_table;
 pub mod diag;
 pub mod error;

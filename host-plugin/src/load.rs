@@ -113,8 +113,13 @@ impl Device {
             .and_then(|staged| self.backend().load_image(self.index(), code, staged))
             .map_err(load_err)?;
         let environment = if self.kind().has_device_environment() {
-            crate::device_env::install(self.backend(), module.as_ref(), self.index())
-                .map_err(load_err)?
+            crate::device_env::install(
+                self.backend(),
+                module.as_ref(),
+                self.index(),
+                self.settings().dynamic_shared_memory,
+            )
+            .map_err(load_err)?
         } else {
             None
         };

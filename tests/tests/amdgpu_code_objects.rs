@@ -228,6 +228,7 @@ fn clang16_openmp_kernels_are_launched_by_their_exec_mode() {
             num_teams: 0,
             thread_limit: 128,
             tripcount: 0,
+            dynamic_shared_memory: 0,
         };
         // SAFETY: the stand-in runs nothing; `out` is a live allocation.
         unsafe {

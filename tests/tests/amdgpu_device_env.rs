@@ -9,6 +9,7 @@ use amdgpu_support::*;
 use e2e_tests::process::run_ok;
 use e2e_tests::tools::llvm22;
 use host_plugin::backend::hip::HipBackend;
+use host_plugin::device_settings::DeviceSettings;
 use host_plugin::{HostOffloadEntry, Plugin, PluginKind};
 use std::process::Command;
 
@@ -70,4 +71,28 @@ fn the_amdgpu_device_environment_is_written_per_device() {
         // DebugKind 0, NumDevices 2, DeviceNum, DynamicMemSize 0.
         assert_eq!(words, [0, 2, device as u32, 0], "device {device}");
     }
+}
+
+/// `DynamicMemSize` is the dynamic shared memory every launch gets
+/// (`LIBOMPTARGET_SHARED_MEMORY_SIZE`), which LLVM's device runtime hands out.
+#[test]
+fn the_device_environment_carries_the_devices_dynamic_shared_memory() {
+    let co = code_object_with_environment();
+    let fake = FakeHip::new("device-env-shared", "gfx90a:sramecc+:xnack-");
+    let backend = HipBackend::from_library(fake.path_str()).expect("load the stand-in");
+    let plugin = Plugin::with_backend(PluginKind::Amdgpu, Box::new(backend));
+    let on = plugin.device(0).unwrap();
+    on.configure(DeviceSettings {
+        dynamic_shared_memory: 256,
+        ..DeviceSettings::default()
+    })
+    .unwrap();
+    let none: [HostOffloadEntry; 0] = [];
+    on.load_binary(1, &co, &none).unwrap();
+    let at = fake
+        .global_address("omptarget_device_environment")
+        .expect("the stand-in's buffer for the global");
+    // SAFETY: the stand-in keeps 64 bytes per global alive as long as its module.
+    let words = unsafe { std::slice::from_raw_parts(at as *const u32, 4) }.to_vec();
+    assert_eq!(words, [0, 1, 0, 256]);
 }

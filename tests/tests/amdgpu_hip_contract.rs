@@ -109,9 +109,11 @@ fn load_binary_installs_the_table_through_hip() {
                 e_flags(&co)
             ),
             "hipModuleGetFunction(module1, call_indirect)",
-            // The kernel's own work-group limit, for launch_teams (call_indirect has no
-            // `_exec_mode` global, so nothing is read for its mode).
+            // The kernel's own work-group limit and static LDS, for launch_teams
+            // (call_indirect has no `_exec_mode` global, so nothing is read for its
+            // mode).
             "hipFuncGetAttribute(call_indirect, MAX_THREADS_PER_BLOCK) = 1024",
+            "hipFuncGetAttribute(call_indirect, SHARED_SIZE_BYTES) = 0",
             "hipModuleGetGlobal(module1, counter)",
             // add_one is a device function: located from a variable's address.
             "hipModuleGetGlobal(module1, __omp_offloading_fptr_map_p)",
@@ -143,17 +145,17 @@ fn load_binary_installs_the_table_through_hip() {
         .unwrap();
     let counter = fake.global_address("counter").unwrap();
     let ptr_to_negate = fake.global_address("ptr_to_negate").unwrap();
-    assert_eq!(hex_after(lines[4], ") = "), map_p);
+    assert_eq!(hex_after(lines[5], ") = "), map_p);
     // Reading the pointer global: 8 bytes device-to-host from it.
-    assert!(lines[6].ends_with("size=8, kind=2)"), "{}", lines[6]);
-    assert_eq!(hex_after(lines[6], "src="), ptr_to_negate);
-    let table = hex_after(lines[10], ") = ");
+    assert!(lines[7].ends_with("size=8, kind=2)"), "{}", lines[7]);
+    assert_eq!(hex_after(lines[7], "src="), ptr_to_negate);
+    let table = hex_after(lines[11], ") = ");
     // The table (32 bytes) host-to-device into the allocation, then its address into
     // __omp_offloading_fptr_map_p and its length into __omp_offloading_fptr_map_size.
     for (line, dst, size) in [
-        (lines[11], table, 32),
-        (lines[12], map_p, 8),
-        (lines[13], map_size, 8),
+        (lines[12], table, 32),
+        (lines[13], map_p, 8),
+        (lines[14], map_size, 8),
     ] {
         assert_eq!(hex_after(line, "dst="), dst, "{line}");
         assert!(line.ends_with(&format!("size={size}, kind=1)")), "{line}");
@@ -179,10 +181,10 @@ fn load_binary_installs_the_table_through_hip() {
     // The index: 64 bytes of buckets at the first 32-byte boundary of the allocation,
     // then its 32-byte header into __omptarget_rs_fptr_index.
     let index_global = fake.global_address("__omptarget_rs_fptr_index").unwrap();
-    assert_eq!(hex_after(lines[9], ") = "), index_global);
-    let index_alloc = hex_after(lines[14], ") = ");
+    assert_eq!(hex_after(lines[10], ") = "), index_global);
+    let index_alloc = hex_after(lines[15], ") = ");
     let buckets = index_alloc.next_multiple_of(32);
-    for (line, dst, size) in [(lines[15], buckets, 64), (lines[16], index_global, 32)] {
+    for (line, dst, size) in [(lines[16], buckets, 64), (lines[17], index_global, 32)] {
         assert_eq!(hex_after(line, "dst="), dst, "{line}");
         assert!(line.ends_with(&format!("size={size}, kind=1)")), "{line}");
     }
@@ -469,6 +471,7 @@ fn request(num_teams: u32, thread_limit: u32, tripcount: u64) -> LaunchRequest {
         num_teams,
         thread_limit,
         tripcount,
+        dynamic_shared_memory: 0,
     }
 }
 

@@ -159,6 +159,7 @@ impl Gpu {
             num_teams: TEAMS,
             thread_limit: THREADS,
             tripcount: 0,
+            dynamic_shared_memory: 0,
         };
         // SAFETY: the kernel takes (void **, int *, unsigned long, unsigned *): the
         // pointers are allocations of n words, threads * n ints and 2 u32.
@@ -209,6 +210,7 @@ impl Gpu {
             num_teams: 64,
             thread_limit: 256,
             tripcount: 0,
+            dynamic_shared_memory: 0,
         };
         // SAFETY: translate_all takes (void **, void **, unsigned long): two allocations
         // of n words and n.
@@ -242,6 +244,7 @@ impl Gpu {
             num_teams: TEAMS,
             thread_limit: THREADS,
             tripcount: 0,
+            dynamic_shared_memory: 0,
         };
         // SAFETY: translate_in_groups takes (void **, void **, unsigned long, unsigned
         // long): n words in, one word per launched thread out, n, group.

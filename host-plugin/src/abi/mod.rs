@@ -1014,6 +1014,7 @@ pub unsafe extern "C" fn __tgt_rtl_launch_kernel(
             num_teams: ka.num_teams[0],
             thread_limit: ka.thread_limit[0],
             tripcount: ka.tripcount,
+            dynamic_shared_memory: ka.dyn_cgroup_mem,
         };
         let on = plugin().device(device)?;
         // SAFETY: forwarded caller contract (null or a valid async info; the arguments

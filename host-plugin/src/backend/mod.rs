@@ -83,13 +83,26 @@ impl AllocKind {
     }
 }
 
-/// The launch geometry libomptarget asks for (`KernelArgsTy`'s first dimensions): 0 means
-/// "no clause, the plugin chooses".
+/// What libomptarget asks of a launch (`KernelArgsTy`): the geometry's first dimensions,
+/// where 0 means "no clause, the plugin chooses", and each block's dynamic shared memory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LaunchRequest {
     pub num_teams: u32,
     pub thread_limit: u32,
     pub tripcount: u64,
+    /// Bytes of dynamic shared memory per block (`DynCGroupMem`: the
+    /// `ompx_dyn_cgroup_mem` clause); the device's own default may raise it.
+    pub dynamic_shared_memory: u32,
+}
+
+/// A per-device resource limit that libomptarget's environment sets at device
+/// initialisation (LLVM 16's `LIBOMPTARGET_STACK_SIZE` and `LIBOMPTARGET_HEAP_SIZE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceLimit {
+    /// Bytes of stack per device thread (CUDA's `CU_LIMIT_STACK_SIZE`).
+    StackSize,
+    /// Bytes of heap for device-side `malloc` (CUDA's `CU_LIMIT_MALLOC_HEAP_SIZE`).
+    HeapSize,
 }
 
 /// The kinds of handle a backend hands out and must recognise when they come back.
@@ -509,6 +522,18 @@ pub trait Backend: Send + Sync {
 
     /// Facts about the device for `__tgt_rtl_print_device_info`, one line each.
     fn device_info(&self, device: usize) -> Vec<String>;
+
+    /// Set one of the device's resource limits (at its initialisation, before any
+    /// launch). `Ok(false)`: the device has no such limit and the value has no effect
+    /// (the host devices).
+    fn set_limit(
+        &self,
+        _device: usize,
+        _limit: DeviceLimit,
+        _bytes: u64,
+    ) -> Result<bool, BackendError> {
+        Ok(false)
+    }
 
     /// What the device environment of LLVM 17's and 18's device runtimes says about the
     /// device beyond its number ([`crate::device_env`]); LLVM's generic defaults unless

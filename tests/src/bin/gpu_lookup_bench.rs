@@ -591,6 +591,7 @@ impl Bench<'_> {
             num_teams: BLOCKS,
             thread_limit: THREADS,
             tripcount: 0,
+            dynamic_shared_memory: 0,
         };
         let start = Instant::now();
         // SAFETY: lookup_bench takes (const u64 *keys, u64 mask, u64 iters, u64 divergent,

@@ -17,8 +17,8 @@
 pub mod image;
 
 use super::{
-    unknown, AllocKind, Backend, BackendError, DeviceAddr, EventHandle, HandleKind, HandleRegistry,
-    LoadedModule, QueueHandle, StagedImage,
+    unknown, AllocKind, Backend, BackendError, DeviceAddr, DeviceLimit, EventHandle, HandleKind,
+    HandleRegistry, LoadedModule, QueueHandle, StagedImage,
 };
 use crate::launch_shape::{ExecMode, Limits, Shape};
 use crate::locking::lock;
@@ -42,6 +42,9 @@ pub fn device_environment_names() -> [&'static CStr; 2] {
 const DEFAULT_THREADS: u32 = 128;
 const DEFAULT_BLOCKS: u32 = 3200;
 const MAX_TEAMS: u32 = 1 << 16;
+/// The dynamic shared memory a launch gets without opting in: above it, the kernel's
+/// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES must be raised first.
+const SHARED_MEMORY_WITHOUT_OPT_IN: u32 = 48 << 10;
 
 fn driver_err(call: &'static str, e: DriverError) -> BackendError {
     let name = e
@@ -84,6 +87,9 @@ struct CudaDevice {
     multiprocessors: i32,
     /// Resident threads per multiprocessor (for the device environment's parallelism).
     threads_per_multiprocessor: i32,
+    /// The most shared memory a block can have once its kernel opts in
+    /// (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN), static and dynamic.
+    shared_memory_per_block: u32,
     context: Mutex<Option<Context>>,
     /// Streams of finished queues, handed out again by `queue_create`.
     idle_streams: Mutex<Vec<QueueHandle>>,
@@ -98,6 +104,7 @@ impl CudaDevice {
             block_limit: self.block_limit,
             default_threads: DEFAULT_THREADS,
             default_blocks: DEFAULT_BLOCKS,
+            max_dynamic_shared_memory: self.shared_memory_per_block,
         }
     }
 }
@@ -168,6 +175,9 @@ fn discover() -> Result<Vec<CudaDevice>, String> {
                 threads_per_multiprocessor: attr(
                     CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
                 )?,
+                shared_memory_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+                    .or_else(|_| attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK))?
+                    .max(0) as u32,
                 context: Mutex::new(None),
                 idle_streams: Mutex::new(Vec::new()),
             });
@@ -327,24 +337,30 @@ impl LoadedModule for CudaModule {
         Ok(function as DeviceAddr)
     }
 
-    /// The device's limits, threads capped by the kernel's MAX_THREADS_PER_BLOCK.
+    /// The device's limits, threads capped by the kernel's MAX_THREADS_PER_BLOCK and
+    /// dynamic shared memory by what its static shared memory leaves.
     unsafe fn kernel_limits(
         &self,
         kernel: DeviceAddr,
         _name: &CStr,
     ) -> Result<Option<Limits>, BackendError> {
         self.context.make_current()?;
-        // SAFETY: the caller promises `kernel` is the handle `function` returned for this
-        // module, which stays loaded until self drops.
-        let kernel_max = unsafe {
-            result::function::get_function_attribute(
-                kernel as sys::CUfunction,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-            )
-        }
-        .map_err(|e| driver_err("cuFuncGetAttribute", e))?;
+        let attribute = |attribute| {
+            // SAFETY: the caller promises `kernel` is the handle `function` returned for
+            // this module, which stays loaded until self drops.
+            unsafe {
+                result::function::get_function_attribute(kernel as sys::CUfunction, attribute)
+            }
+            .map_err(|e| driver_err("cuFuncGetAttribute", e))
+        };
+        use sys::CUfunction_attribute::*;
+        let kernel_max = attribute(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?;
+        let static_shared = attribute(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?.max(0) as u32;
         let mut limits = self.device_limits;
         limits.max_threads = (kernel_max.max(1) as u32).min(limits.max_threads);
+        limits.max_dynamic_shared_memory = limits
+            .max_dynamic_shared_memory
+            .saturating_sub(static_shared);
         Ok(Some(limits))
     }
 
@@ -550,7 +566,20 @@ impl Backend for CudaBackend {
         let shape = shape.unwrap_or(Shape {
             blocks: 1,
             threads: 1,
+            dynamic_shared_memory: 0,
         });
+        if shape.dynamic_shared_memory > SHARED_MEMORY_WITHOUT_OPT_IN {
+            // SAFETY: as for the launch below: `kernel` is a live CUfunction of this
+            // device; the core checked the size against the kernel's limit.
+            unsafe {
+                result::function::set_function_attribute(
+                    kernel as sys::CUfunction,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shape.dynamic_shared_memory as i32,
+                )
+            }
+            .map_err(|e| driver_err("cuFuncSetAttribute", e))?;
+        }
         // cuLaunchKernel takes a pointer to each argument's value and copies the values
         // before it returns (the driver API's contract for kernelParams; LLVM's plugin
         // also launches from a local array without waiting), so these may drop while
@@ -572,7 +601,7 @@ impl Backend for CudaBackend {
                 kernel as sys::CUfunction,
                 (shape.blocks, 1, 1),
                 (shape.threads, 1, 1),
-                0,
+                shape.dynamic_shared_memory,
                 stream,
                 &mut params,
             )
@@ -794,6 +823,32 @@ impl Backend for CudaBackend {
         unsafe { sys::cuMemHostUnregister(ptr.cast()) }
             .result()
             .map_err(|e| driver_err("cuMemHostUnregister", e))
+    }
+
+    /// cuCtxSetLimit in the device's primary context (LLVM 16's `setDeviceStackSize`
+    /// and `setDeviceHeapSize`).
+    fn set_limit(
+        &self,
+        device: usize,
+        limit: DeviceLimit,
+        bytes: u64,
+    ) -> Result<bool, BackendError> {
+        self.enter(device)?;
+        let (limit, call) = match limit {
+            DeviceLimit::StackSize => (
+                sys::CUlimit::CU_LIMIT_STACK_SIZE,
+                "cuCtxSetLimit(CU_LIMIT_STACK_SIZE)",
+            ),
+            DeviceLimit::HeapSize => (
+                sys::CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE,
+                "cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE)",
+            ),
+        };
+        let bytes = usize::try_from(bytes).map_err(|_| {
+            BackendError::Invalid(format!("{bytes} bytes is more than this host can name"))
+        })?;
+        result::ctx::set_limit(limit, bytes).map_err(|e| driver_err(call, e))?;
+        Ok(true)
     }
 
     /// LLVM 18's CUDA plugin: a 1 GHz clock (the device runtime reads the nanosecond

@@ -35,6 +35,9 @@ pub const GRID_VALUE_DEFAULT_TEAMS: u32 = 440;
 pub const DEFAULT_TEAMS_PER_CU: u32 = 4;
 /// The environment variable LLVM 16 reads for it (same meaning here).
 pub const TEAMS_PER_CU_ENV: &str = "LIBOMPTARGET_AMDGPU_TEAMS_PER_CU";
+/// The local data share (LDS) one work-group can have on the AMDGPU processors LLVM 16
+/// targets (gfx9, gfx10, gfx11): 64 KiB, static and dynamic together.
+pub const LDS_PER_WORK_GROUP: u32 = 64 << 10;
 /// HSA's largest grid in x, in work-items, on ROCr agents (`HSA_AGENT_INFO_GRID_MAX_DIM`):
 /// HIP launches `grid x block` work-items, so it bounds their product too.
 pub const HSA_GRID_MAX_WORK_ITEMS: u32 = u32::MAX;
@@ -114,8 +117,9 @@ impl DeviceLimits {
     }
 
     /// The limits of one kernel: the device's, with the threads also capped by the
-    /// kernel's own largest work-group where HIP reported it.
-    pub fn for_kernel(&self, kernel_max_threads: Option<u32>) -> Limits {
+    /// kernel's own largest work-group where HIP reported it, and the dynamic shared
+    /// memory by what the kernel's static LDS leaves of [`LDS_PER_WORK_GROUP`].
+    pub fn for_kernel(&self, kernel_max_threads: Option<u32>, static_lds: u32) -> Limits {
         let max_threads = kernel_max_threads
             .filter(|&m| m > 0)
             .map_or(self.max_threads, |m| m.min(self.max_threads));
@@ -125,6 +129,7 @@ impl DeviceLimits {
             block_limit: self.block_limit,
             default_threads: self.default_threads,
             default_blocks: self.default_blocks,
+            max_dynamic_shared_memory: LDS_PER_WORK_GROUP.saturating_sub(static_lds),
         }
     }
 }
@@ -222,8 +227,8 @@ mod tests {
 
     #[test]
     fn generic_mode_adds_a_wavefront_for_the_main_thread() {
-        let wave64 = DeviceLimits::new(GFX90A, None, 0).for_kernel(None);
-        let wave32 = DeviceLimits::new(GFX1100, None, 0).for_kernel(None);
+        let wave64 = DeviceLimits::new(GFX90A, None, 0).for_kernel(None, 0);
+        let wave32 = DeviceLimits::new(GFX1100, None, 0).for_kernel(None, 0);
         assert_eq!(threads(ExecMode::Generic, 128, &wave64), 192);
         assert_eq!(threads(ExecMode::Generic, 128, &wave32), 160);
         assert_eq!(threads(ExecMode::Spmd, 128, &wave64), 128);
@@ -237,29 +242,30 @@ mod tests {
     #[test]
     fn the_kernels_own_limit_caps_the_work_group() {
         let device = DeviceLimits::new(GFX90A, None, 0);
-        let kernel = device.for_kernel(Some(256));
+        let kernel = device.for_kernel(Some(256), 0);
         assert_eq!(kernel.max_threads, 256);
         assert_eq!(threads(ExecMode::Generic, 256, &kernel), 256);
         assert_eq!(
-            threads(ExecMode::Spmd, 1000, &device.for_kernel(None)),
+            threads(ExecMode::Spmd, 1000, &device.for_kernel(None, 0)),
             1000
         );
         assert_eq!(
-            threads(ExecMode::Spmd, 5000, &device.for_kernel(None)),
+            threads(ExecMode::Spmd, 5000, &device.for_kernel(None, 0)),
             1024
         );
         // A kernel limit above the device's does not raise it; 0 means unknown.
-        assert_eq!(device.for_kernel(Some(2048)).max_threads, 1024);
-        assert_eq!(device.for_kernel(Some(0)).max_threads, 1024);
+        assert_eq!(device.for_kernel(Some(2048), 0).max_threads, 1024);
+        assert_eq!(device.for_kernel(Some(0), 0).max_threads, 1024);
     }
 
     #[test]
     fn shapes_of_typical_launches() {
-        let limits = DeviceLimits::new(GFX90A, None, 0).for_kernel(None);
+        let limits = DeviceLimits::new(GFX90A, None, 0).for_kernel(None, 0);
         // `target teams` without clauses, generic: CUs x 4 teams of 256.
         assert_eq!(
             shape(ExecMode::Generic, 0, 0, 0, &limits),
             Shape {
+                dynamic_shared_memory: 0,
                 blocks: 416,
                 threads: 256
             }
@@ -268,6 +274,7 @@ mod tests {
         assert_eq!(
             shape(ExecMode::Spmd, 0, 0, 100_000, &limits),
             Shape {
+                dynamic_shared_memory: 0,
                 blocks: 391,
                 threads: 256
             }
@@ -278,6 +285,7 @@ mod tests {
         assert_eq!(
             shape(ExecMode::Generic, 7, 64, 0, &limits),
             Shape {
+                dynamic_shared_memory: 0,
                 blocks: 7,
                 threads: 128
             }
@@ -291,7 +299,7 @@ mod tests {
             None,
             0,
         )
-        .for_kernel(None);
+        .for_kernel(None, 0);
         assert_eq!(shape(ExecMode::Spmd, 5000, 0, 0, &small_grid).blocks, 1000);
     }
 }

@@ -27,8 +27,8 @@ pub mod result;
 pub mod sys;
 
 use super::{
-    AllocKind, Backend, BackendError, DeviceAddr, DeviceCode, HandleKind, LoadedModule,
-    QueueHandle, StagedImage,
+    AllocKind, Backend, BackendError, DeviceAddr, DeviceCode, DeviceLimit, HandleKind,
+    LoadedModule, QueueHandle, StagedImage,
 };
 use crate::diag;
 use crate::launch_shape::{Limits, Shape};
@@ -219,6 +219,7 @@ impl HipBackend {
         args: &[DeviceAddr],
         grid: [u32; 3],
         block: [u32; 3],
+        shared_memory: u32,
     ) -> Result<(), BackendError> {
         let api = self.on_device(device)?;
         // Pointer arguments packed back to back, 8-byte aligned, as the kernel's
@@ -226,9 +227,20 @@ impl HipBackend {
         let mut packed: Vec<u8> = args.iter().flat_map(|a| a.to_ne_bytes()).collect();
         // SAFETY: the caller's contract (see above).
         unsafe {
-            launch::module_launch_kernel(api, kernel as sys::HipFunction, grid, block, &mut packed)
+            launch::module_launch_kernel(
+                api,
+                kernel as sys::HipFunction,
+                grid,
+                block,
+                shared_memory,
+                &mut packed,
+            )
         }
-        .map_err(|e| BackendError::Launch(format!("{e} (grid {grid:?}, block {block:?})")))?;
+        .map_err(|e| {
+            BackendError::Launch(format!(
+                "{e} (grid {grid:?}, block {block:?}, {shared_memory} bytes of dynamic LDS)"
+            ))
+        })?;
         device::synchronize(api).map_err(driver_failed)
     }
 }
@@ -284,6 +296,23 @@ impl HipModule {
             Err(e) => {
                 diag::debug(|| format!("{}: {e}; no per-kernel limit", name.to_string_lossy()));
                 None
+            }
+        }
+    }
+
+    /// The kernel's static LDS in bytes (0 where HIP cannot say).
+    ///
+    /// # Safety
+    /// `f` came from hipModuleGetFunction on this module.
+    unsafe fn static_lds(&self, f: sys::HipFunction, name: &CStr) -> u32 {
+        // SAFETY: forwarded caller contract; the module is live for as long as `self`.
+        match unsafe {
+            function::attribute(&self.api, f, sys::HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+        } {
+            Ok(v) => v.and_then(|v| u32::try_from(v).ok()).unwrap_or(0),
+            Err(e) => {
+                diag::debug(|| format!("{}: {e}; no static LDS assumed", name.to_string_lossy()));
+                0
             }
         }
     }
@@ -355,9 +384,12 @@ impl LoadedModule for HipModule {
         kernel: DeviceAddr,
         name: &CStr,
     ) -> Result<Option<Limits>, BackendError> {
+        let f = kernel as sys::HipFunction;
         // SAFETY: forwarded caller contract (`kernel` is this module's hipFunction_t).
-        let max_threads = unsafe { self.max_threads(kernel as sys::HipFunction, name) };
-        Ok(Some(self.limits.for_kernel(max_threads)))
+        let max_threads = unsafe { self.max_threads(f, name) };
+        // SAFETY: as above.
+        let static_lds = unsafe { self.static_lds(f, name) };
+        Ok(Some(self.limits.for_kernel(max_threads, static_lds)))
     }
 
     /// A device function's code address (what an indirect call jumps to).
@@ -573,16 +605,43 @@ impl Backend for HipBackend {
         if let Some(queue) = queue {
             return Err(super::unknown(HandleKind::Queue, device, queue));
         }
-        let (grid, block) = shape.map_or((ONCE_GRID, ONCE_BLOCK), |shape| {
-            ([shape.blocks, 1, 1], [shape.threads, 1, 1])
+        let (grid, block, shared) = shape.map_or((ONCE_GRID, ONCE_BLOCK, 0), |shape| {
+            (
+                [shape.blocks, 1, 1],
+                [shape.threads, 1, 1],
+                shape.dynamic_shared_memory,
+            )
         });
         // SAFETY: forwarded caller contract.
-        unsafe { self.launch_with(device, kernel, args, grid, block) }
+        unsafe { self.launch_with(device, kernel, args, grid, block, shared) }
     }
 
     fn synchronize(&self, device: usize) -> Result<(), BackendError> {
         let api = self.on_device(device)?;
         device::synchronize(api).map_err(driver_failed)
+    }
+
+    /// hipDeviceSetLimit on the device; a runtime without it refuses the setting.
+    fn set_limit(
+        &self,
+        device: usize,
+        limit: DeviceLimit,
+        bytes: u64,
+    ) -> Result<bool, BackendError> {
+        let api = self.on_device(device)?;
+        let (limit, name) = match limit {
+            DeviceLimit::StackSize => (sys::HIP_LIMIT_STACK_SIZE, "hipLimitStackSize"),
+            DeviceLimit::HeapSize => (sys::HIP_LIMIT_MALLOC_HEAP_SIZE, "hipLimitMallocHeapSize"),
+        };
+        let bytes = usize::try_from(bytes).map_err(|_| {
+            BackendError::Invalid(format!("{bytes} bytes is more than this host can name"))
+        })?;
+        match device::set_limit(api, limit, bytes).map_err(driver_failed)? {
+            true => Ok(true),
+            false => Err(BackendError::Invalid(format!(
+                "this HIP runtime has no hipDeviceSetLimit to set {name}"
+            ))),
+        }
     }
 
     fn device_info(&self, device: usize) -> Vec<String> {

@@ -102,6 +102,16 @@ pub mod device {
         Ok(Some(value))
     }
 
+    /// hipDeviceSetLimit on the current device; Ok(false) where the runtime lacks it.
+    pub fn set_limit(api: &HipApi, limit: c_int, bytes: usize) -> HipResult<bool> {
+        let Some(set) = api.device_set_limit else {
+            return Ok(false);
+        };
+        // SAFETY: plain value arguments; HIP validates the limit.
+        check(api, "hipDeviceSetLimit", unsafe { set(limit, bytes) })?;
+        Ok(true)
+    }
+
     pub fn synchronize(api: &HipApi) -> HipResult<()> {
         // SAFETY: no arguments.
         check(api, "hipDeviceSynchronize", unsafe {
@@ -289,6 +299,7 @@ pub mod launch {
         function: HipFunction,
         grid: [u32; 3],
         block: [u32; 3],
+        shared_memory: u32,
         args: &mut [u8],
     ) -> HipResult<()> {
         let mut size = args.len();
@@ -310,7 +321,7 @@ pub mod launch {
                 block[0],
                 block[1],
                 block[2],
-                0,
+                shared_memory,
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
                 extra.as_mut_ptr(),

@@ -102,8 +102,14 @@ pub const HIP_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: c_int = 26;
 pub const HIP_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: c_int = 29;
 pub const HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 63;
 pub const HIP_DEVICE_ATTRIBUTE_WARP_SIZE: c_int = 87;
-/// `hipFunction_attribute` (ROCm 6 `driver_types.h`): the kernel's largest work-group.
+/// `hipFunction_attribute` (ROCm 6 `driver_types.h`): the kernel's largest work-group,
+/// and its static shared memory (LDS) in bytes.
 pub const HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: c_int = 0;
+pub const HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: c_int = 1;
+/// `hipLimit_t` (ROCm 6 `hip_runtime_api.h`).
+pub const HIP_LIMIT_STACK_SIZE: c_int = 0;
+pub const HIP_LIMIT_MALLOC_HEAP_SIZE: c_int = 2;
+pub type HipDeviceSetLimit = unsafe extern "C" fn(limit: c_int, value: usize) -> HipError;
 
 /// The HIP entry points, resolved once from one loaded library, which the table keeps
 /// open for as long as the pointers exist.
@@ -125,6 +131,8 @@ pub struct HipApi {
     /// Optional: the launch geometry falls back to LLVM 16's grid values without them.
     pub device_get_attribute: Option<HipDeviceGetAttribute>,
     pub func_get_attribute: Option<HipFuncGetAttribute>,
+    /// Optional: without it, `LIBOMPTARGET_STACK_SIZE` / `_HEAP_SIZE` are refused.
+    pub device_set_limit: Option<HipDeviceSetLimit>,
     _library: Library,
 }
 
@@ -166,6 +174,7 @@ impl HipApi {
                 device_synchronize: symbol(&library, "hipDeviceSynchronize")?,
                 device_get_attribute: symbol(&library, "hipDeviceGetAttribute").ok(),
                 func_get_attribute: symbol(&library, "hipFuncGetAttribute").ok(),
+                device_set_limit: symbol(&library, "hipDeviceSetLimit").ok(),
                 _library: library,
             })
         }
