@@ -499,7 +499,10 @@ fn cxx_virtual_calls_at_o2_with_a_device_image_without_aliases() {
         &x86_config(),
         "-O2",
         &virtual_sources(),
-        &["-Xopenmp-target=x86_64-pc-linux-gnu", "-Xclang=-mno-constructor-aliases"],
+        &[
+            "-Xopenmp-target=x86_64-pc-linux-gnu",
+            "-Xclang=-mno-constructor-aliases",
+        ],
         "virtual-o2-no-device-aliases",
     );
     assert!(!built.stderr.contains("warning"), "{}", built.stderr);

@@ -269,8 +269,14 @@ fn clang16_nvptx_images_have_what_the_backend_reads() {
     let defined = DefinedSymbols::of_image(&cubin).expect("a cubin's symbol table");
     for k in &kernels {
         assert!(defined.may_define(k.as_bytes()), "{k}");
-        assert!(defined.may_define(format!("{k}_exec_mode").as_bytes()), "{k}");
-        assert!(!defined.may_define(format!("{k}_kernel_environment").as_bytes()), "{k}");
+        assert!(
+            defined.may_define(format!("{k}_exec_mode").as_bytes()),
+            "{k}"
+        );
+        assert!(
+            !defined.may_define(format!("{k}_kernel_environment").as_bytes()),
+            "{k}"
+        );
     }
     assert!(defined.may_define(b"__omp_rtl_device_environment"));
     assert!(!defined.may_define(b"omptarget_device_environment"));
