@@ -6,8 +6,8 @@
 //! an image is [`crate::load`]'s sequence; this module keeps what it registers.
 
 use crate::backend::{
-    AllocKind, Backend, DeviceAddr, DeviceLimit, EventHandle, LaunchRequest, LoadedModule,
-    QueueHandle,
+    AllocKind, Backend, DeviceAddr, DeviceLimit, EventHandle, InteropHandles, LaunchRequest,
+    LoadedModule, QueueHandle,
 };
 use crate::device_memory::{DeviceBuffer, DeviceMemory};
 use crate::device_settings::{DeviceSettings, HEAP_SIZE_ENV, STACK_SIZE_ENV};
@@ -59,6 +59,9 @@ pub struct Device {
     /// Whether the stack and heap limits were set on the device (once, at its first
     /// successful initialisation).
     limits_set: Mutex<bool>,
+    /// What the C ABI handed out for this device that lives as long as the device
+    /// (interop's async infos): freed with it.
+    kept: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
 }
 
 impl Device {
@@ -78,6 +81,7 @@ impl Device {
             load_thread_cap,
             settings: OnceLock::new(),
             limits_set: Mutex::new(false),
+            kept: Mutex::default(),
         }
     }
 
@@ -205,6 +209,25 @@ impl Device {
             }
         });
         Ok(())
+    }
+
+    /// The device's handles for OpenMP interop (`__tgt_rtl_init_device_info`).
+    pub fn interop_handles(&self) -> Result<InteropHandles, PluginError> {
+        self.backend
+            .interop_handles(self.index)
+            .map_err(backend_err(self.id(), "reading its interop handles"))
+    }
+
+    /// A queue of its own for an OpenMP interop object (`__tgt_rtl_init_async_info`);
+    /// None where the device has no queues (everything completes before it returns).
+    pub fn interop_queue(&self) -> Result<Option<QueueHandle>, PluginError> {
+        self.queue(&mut AsyncInfo::default())
+    }
+
+    /// Keep `value` until the device is dropped (what the C ABI handed out for it and
+    /// libomptarget never gives back).
+    pub fn keep_with_device(&self, value: Box<dyn std::any::Any + Send>) {
+        lock(&self.kept).push(value);
     }
 
     /// Register a loaded image and its kernels, replacing the image of the same key.

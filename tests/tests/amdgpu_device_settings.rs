@@ -2,16 +2,16 @@
 //! (tests/fixtures/amdgpu/fake_hip.c): `LIBOMPTARGET_STACK_SIZE` / `_HEAP_SIZE` become
 //! hipDeviceSetLimit calls once, at the device's initialisation, before any launch;
 //! `LIBOMPTARGET_SHARED_MEMORY_SIZE` and a launch's `ompx_dyn_cgroup_mem` become the
-//! launch's dynamic LDS, refused above what the work-group can have. The settings are
-//! given through `Device::configure`, the Rust API's way of saying what libomptarget
-//! reads from the environment.
+//! launch's dynamic LDS, refused above what the work-group can have; interop gets the
+//! device's handles. The settings are given through `Device::configure`, the Rust
+//! API's way of saying what libomptarget reads from the environment.
 
 mod amdgpu_support;
 
 use amdgpu_support::*;
 use e2e_tests::plugin::entry;
 use host_plugin::backend::hip::HipBackend;
-use host_plugin::backend::{AllocKind, LaunchRequest};
+use host_plugin::backend::{AllocKind, InteropHandles, LaunchRequest};
 use host_plugin::device_settings::DeviceSettings;
 use host_plugin::host_entry::FLAG_INDIRECT;
 use host_plugin::{HostOffloadEntry, Plugin, PluginKind};
@@ -126,4 +126,21 @@ fn a_launch_gets_the_larger_dynamic_shared_memory_up_to_the_work_groups_lds() {
         .log()
         .iter()
         .any(|l| l.starts_with("hipModuleLaunchKernel")));
+}
+
+#[test]
+fn interop_gets_the_hip_device_and_no_queue() {
+    let fake = FakeHip::new("interop", "gfx90a:sramecc+:xnack-,gfx1100");
+    let plugin = plugin_on(&fake);
+    let on = plugin.device(1).unwrap();
+    on.init_device().unwrap();
+    assert_eq!(
+        on.interop_handles().unwrap(),
+        InteropHandles {
+            context: 0,
+            device: 1
+        }
+    );
+    // This backend completes everything before it returns: no queue to synchronize on.
+    assert_eq!(on.interop_queue().unwrap(), None);
 }

@@ -421,3 +421,26 @@ fn programs_run_on_the_host_device_the_environment_asks_for() {
         e2e_tests::isolated()
     );
 }
+
+/// `#pragma omp interop init(targetsync: ...)` on the x86_64 device with no image loaded
+/// (libomptarget's offloading/interop.c, as the host device can run it): the object is
+/// made from the plugin's device info and async info (without those entry points it is
+/// omp_interop_none), on device 0; the host device completes everything before it
+/// returns, so, as with LLVM's host plugin, its targetsync has no queue.
+#[test]
+fn interop_objects_are_made_on_a_device_without_an_image() {
+    let dir = scratch("interop");
+    let exe = dir.join("interop");
+    compile_offload_sources(
+        &[&fixture("plugin/interop.c")],
+        &exe,
+        false,
+        &["-fopenmp-version=51"],
+    );
+    let (stdout, _) = run_successfully(&dir, &exe, "0");
+    assert!(
+        stdout.contains("interop: made on device 0, targetsync no queue (0)")
+            && stdout.contains("interop: destroyed"),
+        "{stdout}"
+    );
+}

@@ -6,6 +6,7 @@
 //! errors and panics into a printed message plus OFFLOAD_FAIL), and converts back.
 
 mod binary;
+mod interop;
 pub mod loader;
 mod published;
 pub mod types;

@@ -105,6 +105,14 @@ pub enum DeviceLimit {
     HeapSize,
 }
 
+/// A device's handles for a foreign runtime (OpenMP interop's `omp_ipr_device_context`
+/// and `omp_ipr_device`): CUDA's context and device; 0 where the device has none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InteropHandles {
+    pub context: u64,
+    pub device: u64,
+}
+
 /// The kinds of handle a backend hands out and must recognise when they come back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HandleKind {
@@ -533,6 +541,12 @@ pub trait Backend: Send + Sync {
         _bytes: u64,
     ) -> Result<bool, BackendError> {
         Ok(false)
+    }
+
+    /// The device's handles for OpenMP interop (`__tgt_rtl_init_device_info`): none by
+    /// default, as LLVM's host plugin gives none.
+    fn interop_handles(&self, _device: usize) -> Result<InteropHandles, BackendError> {
+        Ok(InteropHandles::default())
     }
 
     /// What the device environment of LLVM 17's and 18's device runtimes says about the

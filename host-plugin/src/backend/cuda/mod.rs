@@ -18,7 +18,7 @@ pub mod image;
 
 use super::{
     unknown, AllocKind, Backend, BackendError, DeviceAddr, DeviceLimit, EventHandle, HandleKind,
-    HandleRegistry, LoadedModule, QueueHandle, StagedImage,
+    HandleRegistry, InteropHandles, LoadedModule, QueueHandle, StagedImage,
 };
 use crate::launch_shape::{ExecMode, Limits, Shape};
 use crate::locking::lock;
@@ -849,6 +849,15 @@ impl Backend for CudaBackend {
         })?;
         result::ctx::set_limit(limit, bytes).map_err(|e| driver_err(call, e))?;
         Ok(true)
+    }
+
+    /// The primary context and the CUdevice, as LLVM's plugin gives them.
+    fn interop_handles(&self, device: usize) -> Result<InteropHandles, BackendError> {
+        let context = self.enter(device)?;
+        Ok(InteropHandles {
+            context: context.0 as u64,
+            device: self.device(device)?.handle as u64,
+        })
     }
 
     /// LLVM 18's CUDA plugin: a 1 GHz clock (the device runtime reads the nanosecond

@@ -28,7 +28,7 @@ pub mod sys;
 
 use super::{
     AllocKind, Backend, BackendError, DeviceAddr, DeviceCode, DeviceLimit, HandleKind,
-    LoadedModule, QueueHandle, StagedImage,
+    InteropHandles, LoadedModule, QueueHandle, StagedImage,
 };
 use crate::diag;
 use crate::launch_shape::{Limits, Shape};
@@ -642,6 +642,15 @@ impl Backend for HipBackend {
                 "this HIP runtime has no hipDeviceSetLimit to set {name}"
             ))),
         }
+    }
+
+    /// HIP has no contexts: the device is its ordinal.
+    fn interop_handles(&self, device: usize) -> Result<InteropHandles, BackendError> {
+        self.on_device(device)?;
+        Ok(InteropHandles {
+            context: 0,
+            device: device as u64,
+        })
     }
 
     fn device_info(&self, device: usize) -> Vec<String> {
