@@ -333,12 +333,8 @@ pub extern "C" fn __tgt_rtl_print_device_info(device: i32) {
 /// `image` is null or a valid `__tgt_device_image`.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_rtl_is_valid_binary(image: *mut TgtDeviceImage) -> i32 {
-    guard("is_valid_binary", 0, || {
-        diag::write_load_marker();
-        // SAFETY: forwarded caller contract.
-        let bytes = unsafe { image_bytes(image) };
-        Ok(bytes.is_some_and(|(_, b)| plugin().is_valid_binary(b)) as i32)
-    })
+    // SAFETY: forwarded caller contract.
+    unsafe { is_valid_binary(image) }
 }
 
 /// # Safety
@@ -349,7 +345,22 @@ pub unsafe extern "C" fn __tgt_rtl_is_valid_binary_info(
     _info: *mut TgtImageInfo,
 ) -> i32 {
     // SAFETY: forwarded caller contract.
-    unsafe { __tgt_rtl_is_valid_binary(image) }
+    unsafe { is_valid_binary(image) }
+}
+
+/// Both entry points' body. Entry points never call one another: every plugin file
+/// exports the same names, and a call through them could reach another copy's
+/// (the library is linked -Bsymbolic as well, build.rs).
+///
+/// # Safety
+/// `image` is null or a valid `__tgt_device_image`.
+unsafe fn is_valid_binary(image: *mut TgtDeviceImage) -> i32 {
+    guard("is_valid_binary", 0, || {
+        diag::write_load_marker();
+        // SAFETY: forwarded caller contract.
+        let bytes = unsafe { image_bytes(image) };
+        Ok(bytes.is_some_and(|(_, b)| plugin().is_valid_binary(b)) as i32)
+    })
 }
 
 #[no_mangle]
