@@ -2,7 +2,8 @@
 //! function table (`fptr::build`, `from_rows`, `vtable_pairs`), as `load_binary` does it
 //! with the device addresses a backend would resolve. Never panics; every table it builds
 //! is sorted, duplicate-free and complete (a host address that only functions share keeps
-//! its first target), and every error is a real conflict (a vtable word among them).
+//! its first target; rows to null or to their own host address are left out), and every
+//! error is a real conflict (a vtable word among them).
 #![no_main]
 use host_plugin::host_entry::{
     EntryKind, HostEntry, HostOffloadEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE,
@@ -106,7 +107,8 @@ fn check_table(pairs: &[IndirectPair]) {
     let mut want: HashMap<u64, u64> = HashMap::new();
     let mut targets: HashMap<u64, HashSet<u64>> = HashMap::new();
     let mut has_word: HashSet<u64> = HashSet::new();
-    for p in pairs {
+    // Rows that translate nothing (to 0, or to their own host address) are left out.
+    for p in pairs.iter().filter(|p| p.tgt_ptr != 0 && p.tgt_ptr != p.host_ptr) {
         want.entry(p.host_ptr).or_insert(p.tgt_ptr);
         targets.entry(p.host_ptr).or_default().insert(p.tgt_ptr);
         if !p.origin.is_function() {

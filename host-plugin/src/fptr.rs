@@ -16,6 +16,11 @@
 //! (data, which no function and no other vtable shares an address with; `--icf=all`
 //! folds only code), or a table handed over whole (`__tgt_rtl_set_function_ptr_map`),
 //! whose author gave one address two targets.
+//!
+//! Rows that translate nothing are left out: a null device address, and the host
+//! address itself (what the lookup returns for any address the table lacks). A vtable's
+//! slots that hold no function give such rows: its offsets (the same on both sides) and
+//! its RTTI pointer (null where the device has no RTTI, as on NVPTX).
 
 use std::collections::{HashMap, HashSet};
 use thiserror::Error;
@@ -200,34 +205,42 @@ struct Collision {
 }
 
 impl Collision {
-    /// A [`SharedAddress`] when every row of the address is a function (its origins, in
-    /// input order, one per target), else the conflict between its first row and the
-    /// first with another target.
+    /// A [`SharedAddress`] when every row of the address that translates something is a
+    /// function (`origins`: one per row, in input order), else the conflict between the
+    /// first of those rows and the first with another target.
     fn judge<'a>(self, origins: &[Origin<'a>]) -> Result<SharedAddress<'a>, FptrError> {
-        let why = if origins.len() != self.targets.len() {
+        let known = origins.len() == self.targets.len();
+        let useful: Vec<usize> = (0..self.targets.len())
+            .filter(|&i| translates(self.host, self.targets[i]))
+            .collect();
+        let origin_of = |i: usize| origins.get(i).filter(|_| known);
+        let why = if !known {
             Some(WHY_UNKNOWN)
-        } else if origins.iter().any(|o| matches!(o, Origin::Row(_))) {
+        } else if useful
+            .iter()
+            .any(|&i| matches!(origin_of(i), Some(Origin::Row(_))))
+        {
             Some(WHY_ROWS)
-        } else if !origins.iter().all(Origin::is_function) {
+        } else if !useful
+            .iter()
+            .all(|&i| origin_of(i).is_some_and(Origin::is_function))
+        {
             Some(WHY_VTABLE_WORD)
         } else {
             None
         };
         if let Some(why) = why {
-            let first_tgt = self.targets[0];
-            let second = self
-                .targets
+            let first = useful[0];
+            let first_tgt = self.targets[first];
+            let second = useful
                 .iter()
-                .position(|&t| t != first_tgt)
-                .unwrap_or(0);
-            let name = |rank: usize| {
-                origins
-                    .get(rank)
-                    .map_or_else(String::new, Origin::to_string)
-            };
+                .copied()
+                .find(|&i| self.targets[i] != first_tgt)
+                .unwrap_or(first);
+            let name = |i: usize| origin_of(i).map_or_else(String::new, Origin::to_string);
             return Err(FptrError::Conflict {
                 host: self.host,
-                first: name(0),
+                first: name(first),
                 first_tgt,
                 second: name(second),
                 second_tgt: self.targets[second],
@@ -235,9 +248,10 @@ impl Collision {
             });
         }
         let mut targets: Vec<(u64, Origin<'a>)> = Vec::new();
-        for (&tgt, &origin) in self.targets.iter().zip(origins) {
+        for &i in &useful {
+            let tgt = self.targets[i];
             if targets.iter().all(|&(t, _)| t != tgt) {
-                targets.push((tgt, origin));
+                targets.push((tgt, origins[i]));
             }
         }
         Ok(SharedAddress {
@@ -247,38 +261,42 @@ impl Collision {
     }
 }
 
+/// Whether a row translates anything: a null device address is never one to call, and a
+/// row to the host address itself is what the lookup does for any address it lacks (the
+/// offset and RTTI words of a vtable, which hold no function, give such rows).
+fn translates(host: u64, tgt: u64) -> bool {
+    tgt != 0 && tgt != host
+}
+
 /// Sort rows by host address (stable: rows of one address keep their input order) and
-/// keep the first row of each address. Addresses whose rows have more than one target
-/// are returned beside, with every one of their rows' targets in input order.
+/// keep the first row of each address that [`translates`] anything. Addresses whose
+/// translating rows have more than one target are returned beside, with every one of
+/// their rows' targets in input order (to match their origins one to one).
 fn sorted_table(mut rows: Vec<FptrMapEntry>) -> (Vec<FptrMapEntry>, Vec<Collision>) {
     crate::radix::sort_by_u64_key(&mut rows, |r| r.host_ptr);
     let mut collisions: Vec<Collision> = Vec::new();
     let mut kept = 0;
-    let mut group_start = 0;
-    for i in 0..rows.len() {
-        let row = rows[i];
-        if kept > 0 && rows[kept - 1].host_ptr == row.host_ptr {
-            let first = rows[kept - 1];
-            let recorded = collisions.last().is_some_and(|c| c.host == row.host_ptr);
-            if first.tgt_ptr != row.tgt_ptr && !recorded {
-                // The rows before this one in the group all had the first's target.
-                let group_end = rows[i..]
-                    .iter()
-                    .position(|r| r.host_ptr != row.host_ptr)
-                    .map_or(rows.len(), |n| i + n);
-                let same = std::iter::repeat_n(first.tgt_ptr, i - group_start);
+    let mut start = 0;
+    while start < rows.len() {
+        let host = rows[start].host_ptr;
+        let end = rows[start..]
+            .iter()
+            .position(|r| r.host_ptr != host)
+            .map_or(rows.len(), |n| start + n);
+        let group = &rows[start..end];
+        let mut useful = group.iter().filter(|r| translates(host, r.tgt_ptr));
+        if let Some(&first) = useful.next() {
+            if useful.any(|r| r.tgt_ptr != first.tgt_ptr) {
                 collisions.push(Collision {
-                    host: row.host_ptr,
-                    targets: same
-                        .chain(rows[i..group_end].iter().map(|r| r.tgt_ptr))
-                        .collect(),
+                    host,
+                    targets: group.iter().map(|r| r.tgt_ptr).collect(),
                 });
             }
-            continue;
+            // `kept` <= `start`: this overwrites only rows already read.
+            rows[kept] = first;
+            kept += 1;
         }
-        group_start = i;
-        rows[kept] = row;
-        kept += 1;
+        start = end;
     }
     rows.truncate(kept);
     (rows, collisions)
@@ -436,6 +454,35 @@ mod tests {
         assert_eq!(t.shared[0].targets[1], (0x600, Origin::Entry(b"f")));
     }
 
+    /// A vtable's offset words (the same on both sides) and its RTTI slot (null on a
+    /// device without RTTI) translate nothing: left out, and no conflict with a row of
+    /// the same host address that does translate.
+    #[test]
+    fn rows_to_null_or_to_their_own_host_address_are_left_out() {
+        let t = build(vec![
+            slot(0x8, 0x8, "_ZTV1B", 0),
+            slot(u64::MAX - 31, u64::MAX - 31, "_ZTV1B", 2),
+            slot(0x4000, 0, "_ZTV1B", 3),
+            pair(0x4000, 0x9000, "f"),
+            slot(0x5000, 0x9100, "_ZTV1B", 4),
+        ])
+        .unwrap();
+        assert_eq!(t.rows, vec![row(0x4000, 0x9000), row(0x5000, 0x9100)]);
+        assert!(t.shared.is_empty());
+        // Among several targets, the left-out rows are not named either.
+        let t = build(vec![
+            slot(0x4000, 0, "_ZTV1B", 3),
+            pair(0x4000, 0x9000, "f"),
+            pair(0x4000, 0x9200, "g"),
+        ])
+        .unwrap();
+        assert_eq!(t.rows, vec![row(0x4000, 0x9000)]);
+        assert_eq!(
+            t.shared[0].targets,
+            vec![(0x9000, Origin::Entry(b"f")), (0x9200, Origin::Entry(b"g"))]
+        );
+    }
+
     /// A vtable word is data: no function and no other vtable shares its address, so
     /// two device addresses there are refused, naming both rows.
     #[test]
@@ -505,7 +552,7 @@ mod tests {
             }
         );
         let rows: Vec<FptrMapEntry> = (0..5000u64)
-            .map(|i| row(0x7000 + 8 * (i % 4990), i))
+            .map(|i| row(0x7000 + 8 * (i % 4990), 0x100 + i))
             .collect();
         let err = from_rows(&rows).unwrap_err().to_string();
         assert!(
@@ -593,9 +640,10 @@ mod tests {
             raw in proptest::collection::vec((any::<u64>(), 0u64..4), 0..64),
             dups in proptest::collection::vec(any::<prop::sample::Index>(), 0..16),
         ) {
-            // Device address derived from host address: consistent, so no conflicts.
+            // Device address derived from host address: consistent, so no conflicts
+            // (and never null or the host address: every row translates).
             let mut pairs: Vec<IndirectPair> = raw.iter()
-                .map(|&(h, _)| pair(h, h.wrapping_mul(3), "p")).collect();
+                .map(|&(h, _)| pair(h, h.wrapping_mul(3) | 1 ^ (h & 1) << 1, "p")).collect();
             if !pairs.is_empty() {
                 for d in &dups {
                     let p = pairs[d.index(pairs.len())];
@@ -627,10 +675,12 @@ mod tests {
                     Origin::Entry(b"f")
                 },
             }).collect();
+            // The model: rows that translate nothing (to 0, or to their own host address)
+            // are left out; among the others, the first target of each address wins.
             let mut first: HashMap<u64, u64> = HashMap::new();
             let mut targets: HashMap<u64, HashSet<u64>> = HashMap::new();
             let mut has_word: HashSet<u64> = HashSet::new();
-            for p in &pairs {
+            for p in pairs.iter().filter(|p| p.tgt_ptr != 0 && p.tgt_ptr != p.host_ptr) {
                 first.entry(p.host_ptr).or_insert(p.tgt_ptr);
                 targets.entry(p.host_ptr).or_default().insert(p.tgt_ptr);
                 if !p.origin.is_function() {
