@@ -3,6 +3,7 @@
 //! built plugin's C ABI. Per-area helpers stay in the tests' `*_support` modules.
 
 pub mod compile;
+pub mod cuda_standin;
 pub mod paths;
 pub mod plugin;
 pub mod process;

@@ -10,6 +10,7 @@ mod demo;
 mod device;
 mod fuzz;
 mod gpu_kit;
+mod gpu_programs;
 mod indirect_programs;
 mod install;
 mod lit;
@@ -52,6 +53,10 @@ enum Cmd {
     /// Build the standard indirect-call programs for an NVIDIA GPU through the installed
     /// nvptx64 config into --out (the GPU kit runs them), checking each cubin.
     IndirectGpuPrograms(indirect_programs::Args),
+    /// Build all the GPU kit's programs for one NVIDIA GPU (default sm_90), their images
+    /// checked, into target/gpu-programs/<sm>/ with a manifest.json (the kit copies them;
+    /// tests/tests/cuda_standin_load.rs loads them through the CUDA driver stand-in).
+    GpuPrograms(gpu_programs::Args),
     /// Run LLVM 16's libomptarget lit suite through our plugin (or LLVM's, to compare);
     /// `--llvm 17` / `--llvm 18`: that LLVM's, in a cached Debian 13 root, through both,
     /// compared.
@@ -78,6 +83,7 @@ fn main() -> Result<()> {
         Cmd::Install(a) => install::main(a),
         Cmd::Debian13Programs(a) => debian13_programs::main(a),
         Cmd::IndirectGpuPrograms(a) => indirect_programs::main(a),
+        Cmd::GpuPrograms(a) => gpu_programs::main(a),
         Cmd::Lit(a) => lit::main(a),
         Cmd::Fuzz(a) => fuzz::main(a),
         Cmd::Test(a) => test::main(a),

@@ -4,6 +4,11 @@
 //! - `build_plugins()` builds and returns target/plugin/, holding
 //!   libomptarget.rtl.{x86_64,cuda,amdgpu}.so and their .nextgen.so names;
 //!   `build_plugins_for(major)` the same without LLVM 16's packages for 17 and 18.
+//! - For libomptarget 16 they also build the CUDA driver stand-in (cuda-standin/, a
+//!   test tool) into target/cuda-standin/ as `libcuda.so` and `libcuda.so.1`
+//!   ([`standin_dir`]): give it to a program with
+//!   `LD_LIBRARY_PATH=target/cuda-standin:...`. Nothing installs or ships it (not
+//!   `install`, not the GPU kit): it never leaves target/.
 //!
 //! One cdylib serves every kind: it reads its kind from the name libomptarget loaded it by,
 //! so the build compiles once and copies the library six times (copies, not links: one
@@ -59,6 +64,10 @@ pub fn build_plugins_for(major: u32) -> Result<PathBuf> {
     let sh = Shell::new()?;
     let built = util::build_release(&sh, "host-plugin", &["--lib"], "libhost_plugin.so")?;
     let device = build_device_executable(&sh)?;
+    if major == 16 {
+        // The tests that use it run here, under libomptarget 16.
+        build_standin(&sh)?;
+    }
 
     let dir = plugin_dir();
     fs::create_dir_all(&dir)?;
@@ -73,6 +82,35 @@ pub fn build_plugins_for(major: u32) -> Result<PathBuf> {
     eprintln!(
         "installed {} plugins and {DEVICE_EXECUTABLE} in {}",
         PLUGIN_KINDS.len() * 2,
+        dir.display()
+    );
+    Ok(dir)
+}
+
+/// target/cuda-standin/: the CUDA driver stand-in under the names cudarc opens.
+pub fn standin_dir() -> PathBuf {
+    util::target_dir().join("cuda-standin")
+}
+
+/// Build the CUDA driver stand-in (release, like the plugin) and install it in
+/// [`standin_dir`] only. Cargo writes it as libcuda_standin.so: a file named libcuda.so
+/// in target/release/ (whose deps/ is on every `cargo test`'s LD_LIBRARY_PATH) would be
+/// found by the real plugin.
+fn build_standin(sh: &Shell) -> Result<PathBuf> {
+    let built = util::build_release(sh, "cuda-standin", &["--lib"], "libcuda_standin.so")?;
+    let dir = standin_dir();
+    fs::create_dir_all(&dir)?;
+    install_copy(&built, &dir.join("libcuda.so"))?;
+    // A link, not a copy: a process that opens both names gets one driver (one file),
+    // not two with separate state.
+    let link = dir.join("libcuda.so.1");
+    let tmp = link.with_extension("tmp");
+    let _ = fs::remove_file(&tmp);
+    std::os::unix::fs::symlink("libcuda.so", &tmp)
+        .with_context(|| format!("linking {}", tmp.display()))?;
+    fs::rename(&tmp, &link).with_context(|| format!("renaming to {}", link.display()))?;
+    eprintln!(
+        "installed the CUDA driver stand-in in {} (libcuda.so, libcuda.so.1)",
         dir.display()
     );
     Ok(dir)

@@ -2,12 +2,13 @@
 //!
 //! 1. prerequisites (Debian packages and the ptxas wheel; installed when run as root),
 //! 2. formatting and clippy with `-D warnings`,
-//! 3. the artifacts the tests read: device RTL (all targets), the plugins, and the
-//!    install (compiler plugin, config files) under target/install,
+//! 3. the artifacts the tests read: device RTL (all targets), the plugins and the CUDA
+//!    driver stand-in, the install (compiler plugin, config files) under target/install,
+//!    and the GPU kit's sm_90 programs under target/gpu-programs/ (their images checked),
 //! 4. `cargo test --workspace`: unit, property, link-survival and end-to-end tests, and
 //!    the end-to-end tests again on the isolated host device (`OMPTARGET_RS_ISOLATED=1`),
-//! 5. standard `declare target indirect` programs built for sm_90 and gfx90a through the
-//!    installed config files, their device images checked;
+//! 5. the standard `declare target indirect` program built for gfx90a through the
+//!    installed config file, its code object checked;
 //!    the CUDA demo program and the GPU lookup benchmark built, the demo's device image
 //!    and the benchmark's kernels checked on the CPU (they run only where a GPU is),
 //! 6. the GPU kit (`cargo xtask gpu-bundle`) built and run in a bare Debian root,
@@ -20,7 +21,9 @@
 //! Build steps stop at the first failure (later steps need their output); test steps all
 //! run so one report shows every failure. The last line is `xtask test: N passed, N failed`.
 
-use crate::{debian13_programs, device, fuzz, indirect_programs, install, lit, plugin, util};
+use crate::{
+    debian13_programs, device, fuzz, gpu_programs, indirect_programs, install, lit, plugin, util,
+};
 use anyhow::{bail, Result};
 use std::time::Instant;
 use xshell::{cmd, Shell};
@@ -140,6 +143,13 @@ pub fn main(args: Args) -> Result<()> {
             "install into target/install",
             Box::new(|| install::install(&install_prefix()).map(|_| ())),
         ),
+        // The GPU kit's sm_90 programs, their images checked, into target/gpu-programs/
+        // (the end-to-end tests load them through the CUDA driver stand-in; the kit
+        // copies them).
+        (
+            "build the GPU programs for sm_90",
+            Box::new(|| gpu_programs::build_with_install("sm_90").map(|_| ())),
+        ),
     ];
     for (name, f) in build_steps {
         let step = timed(name, f);
@@ -190,11 +200,12 @@ pub fn main(args: Args) -> Result<()> {
             sm: "sm_90".into(),
         })
     }));
-    // Standard `declare target indirect` programs for sm_90 and gfx90a through the
-    // installed config files, their final device images checked (they run on a GPU).
+    // The standard `declare target indirect` program for gfx90a through the installed
+    // config file, its code object checked (no AMD GPU runs it; the sm_90 programs were
+    // built and checked by a build step).
     steps.push(timed(
-        "standard indirect programs for sm_90/gfx90a: build + image check",
-        || indirect_programs::build_and_check(&install_prefix()),
+        "standard indirect program for gfx90a: build + image check",
+        || indirect_programs::build_and_check_gfx90a(&install_prefix()),
     ));
     // The GPU benchmark's kernels for every lookup (ours, warp-cooperative, LLVM 19's,
     // direct) built and checked on the CPU against the driver's reference, so a change

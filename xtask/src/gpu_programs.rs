@@ -1,0 +1,217 @@
+//! The clang-16 OpenMP programs for one NVIDIA GPU architecture that the GPU kit runs,
+//! built once, with their image checks, into target/gpu-programs/<sm>/ beside a
+//! `manifest.json` (`cargo xtask gpu-programs [--sm sm_90]`; `cargo xtask test` builds
+//! them before `cargo test`, the kit copies them):
+//!
+//! - four built with the device RTL linked into their images ([`NvptxBuild`], the
+//!   demo's build path), using the project's `omp_indirect.h` macros:
+//!   `indirect_calls`, `virtual_calls`, `function_ptr_map`, `stress`; each prints
+//!   `<name>: PASSED` or `FAILED` (tests/gpu_programs/kit_program.h);
+//! - four standard-source programs built through the installed nvptx64 config file
+//!   ([`indirect_programs::build_gpu_programs`]): `virtual_calls-O0`,
+//!   `virtual_calls-O2`, `indirect_standard`, `test_target_declare_indirect`, each with
+//!   the line a passing run prints.
+//!
+//! The manifest: `{"format": 1, "sm": "sm_90", "programs": [{"name", "file" (below the
+//! folder), "source", "checks", "kind": "macro"|"standard", "expect",
+//! "expect_fallback"}]}` (the last two only for the standard programs).
+//! tests/tests/cuda_standin_load.rs runs every one through the CUDA driver stand-in.
+
+use crate::nvptx_program::{check_image, NvptxBuild};
+use crate::{indirect_programs, util};
+use anyhow::{Context, Result};
+use offload_formats::entries::holder;
+use serde_json::json;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The NVIDIA GPU architecture (clang 16 targets at most sm_90).
+    #[arg(long, default_value = "sm_90")]
+    pub sm: String,
+}
+
+/// One program built for the kit.
+pub struct Program {
+    pub name: String,
+    /// The executable, in [`dir`].
+    pub path: PathBuf,
+    /// Its source, below the workspace root (or how it was built).
+    pub source: String,
+    /// What it checks, for the kit's summary.
+    pub checks: String,
+    /// For the standard programs: the line a passing run prints on a GPU and on
+    /// libomptarget's host fallback.
+    pub expect: Option<(&'static str, &'static str)>,
+}
+
+/// A program built with the device RTL linked in ([`NvptxBuild`]).
+struct MacroProgram {
+    name: &'static str,
+    /// Below the workspace root.
+    source: &'static str,
+    /// Its `OMP_DECLARE_INDIRECT` functions, whose holders its image must define.
+    indirect_functions: &'static [&'static str],
+    /// Other device symbols its image must define besides the device RTL's.
+    device_symbols: &'static [&'static str],
+    /// What it checks, for the summary.
+    checks: &'static str,
+}
+
+const MACRO_PROGRAMS: &[MacroProgram] = &[
+    MacroProgram {
+        name: "indirect_calls",
+        source: "examples/indirect_calls.c",
+        indirect_functions: &["add_one", "twice", "square"],
+        device_symbols: &[],
+        checks: "the README's example: three indirect functions, an unregistered and a \
+                 null pointer",
+    },
+    MacroProgram {
+        name: "virtual_calls",
+        source: "tests/gpu_programs/virtual_calls.cpp",
+        indirect_functions: &[],
+        device_symbols: &[
+            "__omp_indirect_vtable_Shape",
+            "__omp_indirect_vtable_Scaled",
+            "__omp_indirect_vtable_Shifted",
+        ],
+        checks: "C++ virtual functions through indirect-vtable entries (flag 0x20)",
+    },
+    MacroProgram {
+        name: "function_ptr_map",
+        source: "tests/gpu_programs/function_ptr_map.c",
+        indirect_functions: &[],
+        device_symbols: &[],
+        checks: "a table handed over through __tgt_rtl_set_function_ptr_map, then \
+                 replaced",
+    },
+    MacroProgram {
+        name: "stress",
+        source: "tests/gpu_programs/stress.c",
+        indirect_functions: &["f10", "f87"],
+        device_symbols: &[],
+        checks: "1024 teams x 256 threads, 64 functions chosen pseudo-randomly, stray \
+                 pointers, 3 rounds",
+    },
+];
+
+/// target/gpu-programs/<sm>/
+pub fn dir(sm: &str) -> PathBuf {
+    util::target_dir().join("gpu-programs").join(sm)
+}
+
+pub fn main(args: Args) -> Result<()> {
+    let programs = build_with_install(&args.sm)?;
+    println!(
+        "{} programs for {} in {}",
+        programs.len(),
+        args.sm,
+        dir(&args.sm).display()
+    );
+    Ok(())
+}
+
+/// `cargo xtask test`'s step: the programs for `sm`, the standard ones through the
+/// install under target/install (which the step before made).
+pub fn build_with_install(sm: &str) -> Result<Vec<Program>> {
+    let prefix = util::target_dir().join("install");
+    let nvptx = NvptxBuild::prepare(sm, &util::target_dir().join("gpu-kit-build/nvptx"))?;
+    build(&nvptx, &prefix, sm)
+}
+
+/// Build every program for `sm` into [`dir`] (emptied first) and write its manifest.
+pub fn build(nvptx: &NvptxBuild, prefix: &Path, sm: &str) -> Result<Vec<Program>> {
+    util::section(&format!("gpu-programs: clang-16 programs for {sm}"));
+    let out = dir(sm);
+    if out.exists() {
+        fs::remove_dir_all(&out).with_context(|| format!("clearing {}", out.display()))?;
+    }
+    fs::create_dir_all(&out)?;
+    let mut programs = Vec::new();
+    for p in MACRO_PROGRAMS {
+        programs.push(build_macro_program(nvptx, p, &out, sm)?);
+    }
+    util::section(&format!(
+        "gpu-programs: standard declare-target-indirect programs for {sm} (installed config)"
+    ));
+    for built in indirect_programs::build_gpu_programs(prefix, &out, sm)? {
+        let name = built
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("program without a name")?
+            .trim_end_matches(&format!(".{sm}"))
+            .to_owned();
+        programs.push(Program {
+            name,
+            path: built.path,
+            source: "standard source through share/omptarget-indirect/nvptx64-nvidia-cuda.cfg"
+                .into(),
+            checks: "standard OpenMP 5.1 declare target indirect (compiler plugin)".into(),
+            expect: Some((built.expect, built.expect_fallback)),
+        });
+    }
+    write_manifest(&out, sm, &programs)?;
+    Ok(programs)
+}
+
+fn build_macro_program(
+    nvptx: &NvptxBuild,
+    p: &MacroProgram,
+    out: &Path,
+    sm: &str,
+) -> Result<Program> {
+    let exe = out.join(p.name);
+    nvptx.compile(&util::root().join(p.source), &exe)?;
+    let holders: Vec<String> = p
+        .indirect_functions
+        .iter()
+        .map(|function| holder::macro_name(function))
+        .collect();
+    let symbols: Vec<&str> = holders
+        .iter()
+        .map(String::as_str)
+        .chain(p.device_symbols.iter().copied())
+        .collect();
+    check_image(&exe, sm, &symbols)?;
+    Ok(Program {
+        name: p.name.into(),
+        path: exe,
+        source: p.source.into(),
+        checks: p.checks.into(),
+        expect: None,
+    })
+}
+
+fn write_manifest(out: &Path, sm: &str, programs: &[Program]) -> Result<()> {
+    let entries: Vec<serde_json::Value> = programs
+        .iter()
+        .map(|p| {
+            let file = p
+                .path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            let mut entry = json!({
+                "name": p.name,
+                "file": file,
+                "source": p.source,
+                "checks": p.checks,
+                "kind": if p.expect.is_some() { "standard" } else { "macro" },
+            });
+            if let Some((expect, fallback)) = p.expect {
+                entry["expect"] = json!(expect);
+                entry["expect_fallback"] = json!(fallback);
+            }
+            entry
+        })
+        .collect();
+    let manifest = json!({"format": 1, "sm": sm, "programs": entries});
+    fs::write(
+        out.join("manifest.json"),
+        serde_json::to_string_pretty(&manifest)? + "\n",
+    )?;
+    Ok(())
+}
