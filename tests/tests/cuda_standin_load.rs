@@ -476,13 +476,25 @@ fn device_settings_reach_the_driver() {
     );
     run.check_loaded_and_launched();
     run.check_no_driver_errors();
+    // Each once, at the device's initialisation: before the module's load.
     let limits = run.log.limits_set();
-    assert!(
-        limits.contains(&("CU_LIMIT_STACK_SIZE", stack))
-            && limits.contains(&("CU_LIMIT_MALLOC_HEAP_SIZE", heap)),
-        "{}: the limits set: {limits:?}\n{}",
+    assert_eq!(
+        limits,
+        [
+            ("CU_LIMIT_STACK_SIZE", stack),
+            ("CU_LIMIT_MALLOC_HEAP_SIZE", heap)
+        ],
+        "{}: the limits set\n{}",
         run.name,
         run.shown()
+    );
+    let first =
+        |wanted: fn(&cuda_standin::Event) -> bool| run.log.events.iter().position(wanted).unwrap();
+    assert!(
+        first(|e| matches!(e, cuda_standin::Event::SetLimit { .. }))
+            < first(|e| matches!(e, cuda_standin::Event::ModuleLoad { .. })),
+        "{}: the limits are set before the image is loaded",
+        run.name
     );
     let launch = run.log.launches()[0];
     assert_eq!(
@@ -576,6 +588,11 @@ fn load_through_the_crate(cubin: &[u8]) -> Vec<String> {
         .collect();
     let device = plugin.device(0).expect("device 0");
     device.init_device().expect("init device 0");
+    // Interop's handles: the primary context the plugin retained, and CUdevice 0.
+    match device.interop_handles() {
+        Ok(h) if h.context != 0 && h.device == 0 => {}
+        other => return vec![format!("interop handles: {other:?}")],
+    }
     match device.load_binary(1, cubin, &entries) {
         Ok(loaded) if loaded.len() == entries.len() => {}
         Ok(loaded) => return vec![format!("load_binary: {} addresses", loaded.len())],
