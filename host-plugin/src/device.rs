@@ -188,7 +188,7 @@ impl Device {
         &self,
         limit: DeviceLimit,
         variable: &str,
-        bytes: Option<u64>,
+        bytes: Option<usize>,
     ) -> Result<(), PluginError> {
         let Some(bytes) = bytes else {
             return Ok(());

@@ -17,9 +17,9 @@ pub struct DeviceSettings {
     /// Bytes of dynamic shared memory every launch's blocks get at least (0: none).
     pub dynamic_shared_memory: u32,
     /// Bytes of stack per device thread, where set.
-    pub stack_size: Option<u64>,
+    pub stack_size: Option<usize>,
     /// Bytes of device heap (device-side `malloc`), where set.
-    pub heap_size: Option<u64>,
+    pub heap_size: Option<usize>,
 }
 
 /// A variable set to something that is not a number of bytes.
@@ -48,11 +48,13 @@ impl DeviceSettings {
                 _ => Err(SettingError { name, value, max }),
             }
         };
+        // The bounds make the narrowing casts exact.
         let shared = bytes(SHARED_MEMORY_SIZE_ENV, u64::from(u32::MAX))?;
+        let host_size = usize::MAX as u64;
         Ok(DeviceSettings {
             dynamic_shared_memory: shared.map_or(0, |n| n as u32),
-            stack_size: bytes(STACK_SIZE_ENV, u64::MAX)?,
-            heap_size: bytes(HEAP_SIZE_ENV, u64::MAX)?,
+            stack_size: bytes(STACK_SIZE_ENV, host_size)?.map(|n| n as usize),
+            heap_size: bytes(HEAP_SIZE_ENV, host_size)?.map(|n| n as usize),
         })
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::paths::root;
 use crate::process::run_ok;
-use crate::tools::{clang16, llvm16};
+use crate::tools::{clang16, llvm16, ptxas};
 use std::path::Path;
 use std::process::Command;
 
@@ -37,4 +37,29 @@ pub fn compile_offload_sources(
             .arg(library);
     }
     run_ok(cmd.args(sources).arg("-o").arg(output));
+}
+
+/// Compile an OpenMP program for an NVIDIA GPU (`sm`, e.g. `sm_90`) with clang 16 alone:
+/// LLVM 16's device runtime, nothing of this project's, ptxas and nvlink from CUDA's
+/// wheel behind a minimal `--cuda-path` folder made beside `output`.
+pub fn compile_nvptx_program(source: &Path, output: &Path, sm: &str, extra_args: &[&str]) {
+    let folder = output.with_extension("cuda");
+    let cuda = test_support::cuda::folder_for_clang(&ptxas(), &folder)
+        .unwrap_or_else(|e| panic!("a --cuda-path folder in {}: {e}", folder.display()));
+    run_ok(
+        Command::new(clang16())
+            .args([
+                "-O1",
+                "-fopenmp",
+                "-fopenmp-targets=nvptx64-nvidia-cuda",
+                "-Xopenmp-target",
+            ])
+            .arg(format!("-march={sm}"))
+            .arg("-Wno-unknown-cuda-version")
+            .args(extra_args)
+            .arg(format!("--cuda-path={}", cuda.display()))
+            .arg(source)
+            .arg("-o")
+            .arg(output),
+    );
 }

@@ -5,11 +5,9 @@
 mod cuda_support;
 
 use cuda_support::{build_fixture, ARCHES, VARIANTS};
-use e2e_tests::compile::compile_offload_program;
+use e2e_tests::compile::{compile_nvptx_program, compile_offload_program};
 use e2e_tests::paths::{root, scratch, target_dir};
 use e2e_tests::plugin::built_plugin_dir;
-use e2e_tests::process::run_ok;
-use e2e_tests::tools::{clang16, ptxas};
 use host_plugin::backend::cuda::image::{classify, CudaImage, DefinedSymbols};
 use host_plugin::backend::cuda::CudaBackend;
 use host_plugin::backend::AllocKind;
@@ -17,7 +15,6 @@ use host_plugin::{Backend, Plugin, PluginKind};
 use object::read::{Object, ObjectSymbol};
 use object::SymbolKind;
 use std::process::Command;
-use test_support::cuda::folder_for_clang;
 
 #[test]
 fn backend_reports_a_reason_exactly_when_it_has_no_devices() {
@@ -192,7 +189,6 @@ fn clang16_nvptx_images_have_what_the_backend_reads() {
     use object::read::{ObjectSection, ObjectSymbol};
 
     let dir = scratch("cuda-tests", "clang16-nvptx");
-    let cuda = folder_for_clang(&ptxas(), &dir.join("cuda")).expect("a --cuda-path folder");
     let source = dir.join("prog.c");
     std::fs::write(
         &source,
@@ -204,21 +200,7 @@ fn clang16_nvptx_images_have_what_the_backend_reads() {
     )
     .unwrap();
     let exe = dir.join("prog");
-    run_ok(
-        Command::new(clang16())
-            .args([
-                "-O1",
-                "-fopenmp",
-                "-fopenmp-targets=nvptx64-nvidia-cuda",
-                "-Xopenmp-target",
-                "-march=sm_90",
-                "-Wno-unknown-cuda-version",
-            ])
-            .arg(format!("--cuda-path={}", cuda.display()))
-            .arg(&source)
-            .arg("-o")
-            .arg(&exe),
-    );
+    compile_nvptx_program(&source, &exe, "sm_90", &[]);
 
     let cubin = embedded_cubin(&std::fs::read(&exe).unwrap()).expect("an sm_90 cubin inside");
     assert_eq!(classify(&cubin), Some(CudaImage::Cubin { sm: 90 }));

@@ -5,37 +5,18 @@
 //! omp_dynamic_shared_memory*.c (the kernel got none) and offloading/interop.c (no
 //! interop object) on exactly these.
 
+use e2e_tests::compile::compile_nvptx_program;
 use e2e_tests::cuda_standin::{self, Log};
 use e2e_tests::paths::{fixture, scratch};
 use e2e_tests::plugin::built_plugin_dir;
-use e2e_tests::process::run_ok;
-use e2e_tests::tools::{clang16, ptxas};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use test_support::cuda::folder_for_clang;
+use std::process::Output;
 
 /// `source` built by clang-16 for sm_90 (LLVM 16's device runtime, no project parts)
 /// into a fresh folder.
 fn sm90_program(test: &str, source: &Path, extra: &[&str]) -> PathBuf {
-    let dir = scratch("standin-launch", test);
-    let cuda = folder_for_clang(&ptxas(), &dir.join("cuda")).expect("a --cuda-path folder");
-    let exe = dir.join(test);
-    run_ok(
-        Command::new(clang16())
-            .args([
-                "-O1",
-                "-fopenmp",
-                "-fopenmp-targets=nvptx64-nvidia-cuda",
-                "-Xopenmp-target",
-                "-march=sm_90",
-                "-Wno-unknown-cuda-version",
-            ])
-            .args(extra)
-            .arg(format!("--cuda-path={}", cuda.display()))
-            .arg(source)
-            .arg("-o")
-            .arg(&exe),
-    );
+    let exe = scratch("standin-launch", test).join(test);
+    compile_nvptx_program(source, &exe, "sm_90", extra);
     exe
 }
 

@@ -538,7 +538,7 @@ pub trait Backend: Send + Sync {
         &self,
         _device: usize,
         _limit: DeviceLimit,
-        _bytes: u64,
+        _bytes: usize,
     ) -> Result<bool, BackendError> {
         Ok(false)
     }

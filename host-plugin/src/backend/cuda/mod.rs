@@ -831,7 +831,7 @@ impl Backend for CudaBackend {
         &self,
         device: usize,
         limit: DeviceLimit,
-        bytes: u64,
+        bytes: usize,
     ) -> Result<bool, BackendError> {
         self.enter(device)?;
         let (limit, call) = match limit {
@@ -844,9 +844,6 @@ impl Backend for CudaBackend {
                 "cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE)",
             ),
         };
-        let bytes = usize::try_from(bytes).map_err(|_| {
-            BackendError::Invalid(format!("{bytes} bytes is more than this host can name"))
-        })?;
         result::ctx::set_limit(limit, bytes).map_err(|e| driver_err(call, e))?;
         Ok(true)
     }

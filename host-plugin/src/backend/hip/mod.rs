@@ -626,16 +626,13 @@ impl Backend for HipBackend {
         &self,
         device: usize,
         limit: DeviceLimit,
-        bytes: u64,
+        bytes: usize,
     ) -> Result<bool, BackendError> {
         let api = self.on_device(device)?;
         let (limit, name) = match limit {
             DeviceLimit::StackSize => (sys::HIP_LIMIT_STACK_SIZE, "hipLimitStackSize"),
             DeviceLimit::HeapSize => (sys::HIP_LIMIT_MALLOC_HEAP_SIZE, "hipLimitMallocHeapSize"),
         };
-        let bytes = usize::try_from(bytes).map_err(|_| {
-            BackendError::Invalid(format!("{bytes} bytes is more than this host can name"))
-        })?;
         match device::set_limit(api, limit, bytes).map_err(driver_failed)? {
             true => Ok(true),
             false => Err(BackendError::Invalid(format!(
