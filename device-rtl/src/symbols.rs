@@ -34,8 +34,14 @@ exported!(
     INDEX, INDEX_C = "__omptarget_rs_fptr_index"
 );
 
+exported!(
+    /// The table's head ([`crate::FptrHead`]): a small table's rows, or a larger one's
+    /// key range.
+    HEAD, HEAD_C = "__omptarget_rs_fptr_head"
+);
+
 /// Every symbol an artifact of the device runtime defines.
-pub const EXPORTED: [&str; 4] = [LOOKUP, TABLE, TABLE_SIZE, INDEX];
+pub const EXPORTED: [&str; 5] = [LOOKUP, TABLE, TABLE_SIZE, INDEX, HEAD];
 
 #[cfg(test)]
 mod tests {
@@ -48,6 +54,7 @@ mod tests {
             (TABLE, TABLE_C),
             (TABLE_SIZE, TABLE_SIZE_C),
             (INDEX, INDEX_C),
+            (HEAD, HEAD_C),
         ] {
             assert_eq!(c_name.to_str(), Ok(name));
         }

@@ -20,15 +20,16 @@ use std::process::Command;
 const MAP_P: &str = "__omp_offloading_fptr_map_p";
 const MAP_SIZE: &str = "__omp_offloading_fptr_map_size";
 const INDEX: &str = "__omptarget_rs_fptr_index";
+const HEAD: &str = "__omptarget_rs_fptr_head";
 const LOOKUP: &str = "__kmpc_target_translate_fptr";
-const GLOBALS: [&str; 3] = [MAP_P, MAP_SIZE, INDEX];
+const GLOBALS: [&str; 4] = [MAP_P, MAP_SIZE, INDEX, HEAD];
 
 /// The size of each global in bytes.
 fn global_size(name: &str) -> u64 {
-    if name == INDEX {
-        32
-    } else {
-        8
+    match name {
+        INDEX => 32,
+        HEAD => 96,
+        _ => 8,
     }
 }
 const AMDGPU_ARCHES: [&str; 3] = ["gfx90a", "gfx942", "gfx1100"];
@@ -171,12 +172,25 @@ fn section_is_writable(file: &File, index: SectionIndex) -> (String, bool) {
     (name, writable)
 }
 
+/// Where the globals may live in a linked image.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sections {
+    /// A writable section: the host writes them in place (x86_64), or the section is
+    /// where a cubin's globals live (`.nv.global`).
+    Writable,
+    /// Any section: the GPU bitcode marks them constant, which AMDGPU puts in `.rodata`.
+    /// The runtime's copies still write it: LLVM's own AMDGPU plugin writes its device
+    /// environment, a constant (address space 4) global, there.
+    ReadOnlyToo,
+}
+
 /// Every global is in `symbols`: not local, weak or global binding, of its size, defined
-/// in a writable section.
+/// in a section `sections` allows.
 fn assert_globals_exported<'d, 'f>(
     what: &str,
     file: &'f File<'d>,
     symbols: impl Iterator<Item = object::read::Symbol<'d, 'f>>,
+    sections: Sections,
 ) {
     let symbols: Vec<_> = symbols.collect();
     for name in GLOBALS {
@@ -203,7 +217,7 @@ fn assert_globals_exported<'d, 'f>(
             .unwrap_or_else(|| panic!("{what}: {name} is undefined"));
         let (section, writable) = section_is_writable(file, index);
         assert!(
-            writable,
+            writable || sections == Sections::ReadOnlyToo,
             "{what}: {name} lives in read-only section {section}"
         );
     }
@@ -310,7 +324,12 @@ fn prebuilt_ptx_assembles_and_declares_weak_globals() {
             "nvptx64-nvidia-cuda/device_rtl.{sm}.cubin"
         )));
         let cubin = File::parse(&*cubin_bytes).expect("cubin is ELF");
-        assert_globals_exported(&format!("{sm} cubin"), &cubin, cubin.symbols());
+        assert_globals_exported(
+            &format!("{sm} cubin"),
+            &cubin,
+            cubin.symbols(),
+            Sections::Writable,
+        );
         assert!(
             cubin
                 .symbols()
@@ -402,7 +421,12 @@ fn warp_cooperative_ptx_syncs_only_the_active_lanes() {
             "nvptx64-nvidia-cuda/warp-cooperative/device_rtl.{sm}.cubin"
         )));
         let cubin = File::parse(&*cubin_bytes).expect("cubin is ELF");
-        assert_globals_exported(&format!("{sm} variant cubin"), &cubin, cubin.symbols());
+        assert_globals_exported(
+            &format!("{sm} variant cubin"),
+            &cubin,
+            cubin.symbols(),
+            Sections::Writable,
+        );
     }
 }
 
@@ -441,7 +465,12 @@ fn warp_cooperative_variant_links_into_kernels() {
     }
     let cubin_bytes = assemble_sm90(&ptx_path, &dir.join("lookup_kernel.cubin"));
     let cubin = File::parse(&*cubin_bytes).expect("cubin is ELF");
-    assert_globals_exported("sm_90 variant cubin", &cubin, cubin.symbols());
+    assert_globals_exported(
+        "sm_90 variant cubin",
+        &cubin,
+        cubin.symbols(),
+        Sections::Writable,
+    );
 }
 
 /// Every global is declared in the PTX in `.global` memory (writable, not `.const`) and
@@ -531,7 +560,7 @@ fn nvptx_sm90_link_keeps_table_globals_and_their_loads() {
     // references show as relocations against both symbols.
     let cubin_bytes = assemble_sm90(&ptx_path, &dir.join("lookup_kernel.cubin"));
     let cubin = File::parse(&*cubin_bytes).expect("cubin is ELF");
-    assert_globals_exported("sm_90 cubin", &cubin, cubin.symbols());
+    assert_globals_exported("sm_90 cubin", &cubin, cubin.symbols(), Sections::Writable);
     let references = relocation_targets(&cubin);
     for g in GLOBALS {
         assert!(
@@ -596,13 +625,17 @@ fn nvptx_check_catches_an_internalized_index_global() {
     let dir = scratch("nvptx-index-without-used");
     let ll = stdout_of(Command::new(llvm22("llvm-dis")).arg(&bc).arg("-o").arg("-"));
     let used = format!(
-        "@llvm.used = appending global [3 x ptr] [ptr @{MAP_P}, ptr @{MAP_SIZE}, ptr @{INDEX}]"
+        "@llvm.used = appending global [4 x ptr] [ptr @{MAP_P}, ptr @{MAP_SIZE}, ptr @{HEAD}, \
+         ptr @{INDEX}]"
     );
     assert!(ll.contains(&used), "unexpected llvm.used list in:\n{ll}");
     let without_index = ll
         .replace(
             &used,
-            &format!("@llvm.used = appending global [2 x ptr] [ptr @{MAP_P}, ptr @{MAP_SIZE}]"),
+            &format!(
+                "@llvm.used = appending global [3 x ptr] [ptr @{MAP_P}, ptr @{MAP_SIZE}, \
+                 ptr @{HEAD}]"
+            ),
         )
         .lines()
         // The module summary (`^N = ...`) refers to the old list.
@@ -668,11 +701,13 @@ fn amdgcn_link_keeps_table_globals_and_their_loads() {
             &format!("{gfx} code object .symtab"),
             &hsaco,
             hsaco.symbols(),
+            Sections::ReadOnlyToo,
         );
         assert_globals_exported(
             &format!("{gfx} code object .dynsym"),
             &hsaco,
             hsaco.dynamic_symbols(),
+            Sections::ReadOnlyToo,
         );
         let dynamic = relocation_targets(&hsaco);
         for g in GLOBALS {
@@ -760,7 +795,12 @@ fn x86_64_library_links_into_a_shared_object_without_undefined_symbols() {
     );
     let bytes = read(&so);
     let file = File::parse(&*bytes).expect("shared object is ELF");
-    assert_globals_exported("x86_64 shared object", &file, file.dynamic_symbols());
+    assert_globals_exported(
+        "x86_64 shared object",
+        &file,
+        file.dynamic_symbols(),
+        Sections::Writable,
+    );
     let lookup = file
         .dynamic_symbols()
         .find(|s| s.name() == Ok(LOOKUP))
@@ -776,4 +816,119 @@ fn x86_64_library_links_into_a_shared_object_without_undefined_symbols() {
             "the shared object needs {name} from outside libc"
         );
     }
+}
+
+/// The lines of the blocks of a PTX function that lie in a loop: LLVM's NVPTX printer
+/// comments each block label inside a loop (`// in Loop: ...`, `// =>This Inner Loop
+/// Header: ...`).
+fn ptx_loop_lines<'a>(function: &[&'a str]) -> Vec<&'a str> {
+    let mut in_loop = false;
+    let mut lines = Vec::new();
+    for line in function {
+        if line.starts_with("$L__BB") {
+            in_loop = line.contains("Loop");
+            continue;
+        }
+        if in_loop {
+            lines.push(*line);
+        }
+    }
+    lines
+}
+
+/// What a loop of `lookup_bench` reads that it should read once, before the loop: any
+/// load naming one of the lookup's globals, and any volatile load.
+fn loop_loads_of_lookup_globals(ptx: &str) -> Vec<String> {
+    let kernel = ptx_function(ptx, "lookup_bench");
+    let in_loop = ptx_loop_lines(&kernel);
+    assert!(
+        !in_loop.is_empty(),
+        "lookup_bench has no loop in its PTX:\n{}",
+        kernel.join("\n")
+    );
+    in_loop
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| l.starts_with("ld."))
+        .filter(|l| l.starts_with("ld.volatile") || GLOBALS.iter().any(|g| l.contains(g)))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The GPU lookup benchmark's kernel (a loop that translates a pointer and calls through
+/// it) linked with `bitcode` for sm_90, as PTX.
+fn bench_kernel_ptx(bitcode: &Path, dir: &Path) -> String {
+    let ptx_path = dir.join("gpu_lookup.ptx");
+    run_ok(
+        Command::new(llvm22("clang"))
+            .args(NVPTX_SM90)
+            .args(["-nogpulib", "-O2", "-S", "-DLOOKUP_OURS"])
+            .arg(e2e_tests::paths::fixture("bench/gpu_lookup.c"))
+            .args(["-Xclang", "-mlink-builtin-bitcode", "-Xclang"])
+            .arg(bitcode)
+            .arg("-o")
+            .arg(&ptx_path),
+    );
+    String::from_utf8(read(&ptx_path)).expect("PTX is text")
+}
+
+/// A kernel that translates pointers in a loop, linked with the installed nvptx64
+/// bitcode, loads the lookup's globals (head, index header, table pointer and size) once,
+/// before the loop: they are constant to device code (xtask's `mark_read_only_globals`),
+/// so the compiler hoists them over the loop's indirect call, which may write any
+/// writable memory. No load in the loop names them, and none is volatile. The control:
+/// the same bitcode with the globals left writable, as rustc emits them, keeps them in
+/// the loop.
+#[test]
+fn a_translating_loop_loads_the_lookup_globals_once_before_it() {
+    let installed = require_file(
+        target_dir().join("install/lib/omptarget-indirect/nvptx64-nvidia-cuda/device_rtl.bc"),
+        "`cargo xtask install --prefix target/install` (or `cargo xtask test`)",
+    );
+    let dir = scratch("nvptx-loop-loads");
+    let in_loop = loop_loads_of_lookup_globals(&bench_kernel_ptx(&installed, &dir));
+    assert!(
+        in_loop.is_empty(),
+        "the loop loads the lookup's globals on every call:\n{}",
+        in_loop.join("\n")
+    );
+
+    let ll = stdout_of(
+        Command::new(llvm22("llvm-dis"))
+            .arg(&installed)
+            .arg("-o")
+            .arg("-"),
+    );
+    let writable: String = ll
+        .lines()
+        .filter(|l| !l.starts_with('^'))
+        .map(|l| {
+            let global = GLOBALS
+                .iter()
+                .any(|g| l.starts_with(&format!("@{g} = weak constant ")));
+            let line = if global {
+                l.replacen("weak constant", "weak global", 1)
+            } else {
+                l.to_string()
+            };
+            format!("{line}\n")
+        })
+        .collect();
+    assert_ne!(writable, ll, "no global was marked constant");
+    let writable_ll = dir.join("writable.ll");
+    std::fs::write(&writable_ll, writable).unwrap();
+    let writable_bc = dir.join("writable.bc");
+    run_ok(
+        Command::new(llvm22("llvm-as"))
+            .arg(&writable_ll)
+            .arg("-o")
+            .arg(&writable_bc),
+    );
+    let control_dir = dir.join("control");
+    std::fs::create_dir_all(&control_dir).unwrap();
+    let in_loop = loop_loads_of_lookup_globals(&bench_kernel_ptx(&writable_bc, &control_dir));
+    assert!(
+        !in_loop.is_empty(),
+        "with writable globals the loop still loads none of them: the check proves nothing"
+    );
 }
