@@ -367,6 +367,18 @@ impl Device {
             .index_info()
     }
 
+    /// The head global of an image and the head the plugin wrote into it; None when the
+    /// image has no table or its device runtime has no head global.
+    pub fn fptr_head(&self, key: usize) -> Option<(DeviceAddr, device_rtl::FptrHead)> {
+        let images = lock(&self.images);
+        images
+            .iter()
+            .find(|i| i.key == key)?
+            .table
+            .as_ref()?
+            .head_info()
+    }
+
     /// Number of images loaded here.
     pub fn loaded_images(&self) -> usize {
         lock(&self.images).len()

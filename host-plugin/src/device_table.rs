@@ -10,6 +10,7 @@ use crate::error::{backend_err, PluginError};
 use crate::fptr::{self, FptrMapEntry};
 use crate::fptr_index::{self, DeviceIndex, FptrIndex, PlacedIndex, BUCKET_BYTES};
 use device_rtl::symbols::INDEX_C;
+use device_rtl::FptrHead;
 
 /// Where one image's device runtimes find the table: ours, LLVM 18's, or both (at
 /// least one of them).
@@ -20,6 +21,8 @@ pub(crate) struct TableGlobals {
     /// The index header (`__omptarget_rs_fptr_index`), when the image's device runtime
     /// has one of the size this plugin writes (runtimes from before the index do not).
     pub(crate) index: Option<DeviceAddr>,
+    /// The table's head (`__omptarget_rs_fptr_head`), likewise.
+    pub(crate) head: Option<DeviceAddr>,
     /// The (IndirectCallTable, IndirectCallTableSize) fields of LLVM 18's device
     /// environment, where the image links LLVM 18's device runtime: its
     /// `__llvm_omp_indirect_call_lookup` searches the same sorted (host, device) rows.
@@ -51,6 +54,8 @@ pub(crate) struct DeviceTable {
     /// The device copy of the rows (None when there are none).
     table: Option<DeviceBuffer>,
     index: Option<DeviceIndex>,
+    /// What the head global holds.
+    head: FptrHead,
 }
 
 impl DeviceTable {
@@ -68,20 +73,26 @@ impl DeviceTable {
             rows,
             table,
             index: None,
+            head: FptrHead::NONE,
         };
         let note = installed.install_index(memory)?;
-        Ok((installed, note))
+        let head = installed.install_head(memory)?;
+        Ok((installed, format!("{note}; {head}")))
     }
 
-    /// Replace the rows (`__tgt_rtl_set_function_ptr_map`), index included. The old
-    /// index is turned off first, so that no step can leave the device with an index of
-    /// another table.
+    /// Replace the rows (`__tgt_rtl_set_function_ptr_map`), index and head included. The
+    /// old head and index are turned off first, so that no step can leave the device
+    /// with either of another table.
     pub(crate) fn replace(
         &mut self,
         memory: &DeviceMemory,
         rows: Vec<FptrMapEntry>,
     ) -> Result<String, PluginError> {
         let device = memory.device() as i32;
+        if let Some(global) = self.globals.head {
+            write_head(memory, global, &FptrHead::NONE)?;
+            self.head = FptrHead::NONE;
+        }
         if let Some(global) = self.globals.index {
             write_index_header(memory, global, &FptrIndex::NONE)?;
             if let Some(old) = self.index.take() {
@@ -98,7 +109,9 @@ impl DeviceTable {
             old.free()
                 .map_err(backend_err(device, "freeing the previous table"))?;
         }
-        self.install_index(memory)
+        let note = self.install_index(memory)?;
+        let head = self.install_head(memory)?;
+        Ok(format!("{note}; {head}"))
     }
 
     /// Free the table and its index (the image is being unloaded), saying whether the
@@ -118,11 +131,38 @@ impl DeviceTable {
         self.table.as_ref().map_or(0, DeviceBuffer::addr)
     }
 
+    /// The head global and what was written into it; None without a head global.
+    pub(crate) fn head_info(&self) -> Option<(DeviceAddr, FptrHead)> {
+        Some((self.globals.head?, self.head))
+    }
+
     /// The index global and what was written into it; None without an index global.
     pub(crate) fn index_info(&self) -> Option<IndexInfo> {
         Some(IndexInfo {
             global: self.globals.index?,
             header: self.index.as_ref().map_or(FptrIndex::NONE, |i| i.header),
+        })
+    }
+
+    /// The head the device reads first ([`device_rtl::head`]): the rows themselves for a
+    /// small table, else its key range; none where the index is turned off
+    /// (`OMPTARGET_RS_FPTR_INDEX=0`: the device searches the table). Returns a line for
+    /// the log.
+    fn install_head(&mut self, memory: &DeviceMemory) -> Result<String, PluginError> {
+        let Some(global) = self.globals.head else {
+            return Ok(format!("no head: no {}", device_rtl::symbols::HEAD));
+        };
+        let head = if fptr_index::enabled() {
+            FptrHead::of(&self.rows)
+        } else {
+            FptrHead::NONE
+        };
+        write_head(memory, global, &head)?;
+        self.head = head;
+        Ok(match head.rows_here {
+            _ if head == FptrHead::NONE => "no head".into(),
+            0 => format!("head: keys {:#x}..={:#x}", head.first_key, head.last_key()),
+            rows => format!("head: the {rows} rows"),
         })
     }
 
@@ -217,6 +257,20 @@ fn point_globals(
     written.map_err(backend_err(
         memory.device() as i32,
         "writing the indirect table globals",
+    ))
+}
+
+/// Write a head into an image's head global.
+fn write_head(
+    memory: &DeviceMemory,
+    global: DeviceAddr,
+    head: &FptrHead,
+) -> Result<(), PluginError> {
+    // SAFETY: `global` is the address of an image's head global, resolved through the
+    // backend and size-checked (device_rtl::head::HEAD_BYTES) against its symbol.
+    unsafe { memory.write(global, bytemuck::bytes_of(head)) }.map_err(backend_err(
+        memory.device() as i32,
+        "writing the head global",
     ))
 }
 

@@ -45,6 +45,9 @@ pub mod symbols;
 
 pub use backend::{Backend, BackendError, DeviceAddr};
 pub use device::Device;
+/// The table's head as the device reads it (device-rtl's, the one definition).
+pub use device_rtl::head as fptr_head;
+pub use device_rtl::FptrHead;
 pub use device_table::IndexInfo;
 pub use error::PluginError;
 pub use fptr::FptrMapEntry;

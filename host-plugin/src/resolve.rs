@@ -15,7 +15,8 @@ use crate::launch_shape::{self, ExecMode};
 use crate::locking::lock;
 use crate::symbols::{Symbol, Wanted};
 use crate::{diag, image};
-use device_rtl::symbols::{INDEX_C, TABLE_C, TABLE_SIZE_C};
+use device_rtl::head::HEAD_BYTES;
+use device_rtl::symbols::{HEAD_C, INDEX_C, TABLE_C, TABLE_SIZE_C};
 use std::ffi::CStr;
 use std::sync::Mutex;
 
@@ -672,13 +673,25 @@ impl<'a> EntryResolver<'a> {
             }
             return Ok(None);
         }
-        let index = match fptr_map {
-            Some(_) => self.index_global()?,
-            None => None,
+        let (index, head) = match fptr_map {
+            Some(_) => (
+                self.runtime_global(
+                    (INDEX_C, fptr_index::HEADER_BYTES),
+                    "the index",
+                    "its lookups search the sorted table",
+                )?,
+                self.runtime_global(
+                    (HEAD_C, HEAD_BYTES as u64),
+                    "the head",
+                    "its lookups go to the index or the search first",
+                )?,
+            ),
+            None => (None, None),
         };
         Ok(Some(TableGlobals {
             fptr_map,
             index,
+            head,
             llvm_indirect_call_table,
         }))
     }
@@ -717,37 +730,36 @@ impl<'a> EntryResolver<'a> {
     /// The image's index header global, if its device runtime has one of the size this
     /// plugin writes. Images linked with a device runtime from before the index have none
     /// and keep working with the search (said in the debug log).
-    fn index_global(&self) -> Result<Option<DeviceAddr>, PluginError> {
-        let name = INDEX_C.to_string_lossy();
-        match self.symbol_size(INDEX_C) {
-            Some(fptr_index::HEADER_BYTES) => self
+    /// One of our device runtime's lookup structures beside the table (`structure`: the
+    /// index header, the head): the address of its global (`name`, of `bytes` bytes) where
+    /// the image defines it with that size; None for a device runtime from before it, or
+    /// with another size, whose lookups do `without` it (the debug log says so).
+    fn runtime_global(
+        &self,
+        (name, bytes): (&CStr, u64),
+        structure: &str,
+        without: &str,
+    ) -> Result<Option<DeviceAddr>, PluginError> {
+        let shown = name.to_string_lossy();
+        let size = self.symbol_size(name);
+        if size == Some(bytes) {
+            return self
                 .module
-                .global(INDEX_C)
+                .global(name)
                 .map(Some)
-                .map_err(|source| self.load_err(source)),
-            None => {
-                diag::debug(|| {
-                    format!(
-                        "device {}: {} has no {name} (a device runtime from before the \
-                         index): its lookups search the sorted table",
-                        self.device.id(),
-                        self.image
-                    )
-                });
-                Ok(None)
-            }
-            Some(n) => {
-                diag::debug(|| {
-                    format!(
-                        "device {}: {}: {name} is {n} bytes, not the {} this plugin writes: \
-                         left alone, its lookups search the sorted table",
-                        self.device.id(),
-                        self.image,
-                        fptr_index::HEADER_BYTES
-                    )
-                });
-                Ok(None)
-            }
+                .map_err(|source| self.load_err(source));
         }
+        diag::debug(|| {
+            let found = match size {
+                None => format!("has no {shown} (a device runtime from before {structure})"),
+                Some(n) => format!("{shown} is {n} bytes, not the {bytes} this plugin writes"),
+            };
+            format!(
+                "device {}: {}: {found}: {without}",
+                self.device.id(),
+                self.image
+            )
+        });
+        Ok(None)
     }
 }

@@ -66,7 +66,7 @@ fn the_amdgpu_device_environment_is_written_per_device() {
         let at = fake
             .global_address("omptarget_device_environment")
             .expect("the stand-in's buffer for the global");
-        // SAFETY: the stand-in keeps 64 bytes per global alive as long as its module.
+        // SAFETY: the stand-in keeps 128 bytes per global alive as long as its module.
         let words = unsafe { std::slice::from_raw_parts(at as *const u32, 4) }.to_vec();
         // DebugKind 0, NumDevices 2, DeviceNum, DynamicMemSize 0.
         assert_eq!(words, [0, 2, device as u32, 0], "device {device}");
@@ -92,7 +92,7 @@ fn the_device_environment_carries_the_devices_dynamic_shared_memory() {
     let at = fake
         .global_address("omptarget_device_environment")
         .expect("the stand-in's buffer for the global");
-    // SAFETY: the stand-in keeps 64 bytes per global alive as long as its module.
+    // SAFETY: the stand-in keeps 128 bytes per global alive as long as its module.
     let words = unsafe { std::slice::from_raw_parts(at as *const u32, 4) }.to_vec();
     assert_eq!(words, [0, 1, 0, 256]);
 }

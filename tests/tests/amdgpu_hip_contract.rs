@@ -122,6 +122,7 @@ fn load_binary_installs_the_table_through_hip() {
             "hipModuleGetGlobal(module1, __omp_offloading_fptr_map_p)",
             "hipModuleGetGlobal(module1, __omp_offloading_fptr_map_size)",
             "hipModuleGetGlobal(module1, __omptarget_rs_fptr_index)",
+            "hipModuleGetGlobal(module1, __omptarget_rs_fptr_head)",
             "hipMalloc(device=0, size=32)",
             "hipMemcpy(device=0, dst=",
             "hipMemcpy(device=0, dst=",
@@ -129,6 +130,8 @@ fn load_binary_installs_the_table_through_hip() {
             // Two buckets (two entries at 80 % load) plus room to align them to 32 bytes.
             "hipMalloc(device=0, size=95)",
             "hipMemcpy(device=0, dst=",
+            "hipMemcpy(device=0, dst=",
+            // The head: the two rows themselves (96 bytes).
             "hipMemcpy(device=0, dst=",
         ],
     );
@@ -149,13 +152,13 @@ fn load_binary_installs_the_table_through_hip() {
     // Reading the pointer global: 8 bytes device-to-host from it.
     assert!(lines[7].ends_with("size=8, kind=2)"), "{}", lines[7]);
     assert_eq!(hex_after(lines[7], "src="), ptr_to_negate);
-    let table = hex_after(lines[11], ") = ");
+    let table = hex_after(lines[12], ") = ");
     // The table (32 bytes) host-to-device into the allocation, then its address into
     // __omp_offloading_fptr_map_p and its length into __omp_offloading_fptr_map_size.
     for (line, dst, size) in [
-        (lines[12], table, 32),
-        (lines[13], map_p, 8),
-        (lines[14], map_size, 8),
+        (lines[13], table, 32),
+        (lines[14], map_p, 8),
+        (lines[15], map_size, 8),
     ] {
         assert_eq!(hex_after(line, "dst="), dst, "{line}");
         assert!(line.ends_with(&format!("size={size}, kind=1)")), "{line}");
@@ -182,9 +185,9 @@ fn load_binary_installs_the_table_through_hip() {
     // then its 32-byte header into __omptarget_rs_fptr_index.
     let index_global = fake.global_address("__omptarget_rs_fptr_index").unwrap();
     assert_eq!(hex_after(lines[10], ") = "), index_global);
-    let index_alloc = hex_after(lines[15], ") = ");
+    let index_alloc = hex_after(lines[16], ") = ");
     let buckets = index_alloc.next_multiple_of(32);
-    for (line, dst, size) in [(lines[16], buckets, 64), (lines[17], index_global, 32)] {
+    for (line, dst, size) in [(lines[17], buckets, 64), (lines[18], index_global, 32)] {
         assert_eq!(hex_after(line, "dst="), dst, "{line}");
         assert!(line.ends_with(&format!("size={size}, kind=1)")), "{line}");
     }
@@ -203,6 +206,23 @@ fn load_binary_installs_the_table_through_hip() {
             seeds: [header[2], header[3]]
         }
     );
+    // Then the head: the table's two rows, into __omptarget_rs_fptr_head.
+    let head_global = fake.global_address("__omptarget_rs_fptr_head").unwrap();
+    assert_eq!(hex_after(lines[11], ") = "), head_global);
+    assert_eq!(hex_after(lines[19], "dst="), head_global, "{}", lines[19]);
+    assert!(lines[19].ends_with("size=96, kind=1)"), "{}", lines[19]);
+    let head = words_at(head_global, 4 + 2 * host_plugin::fptr_head::HEAD_ROWS);
+    assert_eq!(head[..3], [HOST_NEGATE, !(HOST_ADD_ONE - HOST_NEGATE), 2]);
+    assert_eq!(
+        head[4..8],
+        [
+            HOST_NEGATE,
+            NEGATE_ON_DEVICE,
+            HOST_ADD_ONE,
+            add_one_on_device
+        ]
+    );
+
     // The bytes written are an index of the table: device-rtl's own lookup agrees.
     let written = FptrIndex {
         buckets,

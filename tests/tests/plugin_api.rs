@@ -7,7 +7,9 @@ use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::AllocKind;
 use host_plugin::fptr_index::FptrIndex;
 use host_plugin::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
-use host_plugin::{DeviceEntry, HostOffloadEntry, IndexInfo, Plugin, PluginError, PluginKind};
+use host_plugin::{
+    fptr_head, DeviceEntry, FptrHead, HostOffloadEntry, IndexInfo, Plugin, PluginError, PluginKind,
+};
 use plugin_support::{host_image, many_functions_image};
 
 // Host "addresses" are only keys for the device: any distinct values do.
@@ -348,6 +350,123 @@ fn the_index_is_installed_used_and_optional() {
     assert_eq!(
         call_through(&plugin, kernel, HOST_ADD_ONE, 41),
         (41, HOST_ADD_ONE)
+    );
+    plugin.unload_all().unwrap();
+}
+
+/// The image's head global as the device holds it.
+fn head_on_device(plugin: &Plugin, key: usize) -> (u64, FptrHead) {
+    let (global, written) = plugin
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_head(key))
+        .expect("device-rtl has the head global");
+    let mut bytes = [0u8; fptr_head::HEAD_BYTES];
+    // SAFETY: `global` is the image's 96-byte head global on device 0.
+    unsafe { plugin.device(0).and_then(|on| on.read(global, &mut bytes)) }.unwrap();
+    let on_device: FptrHead = bytemuck::pod_read_unaligned(&bytes);
+    assert_eq!(on_device, written, "what the plugin says it wrote");
+    (global, on_device)
+}
+
+fn write_head(plugin: &Plugin, global: u64, head: &FptrHead) {
+    // SAFETY: `global` is the image's 96-byte head global on device 0.
+    unsafe {
+        plugin
+            .device(0)
+            .and_then(|on| on.write(global, bytemuck::bytes_of(head)))
+    }
+    .unwrap();
+}
+
+/// The head answers first: a table of up to four rows from the head alone (no index, no
+/// table needed), a larger table's key range for the keys outside it.
+#[test]
+fn the_head_holds_a_small_table_or_a_larger_ones_range() {
+    let image = host_image("device_image", true);
+    let plugin = Plugin::new(PluginKind::X86_64);
+
+    // Seven rows: the head has their key range.
+    let dev = plugin
+        .device(0)
+        .and_then(|on| on.load_binary(1, &image, &full_entries()))
+        .unwrap();
+    let (global, head) = head_on_device(&plugin, 1);
+    let table = plugin
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_table(1))
+        .unwrap();
+    assert_eq!(head, FptrHead::of(&table));
+    assert_eq!(
+        (head.rows_here, head.first_key, head.last_key()),
+        (0, HOST_NEGATE, HOST_VT_SLOT2)
+    );
+    assert_eq!(call_through(&plugin, &dev[0], HOST_ADD_ONE, 41).0, 42);
+    // It is what answers first: a range that leaves add_one out answers it unchanged,
+    // though the index and the table hold it.
+    let narrower = FptrHead {
+        first_key: HOST_ADD_ONE + 1,
+        span_complement: !(HOST_VT_SLOT2 - HOST_ADD_ONE - 1),
+        ..head
+    };
+    write_head(&plugin, global, &narrower);
+    assert_eq!(
+        call_through(&plugin, &dev[0], HOST_ADD_ONE, 41),
+        (41, HOST_ADD_ONE)
+    );
+    plugin.unload_all().unwrap();
+
+    // Two rows: the head holds them, and answers with the index and table gone.
+    let entries = [
+        entry("kernel_call", 0x100, 0, 0),
+        entry("add_one", HOST_ADD_ONE, 0, FLAG_INDIRECT),
+        entry("ptr_to_negate", HOST_NEGATE, 8, FLAG_INDIRECT),
+    ];
+    let dev = plugin
+        .device(0)
+        .and_then(|on| on.load_binary(2, &image, &entries))
+        .unwrap();
+    let (_, head) = head_on_device(&plugin, 2);
+    assert_eq!(head.rows_here, 2);
+    assert_eq!(head.rows[0].host_ptr, HOST_NEGATE);
+    assert_eq!(head.rows[1].host_ptr, HOST_ADD_ONE);
+    let info = plugin
+        .device(0)
+        .ok()
+        .and_then(|on| on.fptr_index(2))
+        .unwrap();
+    write_index_global(&plugin, info, FptrIndex::NONE);
+    let map_p = plugin
+        .device(0)
+        .and_then(|on| on.image_global(2, c"__omp_offloading_fptr_map_p"))
+        .unwrap();
+    // SAFETY: the image's 8-byte table pointer global: null says "no table".
+    unsafe {
+        plugin
+            .device(0)
+            .and_then(|on| on.write(map_p, &0u64.to_ne_bytes()))
+    }
+    .unwrap();
+    assert_eq!(call_through(&plugin, &dev[0], HOST_ADD_ONE, 41).0, 42);
+    assert_eq!(call_through(&plugin, &dev[0], HOST_NEGATE, 5).0, -5);
+    assert_eq!(call_through(&plugin, &dev[0], 0x4000, 7), (7, 0x4000));
+
+    // A table handed over whole gets its head too: 1000 rows, a range.
+    let rows: Vec<host_plugin::FptrMapEntry> = (0..1000u64)
+        .map(|i| host_plugin::FptrMapEntry {
+            host_ptr: 0x10_0000 + 16 * i,
+            tgt_ptr: dev[2].addr,
+        })
+        .collect();
+    plugin
+        .device(0)
+        .and_then(|on| on.set_function_ptr_map(&rows))
+        .unwrap();
+    let (_, head) = head_on_device(&plugin, 2);
+    assert_eq!(
+        (head.rows_here, head.first_key, head.last_key()),
+        (0, 0x10_0000, 0x10_0000 + 16 * 999)
     );
     plugin.unload_all().unwrap();
 }

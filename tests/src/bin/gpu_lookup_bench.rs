@@ -7,8 +7,9 @@
 //! a warp the same: the virtual-call case) and divergent ones (each lane its own).
 //! `direct` calls device pointers (the floor); `ours_index`, `ours` and `ours_warp`
 //! translate host keys with `__kmpc_target_translate_fptr` (table installed with
-//! `set_function_ptr_map`, which also builds the index: `ours_index` keeps it, `ours` and
-//! `ours_warp` get the empty index header written over it, so they search the table);
+//! `set_function_ptr_map`, which also writes the head and builds the index: `ours_index`
+//! keeps both, what the plugin installs; `ours` and `ours_warp` get the empty head and
+//! index header written over them, so they search the table);
 //! `llvm19` with LLVM 19's `__llvm_omp_indirect_call_lookup` (table written into its
 //! device environment). Every thread's result is checked against a host-computed
 //! reference: a wrong lookup fails the run. Timing: one warm-up launch, then the best of
@@ -499,26 +500,35 @@ impl Bench<'_> {
                         .ok()
                         .and_then(|on| on.fptr_index(image_key))
                         .ok_or("the cubin has no __omptarget_rs_fptr_index")?;
-                    if index && installed.header.bucket_count == 0 {
-                        if size >= 2 {
-                            return Err(format!("{variant}: the plugin built no index"));
-                        }
-                        println!(
-                            "  {size:>8} keys: no index for a 1-entry table (the plugin's \
-                             policy): `{variant}` searches here"
-                        );
+                    let (head_global, head) = self
+                        .plugin
+                        .device(0)
+                        .ok()
+                        .and_then(|on| on.fptr_head(image_key))
+                        .ok_or("the cubin has no __omptarget_rs_fptr_head")?;
+                    // A table of up to HEAD_ROWS rows lives in the head (no index);
+                    // larger ones get their range there and an index.
+                    let in_head = size <= device_rtl_head_rows();
+                    if index && !in_head && installed.header.bucket_count == 0 {
+                        return Err(format!("{variant}: the plugin built no index"));
+                    }
+                    if index && head == host_plugin::FptrHead::NONE {
+                        return Err(format!("{variant}: the plugin wrote no head"));
                     }
                     if !index {
-                        // The search: the empty header, as a plugin without the index
-                        // leaves it.
+                        // The search: the empty head and index header, as a plugin
+                        // without them leaves them.
                         let none = FptrIndex::NONE;
-                        // SAFETY: `installed.global` is the image's 32-byte index global.
+                        let no_head = host_plugin::FptrHead::NONE;
+                        // SAFETY: `installed.global` is the image's 32-byte index global,
+                        // `head_global` its 96-byte head global.
                         unsafe {
                             self.plugin.device(0).and_then(|on| {
-                                on.write(installed.global, bytemuck::bytes_of(&none))
+                                on.write(installed.global, bytemuck::bytes_of(&none))?;
+                                on.write(head_global, bytemuck::bytes_of(&no_head))
                             })
                         }
-                        .map_err(|e| format!("clearing the index header: {e}"))?;
+                        .map_err(|e| format!("clearing the index header and head: {e}"))?;
                     }
                 }
                 Lookup::Llvm19 => {
@@ -695,6 +705,11 @@ impl Bench<'_> {
             best,
         })
     }
+}
+
+/// Rows a head holds (device-rtl's `HEAD_ROWS`).
+fn device_rtl_head_rows() -> usize {
+    host_plugin::fptr_head::HEAD_ROWS
 }
 
 /// The index host-plugin builds for the benchmark's table of `size` rows, with function

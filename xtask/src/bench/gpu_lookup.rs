@@ -237,6 +237,7 @@ fn check_ptx(name: &str, lookup: Lookup, text: String) -> Result<String> {
                 device_rtl::symbols::TABLE,
                 device_rtl::symbols::TABLE_SIZE,
                 device_rtl::symbols::INDEX,
+                device_rtl::symbols::HEAD,
             ] {
                 ensure!(
                     text.contains(&format!("[{global}]")),
@@ -278,6 +279,10 @@ fn required_symbols(lookup: Lookup) -> Vec<(String, Option<u64>)> {
                 symbols.push((global.to_string(), Some(8)));
             }
             symbols.push((device_rtl::symbols::INDEX.to_string(), Some(32)));
+            symbols.push((
+                device_rtl::symbols::HEAD.to_string(),
+                Some(device_rtl::head::HEAD_BYTES as u64),
+            ));
         }
         Lookup::Llvm19 => symbols.push((LLVM19_ENVIRONMENT.to_string(), Some(48))),
     }
