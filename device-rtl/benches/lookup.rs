@@ -12,8 +12,8 @@
 mod common;
 
 use common::{
-    exported, index_translate, plain_lower_bound, upstream_style, with_globals, Impl, Setup,
-    Workload, SIZES,
+    exported, head_translate, index_translate, plain_lower_bound, upstream_style, with_globals,
+    Impl, Setup, Workload, SIZES,
 };
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use device_rtl::table;
@@ -38,6 +38,10 @@ fn lookups(c: &mut Criterion) {
                 let t = &setup.table;
                 let header = &setup.index_header;
                 group.bench_function(imp.name(), |b| match imp {
+                    Impl::OursHead => {
+                        let head = &setup.head;
+                        b.iter(|| sum_lookups(keys, |k| head_translate(head, header, t, k)))
+                    }
                     Impl::OursIndex => {
                         b.iter(|| sum_lookups(keys, |k| index_translate(header, t, k)))
                     }

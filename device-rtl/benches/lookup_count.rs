@@ -13,9 +13,10 @@
 mod common;
 
 use common::{
-    exported, index_translate, plain_lower_bound, upstream_style, with_globals, CuckooIndex,
-    Eytzinger, Impl, PointerHashTable, RangeBuckets, Setup, Workload, SIZES,
+    exported, head_translate, index_translate, plain_lower_bound, upstream_style, with_globals,
+    CuckooIndex, Eytzinger, Impl, PointerHashTable, RangeBuckets, Setup, Workload, SIZES,
 };
+use device_rtl::head::FptrHead;
 use device_rtl::index::FptrIndex;
 use device_rtl::table::{self, FptrMapEntry};
 use std::hint::black_box;
@@ -25,6 +26,18 @@ use std::time::{Duration, Instant};
 fn count_ours(table: &[FptrMapEntry], keys: &[u64]) -> u64 {
     keys.iter()
         .fold(0u64, |acc, &k| acc.wrapping_add(table::translate(table, k)))
+}
+
+#[inline(never)]
+fn count_ours_head(
+    head: &FptrHead,
+    header: &FptrIndex,
+    table: &[FptrMapEntry],
+    keys: &[u64],
+) -> u64 {
+    keys.iter().fold(0u64, |acc, &k| {
+        acc.wrapping_add(head_translate(head, header, table, k))
+    })
 }
 
 #[inline(never)]
@@ -130,6 +143,12 @@ fn main() {
     println!("keys {}", keys.len());
     let impls: Vec<Impl> = Impl::ALL.into_iter().filter(|i| i.runs(workload)).collect();
     let run = |imp: Impl| match imp {
+        Impl::OursHead => count_ours_head(
+            black_box(&setup.head),
+            black_box(&setup.index_header),
+            table,
+            keys,
+        ),
         Impl::OursIndex => count_ours_index(black_box(&setup.index_header), table, keys),
         Impl::IndexOneSlot => count_index_1slot(black_box(&setup.index_1slot), keys),
         Impl::IndexFourSlots => count_index_4slots(black_box(&setup.index_4slots), keys),

@@ -95,10 +95,11 @@ pub fn main(args: Args) -> Result<()> {
 }
 
 /// The implementations in the order the tables show them (names as the benches print):
-/// ours with and without the index, the baselines, the layout and index-design
-/// experiments, then the exported C function called once per key (with and without the
-/// index).
-const IMPLS: [&str; 11] = [
+/// ours with the head and the index (what the device runs), with the index alone, and
+/// the search, the baselines, the layout and index-design experiments, then the exported
+/// C function called once per key (with the head and the index, and without both).
+const IMPLS: [&str; 12] = [
+    "ours_head",
     "ours_index",
     "ours",
     "plain_lower_bound",

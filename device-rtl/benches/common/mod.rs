@@ -1,6 +1,9 @@
 //! What both lookup benches share: the tables and workloads, and the lookups we compare
 //! `device_rtl::table::translate` with.
 //!
+//! - [`head_translate`]: what the device does now when the plugin installed the head and
+//!   the index: the head first (a table of up to 4 rows answered from it alone, a key
+//!   outside a larger table's range returned at once), then the index (`ours_head`).
 //! - [`index_translate`]: what the device does when the plugin installed the index
 //!   (`device_rtl::index`, 2 pairs per bucket): the header checked, two buckets read.
 //!   [`Impl::IndexOneSlot`] and [`Impl::IndexFourSlots`] are the same cuckoo index with 1
@@ -24,6 +27,7 @@
 
 #![allow(dead_code)] // each bench binary uses a different part
 
+use device_rtl::head::{Answer, FptrHead};
 use device_rtl::index::{self, BuildPolicy, FptrIndex, IndexView};
 use device_rtl::table::{self, FptrMapEntry};
 
@@ -77,6 +81,7 @@ impl Workload {
 /// The lookups compared; [`Impl::UpstreamStyle`] runs on hits only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Impl {
+    OursHead,
     OursIndex,
     Ours,
     PlainLowerBound,
@@ -91,7 +96,8 @@ pub enum Impl {
 }
 
 impl Impl {
-    pub const ALL: [Impl; 11] = [
+    pub const ALL: [Impl; 12] = [
+        Impl::OursHead,
         Impl::OursIndex,
         Impl::Ours,
         Impl::PlainLowerBound,
@@ -107,6 +113,7 @@ impl Impl {
 
     pub fn name(self) -> &'static str {
         match self {
+            Impl::OursHead => "ours_head",
             Impl::OursIndex => "ours_index",
             Impl::Ours => "ours",
             Impl::PlainLowerBound => "plain_lower_bound",
@@ -439,8 +446,23 @@ pub fn index_translate(header: &FptrIndex, table: &[FptrMapEntry], key: u64) -> 
     }
 }
 
-/// Point the device runtime's globals at `setup`'s table and, with `index`, its index
-/// (else the empty index header), then run `f`. The globals are process-wide: the benches
+/// What `__kmpc_target_translate_fptr` does with the head global's `head`, then the
+/// index global's `header` and the table globals' `table`.
+#[inline(always)]
+pub fn head_translate(
+    head: &FptrHead,
+    header: &FptrIndex,
+    table: &[FptrMapEntry],
+    key: u64,
+) -> u64 {
+    match head.answer_for(key) {
+        Answer::Done(result) => result,
+        Answer::AskTable => index_translate(header, table, key),
+    }
+}
+
+/// Point the device runtime's globals at `setup`'s table and, with `index`, its head and
+/// index (else the empty head and index header), then run `f`. The globals are process-wide: the benches
 /// run one lookup loop at a time.
 pub fn with_globals<R>(setup: &Setup, index: bool, f: impl FnOnce() -> R) -> R {
     // SAFETY: single-threaded benches; the globals describe `setup`'s table and index,
@@ -453,6 +475,7 @@ pub fn with_globals<R>(setup: &Setup, index: bool, f: impl FnOnce() -> R) -> R {
         } else {
             FptrIndex::NONE
         };
+        device_rtl::__omptarget_rs_fptr_head = if index { setup.head } else { FptrHead::NONE };
     }
     let result = f();
     // SAFETY: as above.
@@ -460,6 +483,7 @@ pub fn with_globals<R>(setup: &Setup, index: bool, f: impl FnOnce() -> R) -> R {
         device_rtl::__omp_offloading_fptr_map_p = std::ptr::null();
         device_rtl::__omp_offloading_fptr_map_size = 0;
         device_rtl::__omptarget_rs_fptr_index = FptrIndex::NONE;
+        device_rtl::__omptarget_rs_fptr_head = FptrHead::NONE;
     }
     result
 }
@@ -640,6 +664,8 @@ pub struct Setup {
     /// and its header (the empty one without an index: the device searches).
     pub index: Option<CuckooIndex<{ index::SLOTS }>>,
     pub index_header: FptrIndex,
+    /// The head the plugin writes for the table.
+    pub head: FptrHead,
     pub index_1slot: CuckooIndex<1>,
     pub index_4slots: CuckooIndex<4>,
     pub range: RangeBuckets,
@@ -667,6 +693,7 @@ impl Setup {
             eytzinger,
             index,
             index_header,
+            head: FptrHead::of(&table),
             index_1slot: CuckooIndex::new(&table, LOAD_1SLOT),
             index_4slots: CuckooIndex::new(&table, LOAD_4SLOTS),
             range: RangeBuckets::new(&table),
@@ -701,6 +728,7 @@ impl Setup {
     /// One lookup by `imp` (dispatching; the timed loops call the functions directly).
     pub fn lookup(&self, imp: Impl, key: u64) -> u64 {
         match imp {
+            Impl::OursHead => head_translate(&self.head, &self.index_header, &self.table, key),
             Impl::OursIndex => index_translate(&self.index_header, &self.table, key),
             Impl::IndexOneSlot => self.index_1slot.view().translate(key),
             Impl::IndexFourSlots => self.index_4slots.view().translate(key),
