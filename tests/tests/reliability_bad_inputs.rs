@@ -52,6 +52,24 @@ fn api_row(
     });
 }
 
+/// `image` with its first version requirement's file (`vn_file` of `.gnu.version_r`)
+/// moved 4 bytes into its name: a string of the dynamic string table that is no
+/// DT_NEEDED library (glibc's loader asserts on such an image: a fuzzed mutant found it).
+fn requirement_of_another_library(image: &[u8]) -> Vec<u8> {
+    use object::{Object, ObjectSection};
+    let file = object::File::parse(image).expect("the image is ELF");
+    let (offset, _) = file
+        .section_by_name(".gnu.version_r")
+        .expect("the image has version requirements")
+        .file_range()
+        .expect("in the file");
+    let at = offset as usize + 4;
+    let vn_file = u32::from_le_bytes(image[at..at + 4].try_into().unwrap());
+    let mut bad = image.to_vec();
+    bad[at..at + 4].copy_from_slice(&(vn_file + 4).to_le_bytes());
+    bad
+}
+
 fn rust_api_rows(image: &[u8]) -> Vec<Row> {
     let plugin = Plugin::new(PluginKind::X86_64);
     let mut rows = Vec::new();
@@ -88,6 +106,12 @@ fn rust_api_rows(image: &[u8]) -> Vec<Row> {
         "section header offset past the end (e_shoff = 2^64-1)",
         load(&bad_sections, &[]),
         &["device 0"],
+    );
+    api_row(
+        &mut rows,
+        "a version requirement naming a library the image does not need (glibc asserts)",
+        load(&requirement_of_another_library(image), &[]),
+        &["device 0", "names a library the image does not need"],
     );
     api_row(
         &mut rows,

@@ -152,7 +152,8 @@ pub fn check(file: &ElfFile64<'_, LE>, bytes: &[u8]) -> Result<(), String> {
     let tables = symbol_tables(file, bytes, &segs, &tag)?;
     check_relocation_tags(&tag)?;
     check_tag_values(file, dynamic, &segs, tables.strsz)?;
-    versions(&segs, &tag, tables.strsz, tables.nsyms)?;
+    let dependencies = dependency_names(dynamic, &segs, &tag, tables.strsz)?;
+    versions(&segs, &tag, tables.strsz, tables.nsyms, &dependencies)?;
     if let Some(h) = tag(elf::DT_GNU_HASH) {
         gnu_hash(&segs, h, tables.nsyms)?;
     }
@@ -490,9 +491,43 @@ fn check_reloc(
     Ok(())
 }
 
+/// The NUL-terminated string at `off` of the dynamic string table, None when it does not
+/// end inside the table.
+fn dynamic_string<'a>(segs: &Segments<'a>, tag: Tag<'_>, strsz: u64, off: u64) -> Option<&'a [u8]> {
+    let table = segs.file_bytes(tag(elf::DT_STRTAB)?, strsz)?;
+    let rest = table.get(usize::try_from(off).ok()?..)?;
+    rest.iter().position(|&b| b == 0).map(|end| &rest[..end])
+}
+
+/// The libraries a version requirement may name: the image's DT_NEEDED entries and its
+/// own DT_SONAME (glibc looks a requirement's file up among the loaded dependencies,
+/// and asserts that it is there).
+fn dependency_names<'a>(
+    dynamic: &[Dyn64<LE>],
+    segs: &Segments<'a>,
+    tag: Tag<'_>,
+    strsz: u64,
+) -> Result<Vec<&'a [u8]>, String> {
+    dynamic
+        .iter()
+        .filter(|d| [elf::DT_NEEDED, elf::DT_SONAME].contains(&(d.d_tag(LE) as u32)))
+        .map(|d| {
+            dynamic_string(segs, tag, strsz, d.d_val(LE))
+                .ok_or_else(|| format!("dynamic tag {:#x}: its name is not a string", d.d_tag(LE)))
+        })
+        .collect()
+}
+
 /// Version tables (DT_VERNEED / DT_VERDEF chains, DT_VERSYM): every record, link and
-/// name inside the image; glibc follows them before running anything.
-fn versions(segs: &Segments<'_>, tag: Tag<'_>, strsz: u64, nsyms: u64) -> Result<(), String> {
+/// name inside the image, and every requirement's file one of `dependencies`; glibc
+/// follows them before running anything.
+fn versions(
+    segs: &Segments<'_>,
+    tag: Tag<'_>,
+    strsz: u64,
+    nsyms: u64,
+    dependencies: &[&[u8]],
+) -> Result<(), String> {
     // The highest version index the tables define (0 and 1 are local and global).
     let mut max_index: u16 = 1;
     for (table, count, is_need) in [
@@ -504,7 +539,13 @@ fn versions(segs: &Segments<'_>, tag: Tag<'_>, strsz: u64, nsyms: u64) -> Result
         if n > 4096 {
             return Err(bad_version("count"));
         }
-        max_index = max_index.max(version_chain(segs, at, n, is_need, strsz)?);
+        let chain = VersionChain {
+            segs,
+            tag,
+            strsz,
+            dependencies,
+        };
+        max_index = max_index.max(chain.walk(at, n, is_need)?);
     }
     // glibc indexes its version array with each symbol's version, unchecked.
     if let Some(vs) = tag(elf::DT_VERSYM) {
@@ -538,63 +579,76 @@ fn u32_at(segs: &Segments<'_>, base: u64, off: u64) -> Option<u32> {
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
-/// One chain of `n` version records from `at` (Verneed with `is_need`, else Verdef):
-/// the highest version index it defines.
-fn version_chain(
-    segs: &Segments<'_>,
-    mut at: u64,
-    n: u64,
-    is_need: bool,
+/// What a version chain is checked against.
+struct VersionChain<'s, 'a> {
+    segs: &'s Segments<'a>,
+    tag: Tag<'s>,
     strsz: u64,
-) -> Result<u16, String> {
-    let bad = bad_version;
-    let mut max_index: u16 = 1;
-    // glibc walks both chains until a zero `next`, whatever the counts say: walk them
-    // the same way, bounded, and require the counts to agree.
-    let mut records = 0u64;
-    loop {
-        records += 1;
-        if records > n {
-            return Err(bad("chain longer than its count"));
-        }
-        // Verneed {u16 version, u16 cnt, u32 file, u32 aux, u32 next};
-        // Verdef {u16 version, u16 flags, u16 ndx, u16 cnt, u32 hash, u32 aux, u32 next}.
-        if !is_need {
-            max_index = max_index.max(u16_at(segs, at, 4).ok_or_else(|| bad("verdef"))?);
-        }
-        let (cnt, aux, next) = if is_need {
-            let file = u32_at(segs, at, 4).ok_or_else(|| bad("verneed"))?;
-            if u64::from(file) >= strsz {
-                return Err(bad("file name"));
+    /// The libraries a requirement may name ([`dependency_names`]).
+    dependencies: &'s [&'a [u8]],
+}
+
+impl VersionChain<'_, '_> {
+    /// One chain of `n` version records from `at` (Verneed with `is_need`, else
+    /// Verdef): the highest version index it defines.
+    fn walk(&self, mut at: u64, n: u64, is_need: bool) -> Result<u16, String> {
+        let (segs, strsz) = (self.segs, self.strsz);
+        let bad = bad_version;
+        let mut max_index: u16 = 1;
+        // glibc walks both chains until a zero `next`, whatever the counts say: walk them
+        // the same way, bounded, and require the counts to agree.
+        let mut records = 0u64;
+        loop {
+            records += 1;
+            if records > n {
+                return Err(bad("chain longer than its count"));
             }
-            (
-                u16_at(segs, at, 2),
-                u32_at(segs, at, 8),
-                u32_at(segs, at, 12),
-            )
-        } else {
-            (
-                u16_at(segs, at, 6),
-                u32_at(segs, at, 12),
-                u32_at(segs, at, 16),
-            )
-        };
-        let (cnt, aux, next) = (
-            cnt.ok_or_else(|| bad("record"))?,
-            aux.ok_or_else(|| bad("record"))?,
-            next.ok_or_else(|| bad("record"))?,
-        );
-        let first_aux = at.checked_add(u64::from(aux)).ok_or_else(|| bad("aux"))?;
-        max_index = max_index.max(version_auxes(segs, first_aux, cnt, is_need, strsz)?);
-        if next == 0 {
-            break;
+            // Verneed {u16 version, u16 cnt, u32 file, u32 aux, u32 next};
+            // Verdef {u16 version, u16 flags, u16 ndx, u16 cnt, u32 hash, u32 aux, u32 next}.
+            if !is_need {
+                max_index = max_index.max(u16_at(segs, at, 4).ok_or_else(|| bad("verdef"))?);
+            }
+            let (cnt, aux, next) = if is_need {
+                let file = u32_at(segs, at, 4).ok_or_else(|| bad("verneed"))?;
+                if u64::from(file) >= strsz {
+                    return Err(bad("file name"));
+                }
+                let name = dynamic_string(segs, self.tag, strsz, u64::from(file))
+                    .ok_or_else(|| bad("file name"))?;
+                if !self.dependencies.contains(&name) {
+                    return Err(bad(
+                        "a version requirement names a library the image does not need",
+                    ));
+                }
+                (
+                    u16_at(segs, at, 2),
+                    u32_at(segs, at, 8),
+                    u32_at(segs, at, 12),
+                )
+            } else {
+                (
+                    u16_at(segs, at, 6),
+                    u32_at(segs, at, 12),
+                    u32_at(segs, at, 16),
+                )
+            };
+            let (cnt, aux, next) = (
+                cnt.ok_or_else(|| bad("record"))?,
+                aux.ok_or_else(|| bad("record"))?,
+                next.ok_or_else(|| bad("record"))?,
+            );
+            let first_aux = at.checked_add(u64::from(aux)).ok_or_else(|| bad("aux"))?;
+            max_index = max_index.max(version_auxes(segs, first_aux, cnt, is_need, strsz)?);
+            if next == 0 {
+                break;
+            }
+            at = at.checked_add(u64::from(next)).ok_or_else(|| bad("link"))?;
         }
-        at = at.checked_add(u64::from(next)).ok_or_else(|| bad("link"))?;
+        if records != n {
+            return Err(bad("chain shorter than its count"));
+        }
+        Ok(max_index)
     }
-    if records != n {
-        return Err(bad("chain shorter than its count"));
-    }
-    Ok(max_index)
 }
 
 /// The `cnt` auxiliary records of one version record, from `a` (Vernaux with
