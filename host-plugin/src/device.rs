@@ -348,35 +348,28 @@ impl Device {
         ))
     }
 
+    /// `read` of the table installed for an image; None when the image is not loaded
+    /// here or has no table.
+    fn with_table<R>(&self, key: usize, read: impl FnOnce(&DeviceTable) -> Option<R>) -> Option<R> {
+        let images = lock(&self.images);
+        read(images.iter().find(|i| i.key == key)?.table.as_ref()?)
+    }
+
     /// The indirect function table installed for an image (for tools and tests).
     pub fn fptr_table(&self, key: usize) -> Option<Vec<FptrMapEntry>> {
-        let images = lock(&self.images);
-        let image = images.iter().find(|i| i.key == key)?;
-        image.table.as_ref().map(|t| t.rows().to_vec())
+        self.with_table(key, |t| Some(t.rows().to_vec()))
     }
 
     /// The index header global of an image and what was written into it; None when the
     /// image has no table or its device runtime has no index global.
     pub fn fptr_index(&self, key: usize) -> Option<IndexInfo> {
-        let images = lock(&self.images);
-        images
-            .iter()
-            .find(|i| i.key == key)?
-            .table
-            .as_ref()?
-            .index_info()
+        self.with_table(key, DeviceTable::index_info)
     }
 
     /// The head global of an image and the head the plugin wrote into it; None when the
     /// image has no table or its device runtime has no head global.
     pub fn fptr_head(&self, key: usize) -> Option<(DeviceAddr, device_rtl::FptrHead)> {
-        let images = lock(&self.images);
-        images
-            .iter()
-            .find(|i| i.key == key)?
-            .table
-            .as_ref()?
-            .head_info()
+        self.with_table(key, DeviceTable::head_info)
     }
 
     /// Number of images loaded here.

@@ -260,18 +260,28 @@ fn point_globals(
     ))
 }
 
+/// Write `value` byte for byte into one of the image's lookup globals (`what`: the
+/// error's words).
+fn write_global<T: bytemuck::Pod>(
+    memory: &DeviceMemory,
+    global: DeviceAddr,
+    value: &T,
+    what: &'static str,
+) -> Result<(), PluginError> {
+    // SAFETY: `global` is the address of an image's head or index header global, resolved
+    // through the backend and size-checked against its symbol (device_rtl::head::HEAD_BYTES,
+    // fptr_index::HEADER_BYTES: the sizes of the values written into each).
+    unsafe { memory.write(global, bytemuck::bytes_of(value)) }
+        .map_err(backend_err(memory.device() as i32, what))
+}
+
 /// Write a head into an image's head global.
 fn write_head(
     memory: &DeviceMemory,
     global: DeviceAddr,
     head: &FptrHead,
 ) -> Result<(), PluginError> {
-    // SAFETY: `global` is the address of an image's head global, resolved through the
-    // backend and size-checked (device_rtl::head::HEAD_BYTES) against its symbol.
-    unsafe { memory.write(global, bytemuck::bytes_of(head)) }.map_err(backend_err(
-        memory.device() as i32,
-        "writing the head global",
-    ))
+    write_global(memory, global, head, "writing the head global")
 }
 
 /// Write an index header into an image's index global.
@@ -280,12 +290,7 @@ fn write_index_header(
     global: DeviceAddr,
     header: &FptrIndex,
 ) -> Result<(), PluginError> {
-    // SAFETY: `global` is the address of an image's index header global, resolved
-    // through the backend and size-checked (fptr_index::HEADER_BYTES) against its symbol.
-    unsafe { memory.write(global, bytemuck::bytes_of(header)) }.map_err(backend_err(
-        memory.device() as i32,
-        "writing the index global",
-    ))
+    write_global(memory, global, header, "writing the index global")
 }
 
 /// The index of `rows` built in host memory, then copied to a device buffer (its
