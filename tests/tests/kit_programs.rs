@@ -118,3 +118,58 @@ fn host_fallback_passes_only_when_allowed() {
     assert!(stdout.contains("ran on the host (fallback)"), "{stdout}");
     assert!(stdout.contains("stress: PASSED"), "{stdout}");
 }
+
+/// The kit's runtime benchmark (tests/fixtures/bench/runtime.c, which the kit runs under
+/// both cuda plugins), shortened, on the host device: through our plugin in-process and
+/// isolated, and through LLVM's, every copy comes back right and every measure prints
+/// a positive best and median. Its timings are the kit's business, not this test's.
+#[test]
+fn runtime_benchmark_runs_through_each_x86_64_plugin() {
+    let source = root().join("tests/fixtures/bench/runtime.c");
+    let dir = scratch("kit-runtime-bench");
+    let exe = dir.join("runtime");
+    compile_offload_program(&source, &exe, false);
+    let mut measures = vec!["launch_empty".to_owned(), "launch_8_scalars".to_owned()];
+    for size in ["4KiB", "1MiB", "256MiB"] {
+        for copy in ["update_to", "update_from", "enter_to", "exit_from"] {
+            measures.push(format!("{copy}_{size}"));
+        }
+    }
+    let runs = [
+        ("ours, in-process", plugin_dir(), "0"),
+        ("ours, isolated", plugin_dir(), "1"),
+        ("LLVM's", PathBuf::from(LLVM_PLUGIN_DIR), "0"),
+    ];
+    for (label, plugins, isolated) in runs {
+        let out = Command::new(&exe)
+            .arg("50")
+            .env("LD_LIBRARY_PATH", &plugins)
+            .env("OMPTARGET_RS_ISOLATED", isolated)
+            .env("OMP_TARGET_OFFLOAD", "MANDATORY")
+            .output()
+            .expect("run the benchmark");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("runtime: PASSED"),
+            "{label}: {}\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for measure in &measures {
+            let line = stdout
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(measure.as_str()))
+                .unwrap_or_else(|| panic!("{label}: no {measure} line in\n{stdout}"));
+            let numbers: Vec<f64> = line
+                .split_whitespace()
+                .skip(1)
+                .take(2)
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            assert!(
+                numbers.len() == 2 && numbers.iter().all(|&v| v > 0.0),
+                "{label}: {line}"
+            );
+        }
+    }
+}

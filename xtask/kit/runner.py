@@ -360,10 +360,10 @@ def step_plugin_devices(ctx, log):
 class ProgramRun:
     """One program run under libomptarget 16 through one plugin."""
 
-    def __init__(self, ctx, program, plugin):
+    def __init__(self, ctx, program, plugin, args=(), folder="programs", tag=""):
         self.program, self.plugin = program, plugin
-        folder = os.path.join(ctx.results, "programs")
-        base = os.path.join(folder, "%s.%s" % (program["name"], plugin))
+        folder = os.path.join(ctx.results, folder)
+        base = os.path.join(folder, "%s.%s%s" % (program["name"], plugin, tag))
         self.log = base + ".log"
         marker, ld_debug = base + ".marker", base + ".ld-debug"
         for stale in [self.log, marker] + glob.glob(ld_debug + ".*"):
@@ -378,7 +378,7 @@ class ProgramRun:
             extra["OMPTARGET_RS_ALLOW_HOST_FALLBACK"] = "1"
         ours = plugin == "ours"
         env = ctx.env(plugins=ctx.work.plugins_ours if ours else None, extra=extra)
-        self.run = ctx.run([os.path.join(KIT, program["exe"])], env, self.log, 120)
+        self.run = ctx.run([os.path.join(KIT, program["exe"])] + list(args), env, self.log, 120)
         self.verdict = self._verdict(program, ctx.gpu.present)
         self.passed = self.run.rc == 0 and bool(self.verdict) and self.verdict.startswith("PASSED")
         self.plugin_problem = self._prove_plugin(ctx, marker, ld_debug)
@@ -754,13 +754,115 @@ def step_lit(ctx, log):
     return not problems, detail, table
 
 
+def parse_measures(output):
+    """{measure: (best, median, unit or None)} from a benchmark's
+    `<measure> <best> <median> [unit]` lines; other lines are ignored."""
+    measures = {}
+    for line in output.splitlines():
+        words = line.split()
+        if len(words) not in (3, 4):
+            continue
+        try:
+            best, median = float(words[1]), float(words[2])
+        except ValueError:
+            continue
+        measures[words[0]] = (best, median, words[3] if len(words) == 4 else None)
+    return measures
+
+
+def higher_is_better(unit):
+    return unit.endswith("/s")
+
+
+def median(values):
+    values = sorted(values)
+    return values[(len(values) - 1) // 2] if values else None
+
+
+def compare_plugins(runs, default_unit):
+    """Ours beside LLVM 16's plugin: `runs` is {plugin: [parse_measures() of each passing
+    run]}. Per measure, each plugin's value is the median over its runs of each run's
+    best; the ratio is ours / LLVM's. Returns (table rows, [(measure, unit, ours, llvm,
+    ratio, ours at least as good)])."""
+    order = []
+    for plugin_runs in runs.values():
+        for measures in plugin_runs:
+            order += [m for m in measures if m not in order]
+    rows, facts = [], []
+    for measure in order:
+        unit = next((m[measure][2] for rs in runs.values() for m in rs
+                     if measure in m and m[measure][2]), default_unit)
+        value = {p: median([m[measure][0] for m in rs if measure in m])
+                 for p, rs in runs.items()}
+        ours, llvm = value.get("ours"), value.get("llvm")
+        if ours is not None and llvm:
+            ratio = ours / llvm
+            good = ratio >= 1.0 if higher_is_better(unit) else ratio <= 1.0
+            cells = "%.2f | %s" % (ratio, "yes" if good else "**no**")
+        else:
+            ratio, good, cells = None, None, "n/a | n/a"
+        show = lambda v: "%.3f" % v if v is not None else "n/a"
+        rows.append("| %s | %s | %s | %s | %s |" % (measure, unit, show(ours), show(llvm),
+                                                   cells))
+        facts.append((measure, unit, ours, llvm, ratio, good))
+    return rows, facts
+
+
+def step_bench_runtime(ctx, log):
+    """Launch latency, copy throughput and the virtual-call cost (docs/BENCHMARKS.md 1g):
+    each benchmark under our cuda plugin and LLVM 16's, alternately, round after round."""
+    gpu = ctx.gpu.present
+    rounds = 3 if gpu else 1
+    if not gpu:
+        say(log, "SKIPPED: runtime benchmarks on the GPU: %s; each runs once, shortened, on "
+            "libomptarget's host fallback instead (which proves it runs)" % ctx.gpu.describe())
+    tables, raw, failures = [], {}, []
+    for bench in ctx.manifest["benchmarks"]:
+        args = bench["args"] if gpu else bench["fallback_args"]
+        runs = {p: [] for p in bench["plugins"]}
+        for r in range(rounds):
+            order = bench["plugins"] if r % 2 == 0 else list(reversed(bench["plugins"]))
+            for plugin in order:
+                run = ProgramRun(ctx, bench, plugin, args, folder="benchmarks",
+                                 tag=".%d" % (r + 1))
+                say(log, "%-14s %-5s round %d: %s  (log: benchmarks/%s)" % (
+                    bench["name"], plugin, r + 1, run.cell(), os.path.basename(run.log)))
+                if run.passed and not run.plugin_problem:
+                    runs[plugin].append(parse_measures(run.run.output))
+                elif plugin == "ours" or run.plugin_problem:
+                    failures.append("%s (%s, round %d)" % (bench["name"], plugin, r + 1))
+        raw[bench["name"]] = runs
+        rows, facts = compare_plugins(runs, bench["unit"])
+        direct = next((f[2] for f in facts if f[0] == "direct"), None)
+        if direct:
+            rows += ["", "ours, each against `direct`: " + ", ".join(
+                "%s %.2fx" % (f[0], f[2] / direct) for f in facts
+                if f[0] != "direct" and f[2] is not None)]
+        passing = ", ".join("%s %d/%d" % (p, len(rs), rounds) for p, rs in runs.items())
+        tables += ["", "%s (%s): %s; runs passed: %s; each plugin's value is the median of "
+                   "its runs' bests" % (bench["name"], "GPU" if gpu else "host fallback, "
+                                        "not a measurement", bench["measures"], passing), "",
+                   "| measure | unit | ours | LLVM 16's | ours / LLVM | ours at least as "
+                   "good |", "|---|---|---:|---:|---:|---|"] + rows
+    with open(os.path.join(ctx.results, "runtime_bench.json"), "w") as f:
+        json.dump({"gpu": gpu, "rounds": rounds, "runs": raw}, f, indent=1)
+    detail = "%d benchmarks, %d rounds%s" % (
+        len(ctx.manifest["benchmarks"]), rounds,
+        "; failed: " + ", ".join(failures) if failures else "")
+    return not failures, detail, ["Runtime benchmarks, ours beside LLVM 16's cuda plugin "
+                                  "(also runtime_bench.json):"] + tables
+
+
 def step_bench(ctx, log):
     """The GPU lookup benchmark (docs/BENCHMARKS.md 1b); it checks every thread's result
-    too, so a wrong lookup fails it."""
+    too, so a wrong lookup fails it. The kit's arguments shorten it (fewer, shorter
+    launches) unless run.sh is given --full-lookup-bench."""
     bench = ctx.manifest["bench"]
     md = os.path.join(ctx.results, "gpu_lookup.md")
     cmd = [os.path.join(KIT, bench["exe"]), "--cubins", os.path.join(KIT, bench["cubins"]),
            "--json", os.path.join(ctx.results, "gpu_lookup.json"), "--markdown", md]
+    if not ctx.args.full_lookup_bench:
+        cmd += bench.get("args", [])
     r = ctx.run(cmd, ctx.env(), log, 420)
     table = []
     if os.path.exists(md):
@@ -831,6 +933,7 @@ def steps(manifest):
         (1, "plugin_reports_devices", step_plugin_devices, True),
         (1, "programs", step_programs, True),
         (1, "lit_nvptx64", step_lit, True),
+        (1, "bench_runtime", step_bench_runtime, True),
         (1, "bench_gpu_lookup", step_bench, True),
         (2, "memcheck", step_memcheck, True),
     ]
@@ -875,6 +978,9 @@ def main():
                         help="seconds the run may take in all; a step still running then "
                              "is stopped and fails (default: 540 a part, to stay inside "
                              "a 10-minute command)")
+    parser.add_argument("--full-lookup-bench", action="store_true",
+                        help="the GPU lookup benchmark with its own defaults (longer) "
+                             "instead of the kit's shortened arguments")
     parser.add_argument("--keep", action="store_true",
                         help="keep the unpacked kit (its folder is printed)")
     args = parser.parse_args()

@@ -100,3 +100,33 @@ class CompareLit(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RuntimeBenchmarks(unittest.TestCase):
+    OUTPUT = ("devices 1\nlaunch_empty 5.0000 5.5000 us\nupdate_to_4KiB 2.0 1.5 GB/s\n"
+              "host-built 40.0 41.0\nruntime: PASSED\n")
+
+    def test_measure_lines_are_parsed_and_others_ignored(self):
+        m = runner.parse_measures(self.OUTPUT)
+        self.assertEqual(m["launch_empty"], (5.0, 5.5, "us"))
+        self.assertEqual(m["host-built"], (40.0, 41.0, None))
+        self.assertNotIn("devices", m)
+        self.assertNotIn("runtime:", m)
+
+    def test_ratios_take_each_plugins_median_of_bests_and_judge_by_unit(self):
+        ours = [runner.parse_measures("launch_empty %s 9 us\nupdate_to_4KiB %s 1 GB/s" % v)
+                for v in (("4", "3"), ("6", "2"), ("5", "4"))]
+        llvm = [runner.parse_measures("launch_empty 5 9 us\nupdate_to_4KiB 4 1 GB/s")]
+        rows, facts = runner.compare_plugins({"ours": ours, "llvm": llvm}, "")
+        by_name = {f[0]: f for f in facts}
+        # Launch: ours 5 (median of 4, 6, 5) against 5: 1.00, as good.
+        self.assertEqual(by_name["launch_empty"][2:], (5.0, 5.0, 1.0, True))
+        # Copies: ours 3 GB/s against 4: 0.75, worse (higher is better).
+        self.assertEqual(by_name["update_to_4KiB"][2:], (3.0, 4.0, 0.75, False))
+        self.assertIn("**no**", rows[1])
+
+    def test_a_plugin_without_passing_runs_gives_no_ratio(self):
+        ours = [runner.parse_measures("host-built 40 41\ndirect 10 11")]
+        rows, facts = runner.compare_plugins({"ours": ours}, "ns per call")
+        self.assertEqual(facts[0], ("host-built", "ns per call", 40.0, None, None, None))
+        self.assertIn("n/a", rows[0])

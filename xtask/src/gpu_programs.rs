@@ -12,13 +12,18 @@
 //!   `virtual_calls-O2`, `indirect_standard`, `test_target_declare_indirect`, each with
 //!   the line a passing run prints.
 //!
+//! - two benchmarks built through the same config ([`BENCHMARKS`]): `runtime` (launch
+//!   latency and copy throughput, run under both cuda plugins) and `virtual_calls_bench`
+//!   (ns per virtual call, translated, device-built and direct; ours only).
+//!
 //! The manifest: `{"format": 1, "sm": "sm_90", "programs": [{"name", "file" (below the
 //! folder), "source", "checks", "kind": "macro"|"standard", "expect",
-//! "expect_fallback"}]}` (the last two only for the standard programs).
+//! "expect_fallback"}], "benchmarks": [{"name", "file", "source", "measures", "args",
+//! "fallback_args", "plugins", "unit"}]}` (`expect*` only for the standard programs).
 //! tests/tests/cuda_standin_load.rs runs every one through the CUDA driver stand-in.
 
 use crate::nvptx_program::{check_image, NvptxBuild};
-use crate::{indirect_programs, util};
+use crate::{indirect_programs, install, util};
 use anyhow::{Context, Result};
 use offload_formats::entries::holder;
 use serde_json::json;
@@ -97,6 +102,50 @@ const MACRO_PROGRAMS: &[MacroProgram] = &[
     },
 ];
 
+/// A benchmark program for the kit, built through the installed nvptx64 config at -O2.
+pub struct Benchmark {
+    /// Also the line it ends with on success: `<name>: PASSED`.
+    pub name: &'static str,
+    /// Below the workspace root.
+    pub source: &'static str,
+    /// What it measures, for the summary.
+    pub measures: &'static str,
+    /// Its arguments on a GPU, and on libomptarget's host fallback (a short run that
+    /// proves it works).
+    pub args: &'static [&'static str],
+    pub fallback_args: &'static [&'static str],
+    /// The cuda plugins it runs under: both, or ours alone (a program that LLVM 16's
+    /// plugin cannot run: it builds no table).
+    pub plugins: &'static [&'static str],
+    /// The unit of the numbers its lines print when the lines do not say it.
+    pub unit: &'static str,
+}
+
+/// The kit's benchmarks; each prints `<measure> <best> <median> [unit]` lines
+/// (docs/BENCHMARKS.md section 1g).
+pub const BENCHMARKS: &[Benchmark] = &[
+    Benchmark {
+        name: "runtime",
+        source: "tests/fixtures/bench/runtime.c",
+        measures: "launch latency (empty, 8 mapped scalars) and copy throughput (update \
+                   to/from, enter/exit data) at 4 KiB, 1 MiB and 256 MiB",
+        args: &[],
+        fallback_args: &["20"],
+        plugins: &["ours", "llvm"],
+        unit: "",
+    },
+    Benchmark {
+        name: "virtual_calls",
+        source: "tests/fixtures/bench/virtual_calls.cpp",
+        measures: "ns per virtual call on one GPU thread: host-built objects (vptr \
+                   translated by the devicertl archive's lookup), device-built, direct",
+        args: &["200000", "5"],
+        fallback_args: &["20000", "2"],
+        plugins: &["ours"],
+        unit: "ns per call",
+    },
+];
+
 /// target/gpu-programs/<sm>/
 pub fn dir(sm: &str) -> PathBuf {
     util::target_dir().join("gpu-programs").join(sm)
@@ -153,8 +202,40 @@ pub fn build(nvptx: &NvptxBuild, prefix: &Path, sm: &str) -> Result<Vec<Program>
             expect: Some((built.expect, built.expect_fallback)),
         });
     }
-    write_manifest(&out, sm, &programs)?;
+    let benchmarks = build_benchmarks(prefix, &out, sm)?;
+    write_manifest(&out, sm, &programs, &benchmarks)?;
     Ok(programs)
+}
+
+/// [`BENCHMARKS`] into `out` (`<name>.bench.<sm>`), with their executables.
+fn build_benchmarks<'a>(
+    prefix: &Path,
+    out: &Path,
+    sm: &str,
+) -> Result<Vec<(&'a Benchmark, PathBuf)>> {
+    util::section(&format!(
+        "gpu-programs: benchmarks for {sm} (installed config)"
+    ));
+    let config = install::config_path(prefix, "nvptx64-nvidia-cuda");
+    let mut args = indirect_programs::cuda_args(sm)?;
+    args.push("-O2".into());
+    BENCHMARKS
+        .iter()
+        .map(|b| {
+            let exe = out.join(format!("{}.bench.{sm}", b.name));
+            indirect_programs::compile(&config, &args, &[util::root().join(b.source)], &exe)?;
+            Ok((b, exe))
+        })
+        .collect()
+}
+
+/// The benchmarks of target/gpu-programs/<sm>/ (built by [`build`]), with their
+/// executables.
+pub fn benchmarks(sm: &str) -> Vec<(&'static Benchmark, PathBuf)> {
+    BENCHMARKS
+        .iter()
+        .map(|b| (b, dir(sm).join(format!("{}.bench.{sm}", b.name))))
+        .collect()
 }
 
 fn build_macro_program(
@@ -185,7 +266,12 @@ fn build_macro_program(
     })
 }
 
-fn write_manifest(out: &Path, sm: &str, programs: &[Program]) -> Result<()> {
+fn write_manifest(
+    out: &Path,
+    sm: &str,
+    programs: &[Program],
+    benchmarks: &[(&Benchmark, PathBuf)],
+) -> Result<()> {
     let entries: Vec<serde_json::Value> = programs
         .iter()
         .map(|p| {
@@ -208,10 +294,32 @@ fn write_manifest(out: &Path, sm: &str, programs: &[Program]) -> Result<()> {
             entry
         })
         .collect();
-    let manifest = json!({"format": 1, "sm": sm, "programs": entries});
+    let benchmarks: Vec<serde_json::Value> = benchmarks
+        .iter()
+        .map(|(b, exe)| {
+            let mut entry = benchmark_entry(b);
+            entry["file"] = json!(exe.file_name().and_then(|n| n.to_str()));
+            entry
+        })
+        .collect();
+    let manifest = json!({"format": 1, "sm": sm, "programs": entries, "benchmarks": benchmarks});
     fs::write(
         out.join("manifest.json"),
         serde_json::to_string_pretty(&manifest)? + "\n",
     )?;
     Ok(())
+}
+
+/// What the kit's runner needs to know of a benchmark (the executable is added by the
+/// caller, as it names it).
+pub fn benchmark_entry(b: &Benchmark) -> serde_json::Value {
+    json!({
+        "name": b.name,
+        "source": b.source,
+        "measures": b.measures,
+        "args": b.args,
+        "fallback_args": b.fallback_args,
+        "plugins": b.plugins,
+        "unit": b.unit,
+    })
 }

@@ -100,12 +100,7 @@ pub fn build_gpu_programs(prefix: &Path, out_dir: &Path, sm: &str) -> Result<Vec
         config.display(),
         prefix.display()
     );
-    let cuda = nvptx_program::cuda_path_for_clang16()?;
-    let cuda_args = vec![
-        format!("--offload-arch={sm}"),
-        format!("--cuda-path={}", cuda.display()),
-        "-Wno-unknown-cuda-version".to_string(),
-    ];
+    let cuda_args = cuda_args(sm)?;
     let fixtures = util::root().join("tests/fixtures");
     let vv = fixtures.join("third_party/openmp_vv");
 
@@ -201,7 +196,18 @@ fn check_vtable_holders(defined: &HashSet<String>, exe: &Path) -> Result<()> {
     Ok(())
 }
 
-fn compile(config: &Path, args: &[String], sources: &[PathBuf], out: &Path) -> Result<()> {
+/// clang-16's arguments for an `sm` device image (the CUDA installation it wants).
+pub fn cuda_args(sm: &str) -> Result<Vec<String>> {
+    let cuda = nvptx_program::cuda_path_for_clang16()?;
+    Ok(vec![
+        format!("--offload-arch={sm}"),
+        format!("--cuda-path={}", cuda.display()),
+        "-Wno-unknown-cuda-version".to_string(),
+    ])
+}
+
+/// clang-16 (clang++-16 for C++) through the config file `config`.
+pub fn compile(config: &Path, args: &[String], sources: &[PathBuf], out: &Path) -> Result<()> {
     // C++ links the C++ library through the C++ driver.
     let cxx = sources
         .iter()

@@ -9,6 +9,9 @@
 //! does the work) are built through the installed nvptx64 config file: their manifest
 //! entries name the line a passing run prints, on the GPU and on libomptarget's host
 //! fallback.
+//!
+//! The benchmarks ([`gpu_programs::BENCHMARKS`]) go to `benchmarks/`: the runner's
+//! `bench_runtime` step runs them under each plugin they name, alternately.
 
 use super::{relative, Kit, SM};
 use crate::nvptx_program::NvptxBuild;
@@ -49,5 +52,20 @@ pub fn add(kit: &mut Kit, nvptx: &NvptxBuild) -> Result<()> {
         programs.push(entry);
     }
     kit.set("programs", json!(programs));
+
+    let mut benchmarks = Vec::new();
+    for (b, built) in gpu_programs::benchmarks(SM) {
+        let file = built
+            .file_name()
+            .context("benchmark without a file name")?
+            .to_string_lossy()
+            .into_owned();
+        let exe = kit.path(&format!("benchmarks/{file}"))?;
+        fs::copy(&built, &exe).with_context(|| format!("copying {}", built.display()))?;
+        let mut entry = gpu_programs::benchmark_entry(b);
+        entry["exe"] = json!(relative(kit, &exe)?);
+        benchmarks.push(entry);
+    }
+    kit.set("benchmarks", json!(benchmarks));
     Ok(())
 }
