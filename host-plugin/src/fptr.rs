@@ -20,7 +20,9 @@
 //! Rows that translate nothing are left out: a null device address, and the host
 //! address itself (what the lookup returns for any address the table lacks). A vtable's
 //! slots that hold no function give such rows: its offsets (the same on both sides) and
-//! its RTTI pointer (null where the device has no RTTI, as on NVPTX).
+//! its RTTI pointer (null where the device has no RTTI, as on NVPTX). So is a row of the
+//! null host address, which is no function's: the lookup keeps null null, which the
+//! compiler plugin's per-call-site memo relies on (compiler-plugin/src/inline_lookup.rs).
 
 use std::collections::{HashMap, HashSet};
 use thiserror::Error;
@@ -265,7 +267,7 @@ impl Collision {
 /// row to the host address itself is what the lookup does for any address it lacks (the
 /// offset and RTTI words of a vtable, which hold no function, give such rows).
 fn translates(host: u64, tgt: u64) -> bool {
-    tgt != 0 && tgt != host
+    host != 0 && tgt != 0 && tgt != host
 }
 
 /// Sort rows by host address (stable: rows of one address keep their input order) and
@@ -456,7 +458,7 @@ mod tests {
 
     /// A vtable's offset words (the same on both sides) and its RTTI slot (null on a
     /// device without RTTI) translate nothing: left out, and no conflict with a row of
-    /// the same host address that does translate.
+    /// the same host address that does translate. So is a row of the null host address.
     #[test]
     fn rows_to_null_or_to_their_own_host_address_are_left_out() {
         let t = build(vec![
@@ -469,6 +471,10 @@ mod tests {
         .unwrap();
         assert_eq!(t.rows, vec![row(0x4000, 0x9000), row(0x5000, 0x9100)]);
         assert!(t.shared.is_empty());
+        // Nor does the null host address: the lookup keeps null null.
+        let t = build(vec![pair(0, 0x9000, "null"), pair(0x4000, 0x9000, "f")]).unwrap();
+        assert_eq!(t.rows, vec![row(0x4000, 0x9000)]);
+        assert_eq!(from_rows(&[row(0, 0x9000)]).unwrap(), vec![]);
         // Among several targets, the left-out rows are not named either.
         let t = build(vec![
             slot(0x4000, 0, "_ZTV1B", 3),
@@ -566,8 +572,9 @@ mod tests {
     #[test]
     fn many_shared_addresses_are_judged_from_one_question() {
         let n = 6000u64;
-        let mut rows: Vec<FptrMapEntry> = (0..n).map(|i| row(0x10 * i, 0x5_0000 + i)).collect();
-        let shared_hosts: Vec<u64> = (0..n).step_by(7).map(|i| 0x10 * i).collect();
+        // Host addresses from 0x10 (the null address is no key).
+        let mut rows: Vec<FptrMapEntry> = (1..=n).map(|i| row(0x10 * i, 0x5_0000 + i)).collect();
+        let shared_hosts: Vec<u64> = (1..=n).step_by(7).map(|i| 0x10 * i).collect();
         for &h in &shared_hosts {
             rows.push(row(h, 0xdead));
         }
@@ -675,12 +682,15 @@ mod tests {
                     Origin::Entry(b"f")
                 },
             }).collect();
-            // The model: rows that translate nothing (to 0, or to their own host address)
-            // are left out; among the others, the first target of each address wins.
+            // The model: rows that translate nothing (of the null host address, to 0, or to
+            // their own host address) are left out; among the others, the first target of each address wins.
             let mut first: HashMap<u64, u64> = HashMap::new();
             let mut targets: HashMap<u64, HashSet<u64>> = HashMap::new();
             let mut has_word: HashSet<u64> = HashSet::new();
-            for p in pairs.iter().filter(|p| p.tgt_ptr != 0 && p.tgt_ptr != p.host_ptr) {
+            for p in pairs
+                .iter()
+                .filter(|p| p.host_ptr != 0 && p.tgt_ptr != 0 && p.tgt_ptr != p.host_ptr)
+            {
                 first.entry(p.host_ptr).or_insert(p.tgt_ptr);
                 targets.entry(p.host_ptr).or_default().insert(p.tgt_ptr);
                 if !p.origin.is_function() {
