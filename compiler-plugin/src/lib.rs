@@ -29,6 +29,7 @@
 pub mod annotations;
 pub mod clang_entries;
 pub mod host_llvm;
+pub mod inline_lookup;
 pub mod ir;
 pub mod registration;
 pub mod translate;
@@ -113,7 +114,8 @@ fn debug_line(ir: &ir::Ir, what: &str) {
     }
 }
 
-/// The lookup before every indirect call of a device module.
+/// The lookup before every indirect call of a device module; then, for the host device,
+/// every lookup written out inline ([`inline_lookup`]).
 struct TranslateIndirectCalls;
 
 impl LlvmModulePass for TranslateIndirectCalls {
@@ -124,7 +126,14 @@ impl LlvmModulePass for TranslateIndirectCalls {
         }
         let translated = translate::translate_indirect_calls(&ir);
         debug_line(&ir, &format!("{translated} indirect call(s) translated"));
-        match translated {
+        let inlined = if inline_lookup::wanted(&ir) {
+            let n = inline_lookup::inline_lookups(&ir);
+            debug_line(&ir, &format!("{n} lookup(s) written out inline"));
+            n
+        } else {
+            0
+        };
+        match translated + inlined {
             0 => PreservedAnalyses::All,
             _ => PreservedAnalyses::None,
         }

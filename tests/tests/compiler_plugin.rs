@@ -291,8 +291,20 @@ fn openmp_vv_test_target_declare_indirect_passes_with_its_functions_registered()
     }
 }
 
-/// The device module (x86_64 offload, device side only) as LLVM IR text.
+/// The device module (x86_64 offload, device side only) as LLVM IR text, with every
+/// lookup left a call (what these tests read: the rewrites themselves).
 fn device_ir(source: &str, file_name: &str, opt: &str, name: &str) -> String {
+    device_ir_with(source, file_name, opt, name, false)
+}
+
+/// [`device_ir`], with the lookups written out inline (the default) or not.
+fn device_ir_with(
+    source: &str,
+    file_name: &str,
+    opt: &str,
+    name: &str,
+    inline_lookups: bool,
+) -> String {
     let dir = scratch("compiler-plugin", name);
     let src = dir.join(file_name);
     fs::write(&src, source).unwrap();
@@ -304,6 +316,10 @@ fn device_ir(source: &str, file_name: &str, opt: &str, name: &str) -> String {
     };
     run_ok(
         Command::new(driver)
+            .env(
+                "OMPTARGET_INDIRECT_INLINE_LOOKUP",
+                if inline_lookups { "1" } else { "0" },
+            )
             .arg(format!("--config={}", x86_config().display()))
             .args([opt, "--offload-device-only", "-S", "-emit-llvm"])
             .arg(&src)
@@ -348,6 +364,64 @@ fn a_call_that_optimization_makes_direct_gets_no_lookup() {
             "{ir}"
         );
     }
+}
+
+const LOOP_OF_CALLS: &str = r#"
+#pragma omp declare target
+int apply_all(int (**fns)(int), int n, int x) {
+  for (int i = 0; i < n; ++i)
+    x = fns[i % 4](x);
+  return x;
+}
+#pragma omp end declare target
+"#;
+
+/// For the host device the lookup is written out where it is called: the head and the
+/// index header are loaded once, at the function's entry, as invariant loads, and the
+/// device RTL's lookup is called only where it would search (no index).
+#[test]
+fn host_device_lookups_are_inline_with_the_tables_header_loaded_at_entry() {
+    for opt in ["-O0", "-O2"] {
+        let ir = device_ir_with(LOOP_OF_CALLS, "prog.c", opt, &format!("inline{opt}"), true);
+        let body = ir
+            .split("define ")
+            .find(|f| f.contains("@apply_all("))
+            .unwrap_or_else(|| panic!("no apply_all in:\n{ir}"));
+        // The entry block: its instructions are indented, up to the first label (or the
+        // function's end), which is not.
+        let entry: String = body
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for global in ["@__omptarget_rs_fptr_head", "@__omptarget_rs_fptr_index"] {
+            assert!(
+                entry.contains(global) && entry.contains("!invariant.load"),
+                "{opt}: the entry block loads no {global}:\n{entry}"
+            );
+        }
+        assert!(
+            !body.contains("@__omptarget_rs_translate_inline"),
+            "{opt}: the helper was not inlined:\n{body}"
+        );
+        let lookups: Vec<&str> = body
+            .lines()
+            .filter(|l| l.contains("call ptr @__kmpc_target_translate_fptr("))
+            .collect();
+        assert_eq!(
+            lookups.len(),
+            1,
+            "{opt}: one call, on the search path:\n{body}"
+        );
+    }
+    // The control: without the inline step, one call per indirect call and no head.
+    let ir = device_ir(LOOP_OF_CALLS, "prog.c", "-O2", "inline-off");
+    assert!(!ir.contains("@__omptarget_rs_fptr_head"), "{ir}");
+    assert!(
+        ir.contains("call ptr @__kmpc_target_translate_fptr("),
+        "{ir}"
+    );
 }
 
 const INVOKE: &str = r#"
@@ -685,4 +759,145 @@ int area_on_device(const Shape *s) {
             && stderr.matches("warning:").count() == 1,
         "{stderr}"
     );
+}
+
+/// A program of `n` indirect functions whose kernel asks the lookup written out inline
+/// (a call of `__kmpc_target_translate_fptr` in the source, which the compiler plugin
+/// writes out like the ones it inserts) and the device RTL's own, out of line (the same
+/// function through a pointer), for every key of its table and for keys around them,
+/// each twice in a row and alternating (the per-site memo's hits and misses); then calls
+/// every function through its host pointer. Prints
+/// `lookups: <keys> asked, <d> differ, <t> translated; calls: <c> ok` and exits 0.
+fn differential_program(n: usize) -> String {
+    let mut src = String::from(
+        "#include <stdint.h>\n#include <stdio.h>\n\
+         #pragma omp declare target\n\
+         void *__kmpc_target_translate_fptr(void *);\n\
+         static inline void *inline_lookup(void *p) { return p; }\n\
+         static inline void *out_of_line_lookup(void *p) { return p; }\n\
+         #pragma omp end declare target\n\
+         #pragma omp begin declare variant match(device = {kind(nohost)})\n\
+         static inline void *inline_lookup(void *p) { return __kmpc_target_translate_fptr(p); }\n\
+         static inline void *out_of_line_lookup(void *p) {\n\
+           void *(*lookup)(void *) = __kmpc_target_translate_fptr;\n\
+           __asm__ volatile(\"\" : \"+r\"(lookup)); /* opaque: the call stays a call */\n\
+           return lookup(p);\n\
+         }\n\
+         #pragma omp end declare variant\n\
+         #pragma omp declare target indirect\n",
+    );
+    for i in 0..n {
+        src += &format!("int f{i}(int x) {{ return x * 1000 + {i}; }}\n");
+    }
+    src += "#pragma omp end declare target\ntypedef int (*fn_t)(int);\n";
+    let names: Vec<String> = (0..n).map(|i| format!("f{i}")).collect();
+    src += &format!("fn_t fns[{n}] = {{{}}};\n", names.join(", "));
+    src += &format!(
+        r#"
+#define N {n}
+#define KEYS (N * 12 + 8)
+int main(void) {{
+  static uint64_t keys[KEYS], inline_out[KEYS], out_of_line_out[KEYS];
+  int k = 0;
+  for (int i = 0; i < N; ++i) {{
+    uint64_t p = (uint64_t)(uintptr_t)fns[i], q = (uint64_t)(uintptr_t)fns[(i + 1) % N];
+    uint64_t around[6] = {{p, p, q, p, p + 1, p - 1}};
+    for (int j = 0; j < 6; ++j) keys[k++] = around[j];
+    uint64_t more[6] = {{p + 8, q, p, p - 8, p ^ 1, p}};
+    for (int j = 0; j < 6; ++j) keys[k++] = more[j];
+  }}
+  uint64_t edges[8] = {{0, 0, 1, ~0ull, ~0ull - 7, (uint64_t)(uintptr_t)&keys,
+                        0x123456789abcdefull, 0}};
+  for (int j = 0; j < 8; ++j) keys[k++] = edges[j];
+  int calls_ok = 0;
+#pragma omp target map(to : keys, fns) map(from : inline_out, out_of_line_out, calls_ok)
+  {{
+    for (int i = 0; i < KEYS; ++i) {{
+      inline_out[i] = (uint64_t)(uintptr_t)inline_lookup((void *)(uintptr_t)keys[i]);
+      out_of_line_out[i] = (uint64_t)(uintptr_t)out_of_line_lookup((void *)(uintptr_t)keys[i]);
+    }}
+    int ok = 0;
+    for (int round = 0; round < 3; ++round)
+      for (int i = 0; i < N; ++i)
+        ok += fns[i](round) == round * 1000 + i;
+    calls_ok = ok;
+  }}
+  int differ = 0, translated = 0;
+  for (int i = 0; i < KEYS; ++i) {{
+    if (inline_out[i] != out_of_line_out[i] && differ++ < 5)
+      printf("key %#llx: inline %#llx, out of line %#llx\n", (unsigned long long)keys[i],
+             (unsigned long long)inline_out[i], (unsigned long long)out_of_line_out[i]);
+  }}
+  for (int i = 0; i < N; ++i)
+    translated += inline_out[12 * i] != keys[12 * i];
+  printf("lookups: %d asked, %d differ, %d translated; calls: %d ok\n", KEYS, differ,
+         translated, calls_ok);
+  return 0;
+}}
+"#
+    );
+    src
+}
+
+/// The lookup written out inline answers exactly as the device RTL's, for tables in the
+/// head (1 and 4 functions) and beyond it (5 and 40: the index), with the index and
+/// without it (the search), in-process and isolated; and through LLVM's own x86_64
+/// plugin, which installs no table, both return every key unchanged (and the calls reach
+/// the host's functions, in the same process).
+#[test]
+fn the_inline_lookup_answers_as_the_device_runtimes_at_every_table_shape() {
+    for n in [1usize, 4, 5, 40] {
+        let dir = scratch("compiler-plugin", &format!("inline-diff-{n}"));
+        let src = dir.join("prog.c");
+        fs::write(&src, differential_program(n)).unwrap();
+        let exe = build(
+            &x86_config(),
+            "-O2",
+            &[src],
+            &[],
+            &format!("inline-diff-{n}"),
+        )
+        .exe;
+        // (label, environment, functions the lookup translates)
+        type Run<'a> = (&'a str, &'a [(&'a str, &'a str)], usize);
+        let runs: [Run; 4] = [
+            ("in-process", &[("OMPTARGET_RS_ISOLATED", "0")], n),
+            ("isolated", &[("OMPTARGET_RS_ISOLATED", "1")], n),
+            (
+                "no index",
+                &[
+                    ("OMPTARGET_RS_ISOLATED", "0"),
+                    ("OMPTARGET_RS_FPTR_INDEX", "0"),
+                ],
+                n,
+            ),
+            ("LLVM's plugin", &[("OMPTARGET_RS_ISOLATED", "0")], 0),
+        ];
+        for (label, env, translated) in runs {
+            let lib = if label == "LLVM's plugin" {
+                PathBuf::from("/usr/lib/llvm-16/lib")
+            } else {
+                prefix().join("lib")
+            };
+            let out = Command::new(&exe)
+                .env("LD_LIBRARY_PATH", lib)
+                .envs(env.iter().copied())
+                .output()
+                .unwrap_or_else(|e| panic!("running {}: {e}", exe.display()));
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            // Every call succeeds either way: through LLVM's plugin, in-process, a host
+            // pointer left untranslated reaches the host's function.
+            let want = format!(
+                "lookups: {} asked, 0 differ, {translated} translated; calls: {} ok",
+                n * 12 + 8,
+                3 * n
+            );
+            assert!(
+                out.status.success() && stdout.contains(&want),
+                "{n} functions, {label}: {}\nwant {want:?}\n{stdout}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
 }

@@ -1,0 +1,442 @@
+//! Device code for the host device (x86_64): the lookup written out at each call, its
+//! invariant part loaded once per function.
+//!
+//! Out of line, every `__kmpc_target_translate_fptr` call reloads the head and the index
+//! header (they sit behind the GOT, and a call in between may write memory, as far as the
+//! compiler knows) before the key even reaches a compare, and the call that follows waits
+//! for all of it. Here, after the rewrites (translate.rs, vptr.rs) and the optimizer are
+//! done, each call of the lookup in a function becomes the device RTL's own fast paths in
+//! place, over values loaded once at the function's entry:
+//! - the head (`__omptarget_rs_fptr_head`, [`device_rtl::head`]): a key outside the
+//!   table's range comes back unchanged; a table of at most four rows answers from them;
+//! - the index (`__omptarget_rs_fptr_index`, [`device_rtl::index`]): two buckets read at
+//!   the hashed positions, when its header is valid;
+//! - otherwise (no index: a table the plugin handed over without one, or a plugin that
+//!   writes none) the device RTL's search, called as before.
+//!
+//! Before all of that, each call site asks its memo: the last two keys it translated and
+//! their answers ([`MEMO_WORDS`]), on the stack and in registers once SROA has run. A
+//! loop of virtual calls on objects of one or two classes answers from it, so the
+//! call's target no longer waits for the lookup's loads and hashes.
+//!
+//! The entry loads are marked `!invariant.load`: the plugin writes both globals before any
+//! kernel of the image runs and never while one runs, as the device RTL's own contract
+//! says (the same contract makes a memo's answers stay true). The rules are the device
+//! RTL's (its layouts and constants come from that crate); tests/tests/compiler_plugin.rs
+//! checks every answer against the out-of-line lookup's, at every table shape, with and
+//! without the index, memo hits and misses included.
+//!
+//! GPU targets keep the call: there the device RTL's bitcode (clang 22) already inlines
+//! and hoists the lookup, and the clang-16 path (the devicertl archive's cubin) gets this
+//! once a GPU run has measured it.
+use crate::ir::{Ir, Value};
+use crate::translate::LOOKUP;
+use device_rtl::head::{FptrHead, HEAD_ROWS};
+use device_rtl::index::{FptrIndex, BUCKET_BYTES, SLOTS};
+use device_rtl::table::FptrMapEntry;
+use llvm_plugin::inkwell::builder::{Builder, BuilderError};
+use llvm_plugin::inkwell::module::Linkage;
+use llvm_plugin::inkwell::types::BasicMetadataTypeEnum;
+use llvm_plugin::inkwell::values::{
+    BasicMetadataValueEnum, FunctionValue, GlobalValue, InstructionValue, IntValue, PointerValue,
+};
+use llvm_plugin::inkwell::IntPredicate;
+use std::mem::{offset_of, size_of};
+
+/// The internal function each call becomes before LLVM's always-inliner writes it out.
+pub const INLINE_LOOKUP: &str = "__omptarget_rs_translate_inline";
+
+/// `OMPTARGET_INDIRECT_INLINE_LOOKUP=0` at compile time keeps every lookup out of line
+/// (to compare the two, or to read the rewrites alone).
+pub const DISABLE_ENV: &str = "OMPTARGET_INDIRECT_INLINE_LOOKUP";
+
+/// Only the host device's code (see the module documentation), unless disabled.
+pub fn wanted(ir: &Ir) -> bool {
+    ir.triple().starts_with("x86_64")
+        && std::env::var(DISABLE_ENV).map_or(true, |v| v.trim() != "0")
+}
+
+/// What one function loads at its entry: the head's range and rows, the index header and
+/// whether it is valid. Passed to [`INLINE_LOOKUP`] in this order, after the pointer and
+/// the memo.
+const STATE_WORDS: usize = 3 + 2 * HEAD_ROWS + 4 + 1;
+
+/// Each call site's memo: its last two keys and answers (key, answer, key, answer), zero
+/// at the function's entry. Zero is a true answer for key zero: the plugin keeps no row
+/// of the null host address (host-plugin/src/fptr.rs), so the lookup maps null to null.
+/// A loop of virtual calls on objects of one or two classes then answers from the memo,
+/// and the call's target no longer waits for the lookup.
+const MEMO_WORDS: u32 = 4;
+
+/// Write out every call of the lookup in the module's functions; returns how many.
+pub fn inline_lookups(ir: &Ir) -> usize {
+    let Some(lookup) = ir.function(LOOKUP) else {
+        return 0;
+    };
+    // The device RTL's own module (or a test's) defines the lookup: leave it alone.
+    if !ir.is_declaration(lookup.as_global_value()) {
+        return 0;
+    }
+    let sites: Vec<(FunctionValue, Vec<InstructionValue>)> = ir
+        .functions()
+        .into_iter()
+        .filter(|f| !ir.is_declaration(f.as_global_value()))
+        .map(|f| {
+            let calls = ir
+                .call_sites(f)
+                .into_iter()
+                .filter(|&c| ir.is_call_to(Value::of(c), lookup) && c.get_num_operands() == 2)
+                .collect::<Vec<_>>();
+            (f, calls)
+        })
+        .filter(|(_, calls)| !calls.is_empty())
+        .collect();
+    if sites.is_empty() {
+        return 0;
+    }
+    let written = match write_out(ir, lookup, &sites) {
+        Ok(n) => n,
+        Err(e) => {
+            // Calls not yet rewritten stay calls (slower, never wrong). Say so rather
+            // than hide it.
+            eprintln!("omptarget-indirect: the lookup stays out of line: {e}");
+            return 0;
+        }
+    };
+    if let Err(message) = ir.run_always_inliner() {
+        eprintln!("omptarget-indirect: always-inline: {message}");
+    }
+    written
+}
+
+fn write_out<'ctx>(
+    ir: &Ir<'_, 'ctx>,
+    lookup: FunctionValue<'ctx>,
+    sites: &[(FunctionValue<'ctx>, Vec<InstructionValue<'ctx>>)],
+) -> Result<usize, BuilderError> {
+    let globals = Globals::declare(ir);
+    let inline = define_inline_lookup(ir, lookup)?;
+    // Nothing is rewritten until the helper is whole; from here on a failed rewrite
+    // leaves its call as it was (slower, never wrong).
+    let mut written = 0;
+    for (function, calls) in sites {
+        let state = load_state(ir, *function, &globals)?;
+        for &call in calls {
+            let memo = ir.zeroed_entry_words(*function, MEMO_WORDS, "lookup.memo")?;
+            let mut arguments = vec![memo.into()];
+            arguments.extend_from_slice(&state);
+            if ir.replace_call(call, inline, &arguments) {
+                written += 1;
+            }
+        }
+    }
+    Ok(written)
+}
+
+/// The two globals, declared where the module does not already name them (the device
+/// RTL, linked into the image, defines them).
+struct Globals<'ctx> {
+    head: GlobalValue<'ctx>,
+    index: GlobalValue<'ctx>,
+}
+
+impl<'ctx> Globals<'ctx> {
+    fn declare(ir: &Ir<'_, 'ctx>) -> Self {
+        Globals {
+            head: ir.get_or_declare_words(device_rtl::symbols::HEAD, size_of::<FptrHead>()),
+            index: ir.get_or_declare_words(device_rtl::symbols::INDEX, size_of::<FptrIndex>()),
+        }
+    }
+}
+
+/// The head's and the index header's words at `function`'s entry, invariant loads, and
+/// the index header's validity (`IndexView::from_header`'s checks).
+fn load_state<'ctx>(
+    ir: &Ir<'_, 'ctx>,
+    function: FunctionValue<'ctx>,
+    globals: &Globals<'ctx>,
+) -> Result<Vec<BasicMetadataValueEnum<'ctx>>, BuilderError> {
+    let b = ir.builder_at_entry(function);
+    let word = |global: GlobalValue<'ctx>, offset: usize, name: &str| {
+        ir.load_invariant_word(&b, global, offset as u64, name)
+    };
+    let head = globals.head;
+    let mut state = vec![
+        word(head, offset_of!(FptrHead, first_key), "head.first")?,
+        word(
+            head,
+            offset_of!(FptrHead, span_complement),
+            "head.span_complement",
+        )?,
+        word(head, offset_of!(FptrHead, rows_here), "head.rows_here")?,
+    ];
+    for row in 0..HEAD_ROWS {
+        let at = offset_of!(FptrHead, rows) + row * size_of::<FptrMapEntry>();
+        state.push(word(
+            head,
+            at + offset_of!(FptrMapEntry, host_ptr),
+            "head.key",
+        )?);
+        state.push(word(
+            head,
+            at + offset_of!(FptrMapEntry, tgt_ptr),
+            "head.target",
+        )?);
+    }
+    let index = globals.index;
+    let buckets = word(index, offset_of!(FptrIndex, buckets), "index.buckets")?;
+    let count = word(index, offset_of!(FptrIndex, bucket_count), "index.count")?;
+    let seed0 = word(index, offset_of!(FptrIndex, seeds), "index.seed0")?;
+    let seed1 = word(index, offset_of!(FptrIndex, seeds) + 8, "index.seed1")?;
+    let valid = index_valid(ir, &b, buckets, count, seed0, seed1)?;
+    state.extend([buckets, count, seed0, seed1, valid]);
+    debug_assert_eq!(state.len(), STATE_WORDS);
+    Ok(state.into_iter().map(Into::into).collect())
+}
+
+/// `IndexView::from_header`'s checks: buckets present and aligned, a count the address
+/// space can hold, both seeds odd.
+fn index_valid<'ctx>(
+    ir: &Ir<'_, 'ctx>,
+    b: &Builder<'ctx>,
+    buckets: IntValue<'ctx>,
+    count: IntValue<'ctx>,
+    seed0: IntValue<'ctx>,
+    seed1: IntValue<'ctx>,
+) -> Result<IntValue<'ctx>, BuilderError> {
+    let i64 = ir.i64_type();
+    let max_count = (isize::MAX as usize / BUCKET_BYTES) as u64;
+    let align_mask = (std::mem::align_of::<FptrMapEntry>() - 1) as u64;
+    let present = b.build_int_compare(IntPredicate::NE, buckets, i64.const_zero(), "")?;
+    let misalignment = b.build_and(buckets, i64.const_int(align_mask, false), "")?;
+    let aligned = b.build_int_compare(IntPredicate::EQ, misalignment, i64.const_zero(), "")?;
+    let count_less_one = b.build_int_sub(count, i64.const_int(1, false), "")?;
+    let fits = b.build_int_compare(
+        IntPredicate::ULT,
+        count_less_one,
+        i64.const_int(max_count, false),
+        "",
+    )?;
+    let seeds = b.build_and(seed0, seed1, "")?;
+    let odd = b.build_and(seeds, i64.const_int(1, false), "")?;
+    let odd = b.build_int_compare(IntPredicate::NE, odd, i64.const_zero(), "")?;
+    let valid = b.build_and(present, aligned, "")?;
+    let valid = b.build_and(valid, fits, "")?;
+    b.build_and(valid, odd, "index.valid")
+}
+
+/// `ptr @__omptarget_rs_translate_inline(ptr %p, ptr %memo, <the state>)`: internal,
+/// always inlined, the device RTL's `__kmpc_target_translate_fptr` over the state, calling
+/// `lookup` (the search) only where the device RTL would search, behind the call site's
+/// memo of its last two answers ([`MEMO_WORDS`]).
+fn define_inline_lookup<'ctx>(
+    ir: &Ir<'_, 'ctx>,
+    lookup: FunctionValue<'ctx>,
+) -> Result<FunctionValue<'ctx>, BuilderError> {
+    if let Some(existing) = ir.function(INLINE_LOOKUP) {
+        return Ok(existing);
+    }
+    let i64 = ir.i64_type();
+    let mut parameters: Vec<BasicMetadataTypeEnum> = vec![ir.ptr().into(), ir.ptr().into()];
+    parameters.extend(std::iter::repeat_n(
+        BasicMetadataTypeEnum::from(i64),
+        STATE_WORDS - 1,
+    ));
+    parameters.push(ir.bool_type().into());
+    let f = ir.add_function(
+        INLINE_LOOKUP,
+        ir.ptr().fn_type(&parameters, false),
+        Linkage::Internal,
+    );
+    ir.mark_always_inline(f);
+    write_inline_lookup(ir, f, lookup).inspect_err(|_| {
+        // A helper left half-built would be invalid IR: take it out again.
+        ir.delete_function(f);
+    })?;
+    Ok(f)
+}
+
+/// The body of [`INLINE_LOOKUP`] (`f`): see [`define_inline_lookup`].
+fn write_inline_lookup<'ctx>(
+    ir: &Ir<'_, 'ctx>,
+    f: FunctionValue<'ctx>,
+    lookup: FunctionValue<'ctx>,
+) -> Result<(), BuilderError> {
+    let i64 = ir.i64_type();
+    let param = |i: u32| f.get_nth_param(i).expect("declared above");
+    let p = param(0).into_pointer_value();
+    let memo = param(1).into_pointer_value();
+    let word = |i: u32| param(2 + i).into_int_value();
+    let (first, span_complement, rows_here) = (word(0), word(1), word(2));
+    let rows: Vec<(IntValue, IntValue)> = (0..HEAD_ROWS as u32)
+        .map(|r| (word(3 + 2 * r), word(4 + 2 * r)))
+        .collect();
+    let after_rows = 3 + 2 * HEAD_ROWS as u32;
+    let (buckets, count, seeds) = (
+        word(after_rows),
+        word(after_rows + 1),
+        [word(after_rows + 2), word(after_rows + 3)],
+    );
+    let valid = word(after_rows + 4);
+
+    let block = |name| ir.append_block(f, name);
+    let entry = block("entry");
+    let (memo_second, hit_first, hit_second) = (
+        block("memo.second"),
+        block("memo.first.hit"),
+        block("memo.second.hit"),
+    );
+    let (range, in_range, from_rows, indexed, probe, search, unchanged) = (
+        block("range"),
+        block("in_range"),
+        block("rows"),
+        block("indexed"),
+        block("probe"),
+        block("search"),
+        block("unchanged"),
+    );
+    let (remember, done) = (block("remember"), block("done"));
+    let b = ir.builder();
+
+    // The memo: the site's last two keys and answers (stack words, kept in registers
+    // once SROA has run).
+    b.position_at_end(entry);
+    let key = b.build_ptr_to_int(p, i64, "key")?;
+    let memo_word = |w: u64, name: &str| ir.load_plain_at(&b, memo, 8 * w, name);
+    let (key0, answer0) = (memo_word(0, "memo.key0")?, memo_word(1, "memo.answer0")?);
+    let is_first = b.build_int_compare(IntPredicate::EQ, key, key0, "")?;
+    b.build_conditional_branch(is_first, hit_first, memo_second)?;
+    b.position_at_end(hit_first);
+    b.build_unconditional_branch(done)?;
+
+    b.position_at_end(memo_second);
+    let (key1, answer1) = (memo_word(2, "memo.key1")?, memo_word(3, "memo.answer1")?);
+    let is_second = b.build_int_compare(IntPredicate::EQ, key, key1, "")?;
+    b.build_conditional_branch(is_second, hit_second, range)?;
+    b.position_at_end(hit_second);
+    b.build_unconditional_branch(done)?;
+
+    // The head's range: a key outside it is no key of the table.
+    b.position_at_end(range);
+    let offset = b.build_int_sub(key, first, "")?;
+    let span = b.build_not(span_complement, "span")?;
+    let inside = b.build_int_compare(IntPredicate::ULE, offset, span, "inside")?;
+    b.build_conditional_branch(inside, in_range, unchanged)?;
+
+    b.position_at_end(in_range);
+    let has_rows = b.build_int_compare(IntPredicate::NE, rows_here, i64.const_zero(), "")?;
+    b.build_conditional_branch(has_rows, from_rows, indexed)?;
+
+    // A small table: its rows, all compared (FptrHead::answer).
+    b.position_at_end(from_rows);
+    let mut row_result = key;
+    for &(row_key, target) in &rows {
+        row_result = pick(&b, key, row_key, target, row_result)?;
+    }
+    b.build_unconditional_branch(remember)?;
+
+    b.position_at_end(indexed);
+    b.build_conditional_branch(valid, probe, search)?;
+
+    // The index: both candidate buckets, every slot compared (IndexView::translate).
+    b.position_at_end(probe);
+    let mut probe_result = key;
+    for seed in seeds {
+        let bucket = bucket_address(ir, &b, key, seed, count, buckets)?;
+        for slot in 0..SLOTS {
+            let at = (slot * size_of::<FptrMapEntry>()) as u64;
+            let slot_key = ir.load_invariant_at(
+                &b,
+                bucket,
+                at + offset_of!(FptrMapEntry, host_ptr) as u64,
+                "slot.key",
+            )?;
+            let target = ir.load_invariant_at(
+                &b,
+                bucket,
+                at + offset_of!(FptrMapEntry, tgt_ptr) as u64,
+                "slot.target",
+            )?;
+            probe_result = pick(&b, key, slot_key, target, probe_result)?;
+        }
+    }
+    b.build_unconditional_branch(remember)?;
+
+    // No index: the device RTL's search, out of line.
+    b.position_at_end(search);
+    let searched = ir.call_pointer_function(&b, lookup, p)?;
+    let searched = b.build_ptr_to_int(searched, i64, "")?;
+    b.build_unconditional_branch(remember)?;
+
+    // Outside the head's range: no key of the table.
+    b.position_at_end(unchanged);
+    b.build_unconditional_branch(remember)?;
+
+    // A new answer displaces the older of the two.
+    b.position_at_end(remember);
+    let found = b.build_phi(i64, "found")?;
+    found.add_incoming(&[
+        (&row_result, from_rows),
+        (&probe_result, probe),
+        (&searched, search),
+        (&key, unchanged),
+    ]);
+    let found = found.as_basic_value().into_int_value();
+    ir.store_at(&b, memo, 16, key0)?;
+    ir.store_at(&b, memo, 24, answer0)?;
+    ir.store_at(&b, memo, 0, key)?;
+    ir.store_at(&b, memo, 8, found)?;
+    b.build_unconditional_branch(done)?;
+
+    // A match returns the target; no match keeps the argument itself (and its
+    // provenance), as the device RTL does.
+    b.position_at_end(done);
+    let answer = b.build_phi(i64, "answer")?;
+    answer.add_incoming(&[
+        (&answer0, hit_first),
+        (&answer1, hit_second),
+        (&found, remember),
+    ]);
+    let answer = answer.as_basic_value().into_int_value();
+    let matched = b.build_int_compare(IntPredicate::NE, answer, key, "")?;
+    let target = b.build_int_to_ptr(answer, ir.ptr(), "target")?;
+    let result = b.build_select(matched, target, p, "translated")?;
+    b.build_return(Some(&result))?;
+    Ok(())
+}
+
+/// `slot_key == key ? target : so_far`.
+fn pick<'ctx>(
+    b: &Builder<'ctx>,
+    key: IntValue<'ctx>,
+    slot_key: IntValue<'ctx>,
+    target: IntValue<'ctx>,
+    so_far: IntValue<'ctx>,
+) -> Result<IntValue<'ctx>, BuilderError> {
+    let same = b.build_int_compare(IntPredicate::EQ, slot_key, key, "")?;
+    Ok(b.build_select(same, target, so_far, "")?.into_int_value())
+}
+
+/// The address of `key`'s bucket for `seed` (`index::bucket_of`: the high 64 bits of
+/// `(key * seed) * count`).
+fn bucket_address<'ctx>(
+    ir: &Ir<'_, 'ctx>,
+    b: &Builder<'ctx>,
+    key: IntValue<'ctx>,
+    seed: IntValue<'ctx>,
+    count: IntValue<'ctx>,
+    buckets: IntValue<'ctx>,
+) -> Result<PointerValue<'ctx>, BuilderError> {
+    let (i64, i128) = (ir.i64_type(), ir.i128_type());
+    let mixed = b.build_int_mul(key, seed, "")?;
+    let wide = b.build_int_mul(
+        b.build_int_z_extend(mixed, i128, "")?,
+        b.build_int_z_extend(count, i128, "")?,
+        "",
+    )?;
+    let high = b.build_right_shift(wide, i128.const_int(64, false), false, "")?;
+    let bucket = b.build_int_truncate(high, i64, "bucket")?;
+    let offset = b.build_int_mul(bucket, i64.const_int(BUCKET_BYTES as u64, false), "")?;
+    let address = b.build_int_add(buckets, offset, "")?;
+    b.build_int_to_ptr(address, ir.ptr(), "bucket.address")
+}
