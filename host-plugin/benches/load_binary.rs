@@ -25,6 +25,13 @@
 //! plugin builds no table, so the difference is what the table costs on top of loading
 //! the image and resolving its entries.
 //!
+//!
+//!     load_binary --abi-only IMAGE ENTRIES REPS OUR_PLUGIN LLVM_PLUGIN
+//!
+//! times only that comparison, for an image of any plugin kind: the GPU kit runs it with
+//! a cubin and both cuda plugins (the image from `cargo xtask bench load`'s
+//! `generate_cubin`).
+//!
 //! Each line is `<what> <best ns> <median ns>` over REPS repetitions. Before timing, the
 //! installed table is checked (size, order, every host key present): a wrong table
 //! fails the run instead of giving numbers.
@@ -420,6 +427,19 @@ fn run(image: &str, n: usize, reps: usize, abi: Option<&AbiArgs>) -> Result<(), 
     Ok(())
 }
 
+/// `--abi-only`: [`abi_loads`] alone.
+fn run_abi_only(image: &str, n: usize, reps: usize, abi: &AbiArgs) -> Result<(), String> {
+    let bytes = std::fs::read(image).map_err(|e| format!("{image}: {e}"))?;
+    let entries = host_entries(n);
+    let (mut ours, mut llvm) = abi_loads(&bytes, &entries, reps, abi)?;
+    println!("entries {n}");
+    let (best, median) = summary(&mut ours);
+    println!("abi_ours {best} {median}");
+    let (best, median) = summary(&mut llvm);
+    println!("abi_llvm {best} {median}");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     // `cargo bench` appends `--bench` to the arguments of harness-less benches.
     let args: Vec<String> = std::env::args()
@@ -431,25 +451,36 @@ fn main() -> ExitCode {
         let reps = reps.parse::<usize>().ok().filter(|&r| r > 0)?;
         Some((n, reps))
     };
-    let parsed = match args.as_slice() {
-        [image, n, reps] => numbers(n, reps).map(|(n, reps)| (image.clone(), n, reps, None)),
-        [image, n, reps, ours, llvm] => numbers(n, reps).map(|(n, reps)| {
-            let abi = AbiArgs {
-                ours: ours.clone(),
-                llvm: llvm.clone(),
-            };
-            (image.clone(), n, reps, Some(abi))
-        }),
+    let abi_args = |ours: &String, llvm: &String| AbiArgs {
+        ours: ours.clone(),
+        llvm: llvm.clone(),
+    };
+    let (args, abi_only) = match args.split_first() {
+        Some((flag, rest)) if flag == "--abi-only" => (rest, true),
+        _ => (args.as_slice(), false),
+    };
+    let parsed = match args {
+        [image, n, reps] if !abi_only => {
+            numbers(n, reps).map(|(n, reps)| (image.clone(), n, reps, None))
+        }
+        [image, n, reps, ours, llvm] => {
+            numbers(n, reps).map(|(n, reps)| (image.clone(), n, reps, Some(abi_args(ours, llvm))))
+        }
         _ => None,
     };
     let Some((image, n, reps, abi)) = parsed else {
         eprintln!(
-            "usage: load_binary IMAGE ENTRIES REPS [OUR_PLUGIN LLVM_PLUGIN] (images come from \
-             `cargo xtask bench load`)"
+            "usage: load_binary IMAGE ENTRIES REPS [OUR_PLUGIN LLVM_PLUGIN]\n       \
+             load_binary --abi-only IMAGE ENTRIES REPS OUR_PLUGIN LLVM_PLUGIN\n\
+             (images come from `cargo xtask bench load`)"
         );
         return ExitCode::from(2);
     };
-    match run(&image, n, reps, abi.as_ref()) {
+    let result = match (&abi, abi_only) {
+        (Some(abi), true) => run_abi_only(&image, n, reps, abi),
+        _ => run(&image, n, reps, abi.as_ref()),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("load_binary bench: {e}");

@@ -853,6 +853,44 @@ def step_bench_runtime(ctx, log):
                                   "(also runtime_bench.json):"] + tables
 
 
+def step_bench_load(ctx, log):
+    """`__tgt_rtl_load_binary` of cubins with many indirect entries: our cuda plugin beside
+    LLVM 16's, alternately in one process (docs/BENCHMARKS.md 1d)."""
+    bench = ctx.manifest["load_bench"]
+    if not ctx.gpu.present:
+        say(log, "SKIPPED: load_binary on the GPU: %s" % ctx.gpu.describe())
+        return True, "skipped (no GPU)", []
+    ours = os.path.join(ctx.work.plugins_ours, "libomptarget.rtl.cuda.so")
+    llvm = os.path.join(ctx.work.lib, "libomptarget.rtl.cuda.so")
+    rows, failures, raw = [], [], {}
+    for image in bench["images"]:
+        n = image["entries"]
+        cmd = [os.path.join(KIT, bench["exe"]), "--abi-only", os.path.join(KIT, image["cubin"]),
+               str(n), str(bench["reps"]), ours, llvm]
+        # No diagnostics: our information lines name every row of the table.
+        r = ctx.run(cmd, ctx.env(diagnostics=False), log, 240)
+        measures = parse_measures(r.output)
+        if r.rc != 0 or "abi_ours" not in measures or "abi_llvm" not in measures:
+            failures.append("%d entries: %s" % (n, r.status()))
+            rows.append("| %d | FAILED: %s | | | | |" % (n, r.status()))
+            continue
+        raw[n] = measures
+        (ours_best, ours_median, _), (llvm_best, llvm_median, _) = (measures["abi_ours"],
+                                                                    measures["abi_llvm"])
+        rows.append("| %d | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
+            n, ours_best / 1e6, ours_median / 1e6, llvm_best / 1e6, llvm_median / 1e6,
+            ours_median / llvm_median))
+    with open(os.path.join(ctx.results, "load_bench.json"), "w") as f:
+        json.dump(raw, f, indent=1)
+    table = ["load_binary on the GPU (ms; best and median of %d loads each, ours and LLVM 16's "
+             "cuda plugin alternately in one process; LLVM's builds no table):" % bench["reps"],
+             "", "| entries | ours, best | ours, median | LLVM's, best | LLVM's, median | "
+             "ours / LLVM's (medians) |", "|---:|---:|---:|---:|---:|---:|"] + rows
+    detail = "%d images%s" % (len(bench["images"]),
+                              "; failed: " + ", ".join(failures) if failures else "")
+    return not failures, detail, table
+
+
 def step_bench(ctx, log):
     """The GPU lookup benchmark (docs/BENCHMARKS.md 1b); it checks every thread's result
     too, so a wrong lookup fails it. The kit's arguments shorten it (fewer, shorter
@@ -934,6 +972,7 @@ def steps(manifest):
         (1, "programs", step_programs, True),
         (1, "lit_nvptx64", step_lit, True),
         (1, "bench_runtime", step_bench_runtime, True),
+        (1, "bench_load", step_bench_load, True),
         (1, "bench_gpu_lookup", step_bench, True),
         (2, "memcheck", step_memcheck, True),
     ]

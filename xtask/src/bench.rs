@@ -15,7 +15,7 @@
 //! more instructions than the libgomp-style hash at every size from 16 to 1M).
 
 pub mod gpu_lookup;
-mod load_binary;
+pub mod load_binary;
 pub mod plot;
 mod plugin_overhead;
 mod virtual_calls;

@@ -249,6 +249,74 @@ fn write_assembly(path: &Path, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// The `load_binary` bench executable (host-plugin/benches/load_binary.rs), built.
+pub fn bench_binary() -> Result<PathBuf> {
+    build_bench_binary("host-plugin", "load_binary")
+}
+
+/// target/bench/load/entries-N.<sm>.cubin: the GPU image of the same shape as
+/// [`generate_image`]'s (the entries' holders, the device runtime's globals), assembled
+/// by ptxas unless already there. Every holder points at one function: the host
+/// addresses (benches/load_binary.rs) are what is distinct, and the load resolves each
+/// holder by name either way.
+pub fn generate_cubin(n: usize, sm: &str) -> Result<PathBuf> {
+    let dir = util::target_dir().join("bench/load");
+    std::fs::create_dir_all(&dir)?;
+    let cubin = dir.join(format!("entries-{n}.{sm}.cubin"));
+    if cubin.is_file() {
+        return Ok(cubin);
+    }
+    util::section(&format!(
+        "bench load: generate a {sm} cubin with {n} indirect entries"
+    ));
+    let ptx = dir.join(format!("entries-{n}.{sm}.ptx"));
+    write_ptx(&ptx, n, sm)?;
+    let ptxas = util::ptxas()?;
+    let tmp = cubin.with_extension("cubin.tmp");
+    let sh = Shell::new()?;
+    cmd!(sh, "{ptxas} -arch={sm} {ptx} -o {tmp}").run()?;
+    std::fs::rename(&tmp, &cubin)?;
+    let _ = std::fs::remove_file(&ptx);
+    Ok(cubin)
+}
+
+/// PTX of [`generate_cubin`]'s image.
+fn write_ptx(path: &Path, n: usize, sm: &str) -> Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    let target = sm.trim_start_matches("sm_");
+    writeln!(
+        w,
+        ".version 7.8\n.target sm_{target}\n.address_size 64\n\n\
+         .visible .func (.param .b32 result) bench_fn(.param .b32 x)\n{{\n\
+         \t.reg .b32 %r<2>;\n\tld.param.b32 %r0, [x];\n\tadd.s32 %r1, %r0, 1;\n\
+         \tst.param.b32 [result], %r1;\n\tret;\n}}\n"
+    )?;
+    for name in [device_rtl::symbols::TABLE, device_rtl::symbols::TABLE_SIZE] {
+        writeln!(w, ".visible .global .align 8 .u64 {name};")?;
+    }
+    let bytes = |name: &str, size: usize| format!(".visible .global .align 8 .b8 {name}[{size}];");
+    writeln!(
+        w,
+        "{}\n{}",
+        bytes(
+            device_rtl::symbols::INDEX,
+            std::mem::size_of::<device_rtl::FptrIndex>()
+        ),
+        bytes(
+            device_rtl::symbols::HEAD,
+            std::mem::size_of::<device_rtl::FptrHead>()
+        )
+    )?;
+    for i in 0..n {
+        let holder = offload_formats::entries::holder::macro_name(&format!("bench_fn_{i}"));
+        writeln!(w, ".visible .global .align 8 .u64 {holder} = bench_fn;")?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
 /// The bench's `entries N` line, then `<what> <fastest ns> <median ns>` lines.
 fn parse_output(out: &str, n: usize) -> Result<BTreeMap<String, (f64, f64)>> {
     let mut lines = out.lines();

@@ -1,14 +1,15 @@
 //! The kit's CUDA tests: the test executables (`cuda_indirect`, `cuda_abi`,
 //! `cuda_no_driver`; each GPU test runs with both nvptx device RTL builds), the fixture
 //! cubins they load, the GPU lookup benchmark (docs/BENCHMARKS.md 1b) with its cubins,
-//! and our plugin file (run.sh makes the copies libomptarget and the tests look for).
+//! the load_binary benchmark (1d: host-plugin/benches/load_binary.rs `--abi-only`) with
+//! its generated cubins, and our plugin file (run.sh makes the copies libomptarget and the tests look for).
 //!
 //! The tests find their files through environment variables the runner sets:
 //! `OMPTARGET_RS_CUDA_FIXTURES`, `OMPTARGET_RS_PLUGIN_DIR`, `OMPTARGET_RS_GPU_BENCH_DIR`.
 
-use super::{relative, Kit};
-use crate::bench::gpu_lookup;
-use crate::util;
+use super::{relative, Kit, SM};
+use crate::bench::{gpu_lookup, load_binary};
+use crate::{gpu_programs, util};
 use anyhow::{ensure, Context, Result};
 use serde_json::json;
 use std::fs;
@@ -89,6 +90,19 @@ pub fn add(kit: &mut Kit, plugins: &Path) -> Result<()> {
             "cubins": "bench",
             "args": ["--reps", "3", "--min-ms", "10"],
         }),
+    );
+
+    util::section("gpu-bundle: load_binary benchmark");
+    let load = kit.path("bin/load_binary_bench")?;
+    strip(&load_binary::bench_binary()?, &load)?;
+    // The file gpu-programs copies too (tests/tests/cuda_standin_load_bench.rs loads it).
+    let n = gpu_programs::LOAD_BENCH_ENTRIES;
+    let copy = kit.path(&format!("load/entries-{n}.{SM}.cubin"))?;
+    fs::copy(load_binary::generate_cubin(n, SM)?, &copy)?;
+    let images = vec![json!({"entries": n, "cubin": relative(kit, &copy)?})];
+    kit.set(
+        "load_bench",
+        json!({"exe": relative(kit, &load)?, "images": images, "reps": 5}),
     );
 
     // One file: the plugin takes its kind from its file name, so the runner copies it
