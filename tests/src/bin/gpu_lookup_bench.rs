@@ -9,7 +9,9 @@
 //! translate host keys with `__kmpc_target_translate_fptr` (table installed with
 //! `set_function_ptr_map`, which also writes the head and builds the index: `ours_index`
 //! keeps both, what the plugin installs; `ours` and `ours_warp` get the empty head and
-//! index header written over them, so they search the table);
+//! index header written over them, so they search the table); `ours_archive` as
+//! `ours_index`, with the lookup called out of line from the devicertl archive's cubin
+//! (linked by nvlink, as clang-16 programs get it);
 //! `llvm19` with LLVM 19's `__llvm_omp_indirect_call_lookup` (table written into its
 //! device environment). Every thread's result is checked against a host-computed
 //! reference: a wrong lookup fails the run. Timing: one warm-up launch, then the best of
@@ -36,9 +38,10 @@ const CUBINS_ENV: &str = "OMPTARGET_RS_GPU_BENCH_DIR";
 /// The SMs `cargo xtask bench gpu` builds for.
 const ARCHES: [u32; 2] = [90, 80];
 /// Lookup variants, in table order (names as xtask/src/bench/gpu_lookup.rs builds them).
-const VARIANTS: [(&str, Lookup); 5] = [
+const VARIANTS: [(&str, Lookup); 6] = [
     ("direct", Lookup::Direct),
     ("ours_index", Lookup::Ours { index: true }),
+    ("ours_archive", Lookup::Ours { index: true }),
     ("ours", Lookup::Ours { index: false }),
     ("ours_warp", Lookup::Ours { index: false }),
     ("llvm19", Lookup::Llvm19),

@@ -8,7 +8,7 @@
 //! or GPU the driver prints one `SKIPPED:` line and exits 0. GPU machines have no clang: `cargo xtask gpu-bundle`
 //! packs the same cubins and driver (see [`bundle_files`]).
 
-use crate::{device, util};
+use crate::{device, nvptx_program, util};
 use anyhow::{ensure, Context, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -33,19 +33,24 @@ enum Lookup {
     Ours(&'static str),
     /// LLVM 19 DeviceRTL's `__llvm_omp_indirect_call_lookup` (libomp-19-dev).
     Llvm19,
+    /// `__kmpc_target_translate_fptr` out of line, from the relocatable device RTL cubin
+    /// that the devicertl archive holds, linked by nvlink: what clang-16 programs get.
+    Archive,
 }
 
 /// The variants, in the order the driver's table shows them; names must match the
 /// driver's (tests/src/bin/gpu_lookup_bench.rs).
 /// `ours_index` and `ours` are the same build: the driver keeps the plugin's index for
 /// the first and clears it for the second (and for `ours_warp`), so they compare the
-/// index with the search.
+/// index with the search. `ours_archive` gets the table as `ours_index` does, through a
+/// call into the device RTL's own cubin.
 const VARIANTS: &[(&str, Lookup)] = &[
     ("direct", Lookup::Direct),
     (
         "ours_index",
         Lookup::Ours("nvptx64-nvidia-cuda/device_rtl.bc"),
     ),
+    ("ours_archive", Lookup::Archive),
     ("ours", Lookup::Ours("nvptx64-nvidia-cuda/device_rtl.bc")),
     (
         "ours_warp",
@@ -137,7 +142,17 @@ pub fn build_cubins() -> Result<PathBuf> {
             let text = check_ptx(name, lookup, text)
                 .with_context(|| format!("checking {}", ptx.display()))?;
             std::fs::write(&ptx, &text)?;
-            cmd!(sh, "{ptxas} -arch={arch} {ptx} -o {cubin}").run()?;
+            if let Lookup::Archive = lookup {
+                // As clang 16 links: the kernel relocatable, nvlink adding the device
+                // RTL's cubin for the same architecture.
+                let object = cubin.with_extension("o.cubin");
+                let rtl = nvptx_program::device_rtl_cubin_for(&arch, &dir)?;
+                let nvlink = ptxas.with_file_name("nvlink");
+                cmd!(sh, "{ptxas} --compile-only -arch={arch} {ptx} -o {object}").run()?;
+                cmd!(sh, "{nvlink} -arch={arch} {object} {rtl} -o {cubin}").run()?;
+            } else {
+                cmd!(sh, "{ptxas} -arch={arch} {ptx} -o {cubin}").run()?;
+            }
             check_cubin_symbols(&readelf, &cubin, lookup)?;
             counts.push((name.to_string(), sm, kernel_instructions(&text)));
         }
@@ -158,7 +173,7 @@ pub fn build_cubins() -> Result<PathBuf> {
 fn define(lookup: Lookup) -> &'static str {
     match lookup {
         Lookup::Direct => "LOOKUP_DIRECT",
-        Lookup::Ours(_) => "LOOKUP_OURS",
+        Lookup::Ours(_) | Lookup::Archive => "LOOKUP_OURS",
         Lookup::Llvm19 => "LOOKUP_LLVM19",
     }
 }
@@ -173,7 +188,7 @@ enum Link {
 
 fn link_for(lookup: Lookup, sm: u32) -> Result<Link> {
     Ok(match lookup {
-        Lookup::Direct => Link::Nothing,
+        Lookup::Direct | Lookup::Archive => Link::Nothing,
         Lookup::Ours(rel) => {
             let bc = device::device_dir().join(rel);
             if bc.is_file() {
@@ -232,6 +247,17 @@ fn check_ptx(name: &str, lookup: Lookup, text: String) -> Result<String> {
     );
     match lookup {
         Lookup::Direct => Ok(text),
+        Lookup::Archive => {
+            let lookup = device_rtl::symbols::LOOKUP;
+            let declared = text
+                .lines()
+                .any(|l| l.starts_with(".extern .func") && l.ends_with(lookup));
+            ensure!(
+                declared && text.contains(&format!("call.uni (retval0), {lookup},")),
+                "`{name}`: the kernel does not call the lookup out of line"
+            );
+            Ok(text)
+        }
         Lookup::Ours(_) => {
             for global in [
                 device_rtl::symbols::TABLE,
@@ -274,7 +300,7 @@ fn required_symbols(lookup: Lookup) -> Vec<(String, Option<u64>)> {
     symbols.extend((0..4).map(|f| (format!("__omp_offloading_bench_fn{f}"), Some(8))));
     match lookup {
         Lookup::Direct => {}
-        Lookup::Ours(_) => {
+        Lookup::Ours(_) | Lookup::Archive => {
             for global in [device_rtl::symbols::TABLE, device_rtl::symbols::TABLE_SIZE] {
                 symbols.push((global.to_string(), Some(8)));
             }
