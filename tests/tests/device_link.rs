@@ -59,8 +59,13 @@ fn read(path: &Path) -> Vec<u8> {
 /// Link the device RTL bitcode into the test kernel the way a device toolchain links
 /// its runtime.
 fn clang_kernel(target_args: &[&str], bc: &Path, out_flag: &str, out: &Path) {
+    clang_kernel_with(&llvm22("clang"), target_args, bc, out_flag, out);
+}
+
+/// [`clang_kernel`] with another clang.
+fn clang_kernel_with(clang: &Path, target_args: &[&str], bc: &Path, out_flag: &str, out: &Path) {
     run_ok(
-        Command::new(llvm22("clang"))
+        Command::new(clang)
             .args(target_args)
             .args(["-nogpulib", "-O2", out_flag])
             .arg(fixture("lookup_kernel.c"))
@@ -576,6 +581,58 @@ fn nvptx_sm90_link_keeps_table_globals_and_their_loads() {
                 .symbols()
                 .any(|s| s.name() == Ok(kernel) && s.is_definition()),
             "sm_90 cubin: kernel {kernel} missing"
+        );
+    }
+}
+
+/// The LLVM 16 bitcode beside each GPU build (build-device's rewrite of rustc's LLVM 22
+/// IR, xtask/src/ir_compat.rs): clang-16's `-mlink-builtin-bitcode` reads it, and an
+/// sm_90 image (ptxas accepts it) and a gfx90a object keep the lookup's loads of all four
+/// globals, which stay exported; on NVPTX through the read-only cache, as with clang 22.
+#[test]
+fn clang_16_links_the_llvm16_bitcode_into_sm90_and_gfx90a_images() {
+    let clang = e2e_tests::tools::clang16();
+    // clang 16 predates `nvptx_kernel`: the kernels are plain functions there.
+    let quiet = "-Wno-unknown-attributes";
+    let bc = device_artifact("nvptx64-nvidia-cuda/device_rtl.llvm16.bc");
+    let dir = scratch("nvptx-sm90-llvm16");
+    let ptx_path = dir.join("lookup_kernel.ptx");
+    let sm90 = ["--target=nvptx64-nvidia-cuda", "-march=sm_90", quiet];
+    clang_kernel_with(&clang, &sm90, &bc, "-S", &ptx_path);
+    let ptx = String::from_utf8(read(&ptx_path)).expect("PTX is text");
+    if let Err(problem) = check_ptx_globals(&ptx) {
+        panic!("{problem}\n{ptx}");
+    }
+    for kernel in KERNELS {
+        let body = ptx_function(&ptx, kernel);
+        for g in GLOBALS {
+            assert!(
+                body.iter()
+                    .any(|l| l.trim_start().starts_with("ld.global.nc")
+                        && l.contains(&format!("[{g}"))),
+                "clang-16 {kernel}: no read-only load of {g}\n{}",
+                body.join("\n")
+            );
+        }
+    }
+    assemble_sm90(&ptx_path, &dir.join("lookup_kernel.cubin"));
+
+    let bc = device_artifact("amdgcn-amd-amdhsa/gfx90a/device_rtl.llvm16.bc");
+    let obj_path = scratch("amdgcn-gfx90a-llvm16").join("lookup_kernel.o");
+    let gfx90a = ["--target=amdgcn-amd-amdhsa", "-mcpu=gfx90a", quiet];
+    clang_kernel_with(&clang, &gfx90a, &bc, "-c", &obj_path);
+    let obj_bytes = read(&obj_path);
+    let obj = File::parse(&*obj_bytes).expect("object is ELF");
+    let references = relocation_targets(&obj);
+    for g in GLOBALS {
+        assert!(
+            references.contains(&(".text".to_string(), g.to_string())),
+            "clang-16 gfx90a: .text has no relocation against {g}; {references:?}"
+        );
+        assert!(
+            obj.symbols()
+                .any(|s| s.name() == Ok(g) && s.is_definition() && s.is_global()),
+            "clang-16 gfx90a: {g} is not an exported definition"
         );
     }
 }

@@ -12,14 +12,16 @@
 //!   warp-uniform fast path (`--cfg device_rtl_warp_cooperative`), opt-in until measured
 //!   on a GPU,
 //! - amdgcn-amd-amdhsa/{gfx90a,gfx942,gfx1100}/device_rtl.bc,
-//! - x86_64-unknown-linux-gnu/libdevice_rtl.a.
+//! - x86_64-unknown-linux-gnu/libdevice_rtl.a,
+//! - beside each GPU bitcode, `device_rtl.llvmN.bc` for every older LLVM N (16, 17, 18)
+//!   whose tools the machine has: the same IR, rewritten for that LLVM ([`ir_compat`]).
 //!
 //! GPU targets need `core` built from source (`-Zbuild-std=core`), so the build picks a
 //! toolchain that has the library source: a rustup toolchain with `rust-src`, else
 //! Debian's rustc-web + rust-web-src (installed when running as root). Each target gets
 //! its own CARGO_TARGET_DIR under target/device-build/, so the host build's fingerprints
 //! are never disturbed and each target rebuilds incrementally.
-use crate::util;
+use crate::{ir_compat, util};
 use anyhow::{bail, ensure, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -163,6 +165,16 @@ fn nvptx_outputs(target: &DeviceTarget, sm: &str) -> (PathBuf, PathBuf) {
 /// Every file build-device writes.
 pub fn outputs() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = all_targets().iter().map(output_of).collect();
+    for target in all_targets()
+        .iter()
+        .filter(|t| t.artifact == Artifact::Bitcode)
+    {
+        files.extend(
+            older_llvms()
+                .into_iter()
+                .map(|n| older_output_of(target, n)),
+        );
+    }
     for target in nvptx_targets() {
         for sm in NVPTX_ARCHES {
             let (ptx, cubin) = nvptx_outputs(&target, sm);
@@ -396,7 +408,33 @@ fn build_target(toolchain: &Toolchain, target: &DeviceTarget) -> Result<()> {
     }
     check_symbols(&out, target.artifact)?;
     eprintln!("wrote {}", out.display());
+    if target.artifact == Artifact::Bitcode {
+        for major in older_llvms() {
+            let older = older_output_of(target, major);
+            ir_compat::to_older_bitcode(&out, &older, major, target.triple)?;
+            eprintln!("wrote {} (LLVM {major})", older.display());
+        }
+    }
     Ok(())
+}
+
+/// The older LLVMs whose tools this machine has (`/usr/lib/llvm-N`), for which the GPU
+/// bitcode is also written in their own IR ([`ir_compat`]): clang 16 everywhere
+/// `cargo xtask test` runs; 17 and 18 inside their Debian 13 roots.
+pub fn older_llvms() -> Vec<u32> {
+    [16, 17, 18]
+        .into_iter()
+        .filter(|n| {
+            ["llvm-as", "clang"]
+                .iter()
+                .all(|t| Path::new(&format!("/usr/lib/llvm-{n}/bin/{t}")).is_file())
+        })
+        .collect()
+}
+
+/// `device_rtl.llvmN.bc` beside a GPU target's bitcode.
+fn older_output_of(target: &DeviceTarget, major: u32) -> PathBuf {
+    output_of(target).with_file_name(format!("device_rtl.llvm{major}.bc"))
 }
 
 /// The globals the plugin writes and device code only reads (device-rtl's lib.rs).
@@ -606,6 +644,7 @@ fn is_fresh(outputs: &[PathBuf]) -> Result<bool> {
         root.join("Cargo.lock"),
         root.join("device-rtl/Cargo.toml"),
         root.join("xtask/src/device.rs"),
+        root.join("xtask/src/ir_compat.rs"),
     ];
     collect_files(&root.join("device-rtl/src"), &mut inputs)?;
     let mut newest_input = SystemTime::UNIX_EPOCH;

@@ -269,11 +269,20 @@ fn install_device_rtl(dir: &Path) -> Result<()> {
     let device = device::device_dir();
     install_host_device_rtl(dir)?;
     let nvptx = dir.join("nvptx64-nvidia-cuda");
+    // Each GPU bitcode with its rewrites for the older LLVMs this machine has
+    // (`device_rtl.llvmN.bc`, which clang-N's `-mlink-builtin-bitcode` reads).
+    let bitcode_names: Vec<String> = std::iter::once("device_rtl.bc".to_owned())
+        .chain(
+            device::older_llvms()
+                .into_iter()
+                .map(|n| format!("device_rtl.llvm{n}.bc")),
+        )
+        .collect();
     for variant in ["", device::WARP_COOPERATIVE] {
-        let rel = Path::new("nvptx64-nvidia-cuda")
-            .join(variant)
-            .join("device_rtl.bc");
-        copy(&device.join(&rel), &dir.join(&rel))?;
+        for name in &bitcode_names {
+            let rel = Path::new("nvptx64-nvidia-cuda").join(variant).join(name);
+            copy(&device.join(&rel), &dir.join(&rel))?;
+        }
     }
     let scratch = util::target_dir().join("install-build");
     fs::create_dir_all(&scratch)?;
@@ -292,7 +301,9 @@ fn install_device_rtl(dir: &Path) -> Result<()> {
     for gfx in device::AMDGPU_ARCHES {
         let rel = Path::new("amdgcn-amd-amdhsa").join(gfx);
         let bc = dir.join(&rel).join("device_rtl.bc");
-        copy(&device.join(&rel).join("device_rtl.bc"), &bc)?;
+        for name in &bitcode_names {
+            copy(&device.join(&rel).join(name), &dir.join(&rel).join(name))?;
+        }
         let object = dir.join(&rel).join("device_rtl.o");
         amdgpu_object(&bc, gfx, &object)?;
         members.push(offload_object(&object, "amdgcn-amd-amdhsa", gfx, &scratch)?);
