@@ -763,20 +763,18 @@ impl<'ctx> Ir<'_, 'ctx> {
         offset: u64,
         name: &str,
     ) -> Result<IntValue<'ctx>, BuilderError> {
-        let address = self.byte_offset(builder, base, offset)?;
-        let load = builder.build_load(self.context.i64_type(), address, name)?;
-        if let Some(inst) = load.as_instruction_value() {
-            inst.set_alignment(8)
-                .map_err(|_| BuilderError::AlignmentError("load"))?;
+        let load = self.load_plain_at(builder, base, offset, name)?;
+        if let Some(inst) = load.as_instruction() {
             let kind = self.context.get_kind_id("invariant.load");
             let empty = self.context.metadata_node(&[]);
             // Only fails for a value that is not an instruction.
             let _ = inst.set_metadata(empty, kind);
         }
-        Ok(load.into_int_value())
+        Ok(load)
     }
 
-    /// The 8-byte word at `offset` bytes from `base` (memory the code may write).
+    /// The 8-byte word at `offset` bytes from `base` (memory the code may write), an
+    /// 8-byte-aligned load.
     pub fn load_plain_at(
         &self,
         builder: &Builder<'ctx>,
@@ -786,6 +784,10 @@ impl<'ctx> Ir<'_, 'ctx> {
     ) -> Result<IntValue<'ctx>, BuilderError> {
         let address = self.byte_offset(builder, base, offset)?;
         let load = builder.build_load(self.context.i64_type(), address, name)?;
+        if let Some(inst) = load.as_instruction_value() {
+            inst.set_alignment(8)
+                .map_err(|_| BuilderError::AlignmentError("load"))?;
+        }
         Ok(load.into_int_value())
     }
 

@@ -585,6 +585,21 @@ fn nvptx_sm90_link_keeps_table_globals_and_their_loads() {
     }
 }
 
+/// The relocatable AMDGPU object `bytes`, whose `.text` has a relocation against each of
+/// the four globals (the lookup was not folded away).
+fn assert_code_addresses_globals<'d>(bytes: &'d [u8], label: &str) -> File<'d> {
+    let obj = File::parse(bytes).expect("object is ELF");
+    let references = relocation_targets(&obj);
+    for g in GLOBALS {
+        assert!(
+            references.contains(&(".text".to_string(), g.to_string())),
+            "{label}: .text has no relocation against {g}: the lookup was folded away; \
+             {references:?}"
+        );
+    }
+    obj
+}
+
 /// The LLVM 16 bitcode beside each GPU build (build-device's rewrite of rustc's LLVM 22
 /// IR, xtask/src/ir_compat.rs): clang-16's `-mlink-builtin-bitcode` reads it, and an
 /// sm_90 image (ptxas accepts it) and a gfx90a object keep the lookup's loads of all four
@@ -622,13 +637,8 @@ fn clang_16_links_the_llvm16_bitcode_into_sm90_and_gfx90a_images() {
     let gfx90a = ["--target=amdgcn-amd-amdhsa", "-mcpu=gfx90a", quiet];
     clang_kernel_with(&clang, &gfx90a, &bc, "-c", &obj_path);
     let obj_bytes = read(&obj_path);
-    let obj = File::parse(&*obj_bytes).expect("object is ELF");
-    let references = relocation_targets(&obj);
+    let obj = assert_code_addresses_globals(&obj_bytes, "clang-16 gfx90a");
     for g in GLOBALS {
-        assert!(
-            references.contains(&(".text".to_string(), g.to_string())),
-            "clang-16 gfx90a: .text has no relocation against {g}; {references:?}"
-        );
         assert!(
             obj.symbols()
                 .any(|s| s.name() == Ok(g) && s.is_definition() && s.is_global()),
@@ -736,14 +746,7 @@ fn amdgcn_link_keeps_table_globals_and_their_loads() {
         // The kernels' code addresses both globals (in the relocatable object, before the
         // linker resolves anything).
         let obj_bytes = read(&obj_path);
-        let obj = File::parse(&*obj_bytes).expect("object is ELF");
-        let references = relocation_targets(&obj);
-        for g in GLOBALS {
-            assert!(
-                references.contains(&(".text".to_string(), g.to_string())),
-                "{gfx}: .text has no relocation against {g}: the lookup was folded away; {references:?}"
-            );
-        }
+        assert_code_addresses_globals(&obj_bytes, gfx);
 
         // The code object exports both, writable, and still loads them through the GOT
         // (dynamic relocations the loader resolves).
