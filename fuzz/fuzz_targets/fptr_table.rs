@@ -107,8 +107,12 @@ fn check_table(pairs: &[IndirectPair]) {
     let mut want: HashMap<u64, u64> = HashMap::new();
     let mut targets: HashMap<u64, HashSet<u64>> = HashMap::new();
     let mut has_word: HashSet<u64> = HashSet::new();
-    // Rows that translate nothing (to 0, or to their own host address) are left out.
-    for p in pairs.iter().filter(|p| p.tgt_ptr != 0 && p.tgt_ptr != p.host_ptr) {
+    // Rows that translate nothing (of the null host address, to 0, or to their own host
+    // address) are left out.
+    for p in pairs
+        .iter()
+        .filter(|p| p.host_ptr != 0 && p.tgt_ptr != 0 && p.tgt_ptr != p.host_ptr)
+    {
         want.entry(p.host_ptr).or_insert(p.tgt_ptr);
         targets.entry(p.host_ptr).or_default().insert(p.tgt_ptr);
         if !p.origin.is_function() {
