@@ -56,17 +56,79 @@ pub fn wanted(ir: &Ir) -> bool {
         && std::env::var(DISABLE_ENV).map_or(true, |v| v.trim() != "0")
 }
 
-/// What one function loads at its entry: the head's range and rows, the index header and
-/// whether it is valid. Passed to [`INLINE_LOOKUP`] in this order, after the pointer and
-/// the memo.
-const STATE_WORDS: usize = 3 + 2 * HEAD_ROWS + 4 + 1;
-
-/// Each call site's memo: its last two keys and answers (key, answer, key, answer), zero
+/// Each call site's memo: its last two keys and answers, 8-byte words in this order, zero
 /// at the function's entry. Zero is a true answer for key zero: the plugin keeps no row
 /// of the null host address (host-plugin/src/fptr.rs), so the lookup maps null to null.
 /// A loop of virtual calls on objects of one or two classes then answers from the memo,
 /// and the call's target no longer waits for the lookup.
+#[derive(Clone, Copy)]
+enum MemoWord {
+    Key0,
+    Answer0,
+    Key1,
+    Answer1,
+}
+
 const MEMO_WORDS: u32 = 4;
+
+impl MemoWord {
+    fn offset(self) -> u64 {
+        8 * self as u64
+    }
+}
+
+/// What one function loads at its entry: the head's range and rows, the index header and
+/// whether it is valid. [`INLINE_LOOKUP`] takes it after the pointer and the memo, in the
+/// order of [`State::values`].
+struct State<'ctx> {
+    first_key: IntValue<'ctx>,
+    span_complement: IntValue<'ctx>,
+    rows_here: IntValue<'ctx>,
+    /// (key, target) of each head row.
+    rows: [(IntValue<'ctx>, IntValue<'ctx>); HEAD_ROWS],
+    buckets: IntValue<'ctx>,
+    bucket_count: IntValue<'ctx>,
+    seeds: [IntValue<'ctx>; 2],
+    /// An `i1`, the last: `IndexView::from_header`'s checks passed.
+    index_valid: IntValue<'ctx>,
+}
+
+impl<'ctx> State<'ctx> {
+    /// The 8-byte words before `index_valid`.
+    const WORDS: usize = 3 + 2 * HEAD_ROWS + 4;
+
+    /// The values in parameter order.
+    fn values(&self) -> Vec<IntValue<'ctx>> {
+        let mut v = vec![self.first_key, self.span_complement, self.rows_here];
+        v.extend(self.rows.iter().flat_map(|&(key, target)| [key, target]));
+        v.extend([self.buckets, self.bucket_count]);
+        v.extend(self.seeds);
+        v.push(self.index_valid);
+        v
+    }
+
+    /// The inverse of [`State::values`].
+    fn from_values(mut v: impl Iterator<Item = IntValue<'ctx>>) -> Self {
+        let mut next = || v.next().expect("a value per parameter");
+        State {
+            first_key: next(),
+            span_complement: next(),
+            rows_here: next(),
+            rows: std::array::from_fn(|_| (next(), next())),
+            buckets: next(),
+            bucket_count: next(),
+            seeds: [next(), next()],
+            index_valid: next(),
+        }
+    }
+
+    /// The parameter types of [`State::values`].
+    fn types(ir: &Ir<'_, 'ctx>) -> Vec<BasicMetadataTypeEnum<'ctx>> {
+        let mut types = vec![BasicMetadataTypeEnum::from(ir.i64_type()); Self::WORDS];
+        types.push(ir.bool_type().into());
+        types
+    }
+}
 
 /// Write out every call of the lookup in the module's functions; returns how many.
 pub fn inline_lookups(ir: &Ir) -> usize {
@@ -120,11 +182,11 @@ fn write_out<'ctx>(
     // leaves its call as it was (slower, never wrong).
     let mut written = 0;
     for (function, calls) in sites {
-        let state = load_state(ir, *function, &globals)?;
+        let state = load_state(ir, *function, &globals)?.values();
         for &call in calls {
             let memo = ir.zeroed_entry_words(*function, MEMO_WORDS, "lookup.memo")?;
             let mut arguments = vec![memo.into()];
-            arguments.extend_from_slice(&state);
+            arguments.extend(state.iter().map(|&v| BasicMetadataValueEnum::from(v)));
             if ir.replace_call(call, inline, &arguments) {
                 written += 1;
             }
@@ -155,43 +217,48 @@ fn load_state<'ctx>(
     ir: &Ir<'_, 'ctx>,
     function: FunctionValue<'ctx>,
     globals: &Globals<'ctx>,
-) -> Result<Vec<BasicMetadataValueEnum<'ctx>>, BuilderError> {
+) -> Result<State<'ctx>, BuilderError> {
     let b = ir.builder_at_entry(function);
     let word = |global: GlobalValue<'ctx>, offset: usize, name: &str| {
-        ir.load_invariant_word(&b, global, offset as u64, name)
+        ir.load_invariant_at(&b, global.as_pointer_value(), offset as u64, name)
     };
-    let head = globals.head;
-    let mut state = vec![
-        word(head, offset_of!(FptrHead, first_key), "head.first")?,
-        word(
-            head,
-            offset_of!(FptrHead, span_complement),
-            "head.span_complement",
-        )?,
-        word(head, offset_of!(FptrHead, rows_here), "head.rows_here")?,
-    ];
-    for row in 0..HEAD_ROWS {
-        let at = offset_of!(FptrHead, rows) + row * size_of::<FptrMapEntry>();
-        state.push(word(
-            head,
-            at + offset_of!(FptrMapEntry, host_ptr),
-            "head.key",
-        )?);
-        state.push(word(
-            head,
-            at + offset_of!(FptrMapEntry, tgt_ptr),
-            "head.target",
-        )?);
+    let (head, index) = (globals.head, globals.index);
+    let row = |r: usize| {
+        let at = offset_of!(FptrHead, rows) + r * size_of::<FptrMapEntry>();
+        Ok::<_, BuilderError>((
+            word(head, at + offset_of!(FptrMapEntry, host_ptr), "head.key")?,
+            word(head, at + offset_of!(FptrMapEntry, tgt_ptr), "head.target")?,
+        ))
+    };
+    // In the globals' order.
+    let first_key = word(head, offset_of!(FptrHead, first_key), "head.first")?;
+    let span_complement = word(
+        head,
+        offset_of!(FptrHead, span_complement),
+        "head.span_complement",
+    )?;
+    let rows_here = word(head, offset_of!(FptrHead, rows_here), "head.rows_here")?;
+    let mut rows = Vec::with_capacity(HEAD_ROWS);
+    for r in 0..HEAD_ROWS {
+        rows.push(row(r)?);
     }
-    let index = globals.index;
+    let seeds = offset_of!(FptrIndex, seeds);
     let buckets = word(index, offset_of!(FptrIndex, buckets), "index.buckets")?;
-    let count = word(index, offset_of!(FptrIndex, bucket_count), "index.count")?;
-    let seed0 = word(index, offset_of!(FptrIndex, seeds), "index.seed0")?;
-    let seed1 = word(index, offset_of!(FptrIndex, seeds) + 8, "index.seed1")?;
-    let valid = index_valid(ir, &b, buckets, count, seed0, seed1)?;
-    state.extend([buckets, count, seed0, seed1, valid]);
-    debug_assert_eq!(state.len(), STATE_WORDS);
-    Ok(state.into_iter().map(Into::into).collect())
+    let bucket_count = word(index, offset_of!(FptrIndex, bucket_count), "index.count")?;
+    let seeds = [
+        word(index, seeds, "index.seed0")?,
+        word(index, seeds + 8, "index.seed1")?,
+    ];
+    Ok(State {
+        first_key,
+        span_complement,
+        rows_here,
+        rows: rows.try_into().expect("HEAD_ROWS rows"),
+        buckets,
+        bucket_count,
+        seeds,
+        index_valid: index_valid(ir, &b, buckets, bucket_count, seeds)?,
+    })
 }
 
 /// `IndexView::from_header`'s checks: buckets present and aligned, a count the address
@@ -201,8 +268,7 @@ fn index_valid<'ctx>(
     b: &Builder<'ctx>,
     buckets: IntValue<'ctx>,
     count: IntValue<'ctx>,
-    seed0: IntValue<'ctx>,
-    seed1: IntValue<'ctx>,
+    [seed0, seed1]: [IntValue<'ctx>; 2],
 ) -> Result<IntValue<'ctx>, BuilderError> {
     let i64 = ir.i64_type();
     let max_count = (isize::MAX as usize / BUCKET_BYTES) as u64;
@@ -236,16 +302,11 @@ fn define_inline_lookup<'ctx>(
     if let Some(existing) = ir.function(INLINE_LOOKUP) {
         return Ok(existing);
     }
-    let i64 = ir.i64_type();
-    let mut parameters: Vec<BasicMetadataTypeEnum> = vec![ir.ptr().into(), ir.ptr().into()];
-    parameters.extend(std::iter::repeat_n(
-        BasicMetadataTypeEnum::from(i64),
-        STATE_WORDS - 1,
-    ));
-    parameters.push(ir.bool_type().into());
+    let mut parameters = vec![ir.ptr_type().into(), ir.ptr_type().into()];
+    parameters.extend(State::types(ir));
     let f = ir.add_function(
         INLINE_LOOKUP,
-        ir.ptr().fn_type(&parameters, false),
+        ir.ptr_type().fn_type(&parameters, false),
         Linkage::Internal,
     );
     ir.mark_always_inline(f);
@@ -266,18 +327,7 @@ fn write_inline_lookup<'ctx>(
     let param = |i: u32| f.get_nth_param(i).expect("declared above");
     let p = param(0).into_pointer_value();
     let memo = param(1).into_pointer_value();
-    let word = |i: u32| param(2 + i).into_int_value();
-    let (first, span_complement, rows_here) = (word(0), word(1), word(2));
-    let rows: Vec<(IntValue, IntValue)> = (0..HEAD_ROWS as u32)
-        .map(|r| (word(3 + 2 * r), word(4 + 2 * r)))
-        .collect();
-    let after_rows = 3 + 2 * HEAD_ROWS as u32;
-    let (buckets, count, seeds) = (
-        word(after_rows),
-        word(after_rows + 1),
-        [word(after_rows + 2), word(after_rows + 3)],
-    );
-    let valid = word(after_rows + 4);
+    let state = State::from_values((2..).map(|i| param(i).into_int_value()));
 
     let block = |name| ir.append_block(f, name);
     let entry = block("entry");
@@ -302,15 +352,21 @@ fn write_inline_lookup<'ctx>(
     // once SROA has run).
     b.position_at_end(entry);
     let key = b.build_ptr_to_int(p, i64, "key")?;
-    let memo_word = |w: u64, name: &str| ir.load_plain_at(&b, memo, 8 * w, name);
-    let (key0, answer0) = (memo_word(0, "memo.key0")?, memo_word(1, "memo.answer0")?);
+    let memo_word = |w: MemoWord, name: &str| ir.load_plain_at(&b, memo, w.offset(), name);
+    let (key0, answer0) = (
+        memo_word(MemoWord::Key0, "memo.key0")?,
+        memo_word(MemoWord::Answer0, "memo.answer0")?,
+    );
     let is_first = b.build_int_compare(IntPredicate::EQ, key, key0, "")?;
     b.build_conditional_branch(is_first, hit_first, memo_second)?;
     b.position_at_end(hit_first);
     b.build_unconditional_branch(done)?;
 
     b.position_at_end(memo_second);
-    let (key1, answer1) = (memo_word(2, "memo.key1")?, memo_word(3, "memo.answer1")?);
+    let (key1, answer1) = (
+        memo_word(MemoWord::Key1, "memo.key1")?,
+        memo_word(MemoWord::Answer1, "memo.answer1")?,
+    );
     let is_second = b.build_int_compare(IntPredicate::EQ, key, key1, "")?;
     b.build_conditional_branch(is_second, hit_second, range)?;
     b.position_at_end(hit_second);
@@ -318,31 +374,31 @@ fn write_inline_lookup<'ctx>(
 
     // The head's range: a key outside it is no key of the table.
     b.position_at_end(range);
-    let offset = b.build_int_sub(key, first, "")?;
-    let span = b.build_not(span_complement, "span")?;
+    let offset = b.build_int_sub(key, state.first_key, "")?;
+    let span = b.build_not(state.span_complement, "span")?;
     let inside = b.build_int_compare(IntPredicate::ULE, offset, span, "inside")?;
     b.build_conditional_branch(inside, in_range, unchanged)?;
 
     b.position_at_end(in_range);
-    let has_rows = b.build_int_compare(IntPredicate::NE, rows_here, i64.const_zero(), "")?;
+    let has_rows = b.build_int_compare(IntPredicate::NE, state.rows_here, i64.const_zero(), "")?;
     b.build_conditional_branch(has_rows, from_rows, indexed)?;
 
     // A small table: its rows, all compared (FptrHead::answer).
     b.position_at_end(from_rows);
     let mut row_result = key;
-    for &(row_key, target) in &rows {
+    for (row_key, target) in state.rows {
         row_result = pick(&b, key, row_key, target, row_result)?;
     }
     b.build_unconditional_branch(remember)?;
 
     b.position_at_end(indexed);
-    b.build_conditional_branch(valid, probe, search)?;
+    b.build_conditional_branch(state.index_valid, probe, search)?;
 
     // The index: both candidate buckets, every slot compared (IndexView::translate).
     b.position_at_end(probe);
     let mut probe_result = key;
-    for seed in seeds {
-        let bucket = bucket_address(ir, &b, key, seed, count, buckets)?;
+    for seed in state.seeds {
+        let bucket = bucket_address(ir, &b, key, seed, state.bucket_count, state.buckets)?;
         for slot in 0..SLOTS {
             let at = (slot * size_of::<FptrMapEntry>()) as u64;
             let slot_key = ir.load_invariant_at(
@@ -382,10 +438,14 @@ fn write_inline_lookup<'ctx>(
         (&key, unchanged),
     ]);
     let found = found.as_basic_value().into_int_value();
-    ir.store_at(&b, memo, 16, key0)?;
-    ir.store_at(&b, memo, 24, answer0)?;
-    ir.store_at(&b, memo, 0, key)?;
-    ir.store_at(&b, memo, 8, found)?;
+    for (word, value) in [
+        (MemoWord::Key1, key0),
+        (MemoWord::Answer1, answer0),
+        (MemoWord::Key0, key),
+        (MemoWord::Answer0, found),
+    ] {
+        ir.store_at(&b, memo, word.offset(), value)?;
+    }
     b.build_unconditional_branch(done)?;
 
     // A match returns the target; no match keeps the argument itself (and its
@@ -399,7 +459,7 @@ fn write_inline_lookup<'ctx>(
     ]);
     let answer = answer.as_basic_value().into_int_value();
     let matched = b.build_int_compare(IntPredicate::NE, answer, key, "")?;
-    let target = b.build_int_to_ptr(answer, ir.ptr(), "target")?;
+    let target = b.build_int_to_ptr(answer, ir.ptr_type(), "target")?;
     let result = b.build_select(matched, target, p, "translated")?;
     b.build_return(Some(&result))?;
     Ok(())
@@ -438,5 +498,5 @@ fn bucket_address<'ctx>(
     let bucket = b.build_int_truncate(high, i64, "bucket")?;
     let offset = b.build_int_mul(bucket, i64.const_int(BUCKET_BYTES as u64, false), "")?;
     let address = b.build_int_add(buckets, offset, "")?;
-    b.build_int_to_ptr(address, ir.ptr(), "bucket.address")
+    b.build_int_to_ptr(address, ir.ptr_type(), "bucket.address")
 }

@@ -666,10 +666,6 @@ impl<'m, 'ctx> Ir<'m, 'ctx> {
 
 /// Building new code: what inline_lookup.rs writes.
 impl<'ctx> Ir<'_, 'ctx> {
-    pub fn ptr(&self) -> PointerType<'ctx> {
-        self.ptr_type()
-    }
-
     pub fn i64_type(&self) -> IntType<'ctx> {
         self.context.i64_type()
     }
@@ -741,17 +737,6 @@ impl<'ctx> Ir<'_, 'ctx> {
             None => builder.position_at_end(entry),
         }
         builder
-    }
-
-    /// The 8-byte word at `offset` bytes into `global`, as an invariant load.
-    pub fn load_invariant_word(
-        &self,
-        builder: &Builder<'ctx>,
-        global: GlobalValue<'ctx>,
-        offset: u64,
-        name: &str,
-    ) -> Result<IntValue<'ctx>, BuilderError> {
-        self.load_invariant_at(builder, global.as_pointer_value(), offset, name)
     }
 
     /// The 8-byte word at `offset` bytes from `base`, as an invariant load: memory
