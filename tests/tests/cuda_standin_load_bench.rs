@@ -14,13 +14,14 @@ use e2e_tests::plugin::entry;
 use host_plugin::host_entry::FLAG_INDIRECT;
 use host_plugin::{Plugin, PluginKind};
 
-/// What `cargo xtask gpu-programs` writes (xtask/src/gpu_programs.rs).
+/// The entries of the cubin `cargo xtask gpu-programs` generates (xtask/src/gpu_programs.rs,
+/// `LOAD_BENCH_ENTRIES`), named by `generate_cubin` in xtask/src/bench/load_binary.rs.
 const ENTRIES: usize = 10_000;
 
 #[test]
 fn the_kits_load_bench_cubin_loads_with_a_row_per_entry() {
     let cubin = require_file(
-        target_dir().join("gpu-programs/sm_90/load-bench.sm_90.cubin"),
+        target_dir().join(format!("bench/load/entries-{ENTRIES}.sm_90.cubin")),
         "`cargo xtask gpu-programs` (or `cargo xtask test`)",
     );
     let log_file = scratch("standin-tests", "load-bench").join("standin.jsonl");

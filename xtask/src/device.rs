@@ -418,23 +418,28 @@ fn build_target(toolchain: &Toolchain, target: &DeviceTarget) -> Result<()> {
     Ok(())
 }
 
-/// The older LLVMs whose tools this machine has (`/usr/lib/llvm-N`), for which the GPU
+/// The older LLVMs whose tools this machine has (as Debian installs them), for which the GPU
 /// bitcode is also written in their own IR ([`ir_compat`]): clang 16 everywhere
 /// `cargo xtask test` runs; 17 and 18 inside their Debian 13 roots.
 pub fn older_llvms() -> Vec<u32> {
     [16, 17, 18]
         .into_iter()
-        .filter(|n| {
+        .filter(|&n| {
             ["llvm-as", "clang"]
                 .iter()
-                .all(|t| Path::new(&format!("/usr/lib/llvm-{n}/bin/{t}")).is_file())
+                .all(|t| test_support::tools::find_llvm(n, t).is_ok())
         })
         .collect()
 }
 
 /// `device_rtl.llvmN.bc` beside a GPU target's bitcode.
 fn older_output_of(target: &DeviceTarget, major: u32) -> PathBuf {
-    output_of(target).with_file_name(format!("device_rtl.llvm{major}.bc"))
+    output_of(target).with_file_name(older_bitcode_name(major))
+}
+
+/// The file name of a GPU bitcode rewritten for LLVM `major`.
+pub fn older_bitcode_name(major: u32) -> String {
+    format!("device_rtl.llvm{major}.bc")
 }
 
 /// The globals the plugin writes and device code only reads (device-rtl's lib.rs).

@@ -15,7 +15,7 @@
 //! - two benchmarks built through the same config ([`BENCHMARKS`]): `runtime` (launch
 //!   latency and copy throughput, run under both cuda plugins) and `virtual_calls_bench`
 //!   (ns per virtual call, translated, device-built and direct; ours only);
-//! - the load_binary benchmark's generated cubin ([`load_bench_cubin`]).
+//! - the load_binary benchmark's generated cubin (`bench::load_binary::generate_cubin`).
 //!
 //! The manifest: `{"format": 1, "sm": "sm_90", "programs": [{"name", "file" (below the
 //! folder), "source", "checks", "kind": "macro"|"standard", "expect",
@@ -205,21 +205,15 @@ pub fn build(nvptx: &NvptxBuild, prefix: &Path, sm: &str) -> Result<Vec<Program>
     }
     let benchmarks = build_benchmarks(prefix, &out, sm)?;
     write_manifest(&out, sm, &programs, &benchmarks)?;
-    // The load_binary benchmark's image (generated, not compiled from C), here too so
-    // that tests/tests/cuda_standin_load_bench.rs loads what the kit carries.
-    let load = crate::bench::load_binary::generate_cubin(LOAD_BENCH_ENTRIES, sm)?;
-    fs::copy(&load, load_bench_cubin(sm))?;
+    // The load_binary benchmark's image (generated, not compiled from C), made here too
+    // so that tests/tests/cuda_standin_load_bench.rs loads what the kit carries.
+    crate::bench::load_binary::generate_cubin(LOAD_BENCH_ENTRIES, sm)?;
     Ok(programs)
 }
 
 /// The entry count of the load_binary benchmark's cubin that the kit carries (ptxas
 /// takes 0.5 s for 10,000 holders and 206 s for 100,000: it grows faster than linearly).
 pub const LOAD_BENCH_ENTRIES: usize = 10_000;
-
-/// target/gpu-programs/<sm>/load-bench.<sm>.cubin
-pub fn load_bench_cubin(sm: &str) -> PathBuf {
-    dir(sm).join(format!("load-bench.{sm}.cubin"))
-}
 
 /// [`BENCHMARKS`] into `out` (`<name>.bench.<sm>`), with their executables.
 fn build_benchmarks<'a>(
@@ -236,7 +230,7 @@ fn build_benchmarks<'a>(
     BENCHMARKS
         .iter()
         .map(|b| {
-            let exe = out.join(format!("{}.bench.{sm}", b.name));
+            let exe = benchmark_path(out, b, sm);
             indirect_programs::compile(&config, &args, &[util::root().join(b.source)], &exe)?;
             Ok((b, exe))
         })
@@ -248,8 +242,13 @@ fn build_benchmarks<'a>(
 pub fn benchmarks(sm: &str) -> Vec<(&'static Benchmark, PathBuf)> {
     BENCHMARKS
         .iter()
-        .map(|b| (b, dir(sm).join(format!("{}.bench.{sm}", b.name))))
+        .map(|b| (b, benchmark_path(&dir(sm), b, sm)))
         .collect()
+}
+
+/// `<name>.bench.<sm>` in `folder`.
+fn benchmark_path(folder: &Path, b: &Benchmark, sm: &str) -> PathBuf {
+    folder.join(format!("{}.bench.{sm}", b.name))
 }
 
 fn build_macro_program(

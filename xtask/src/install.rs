@@ -275,7 +275,7 @@ fn install_device_rtl(dir: &Path) -> Result<()> {
         .chain(
             device::older_llvms()
                 .into_iter()
-                .map(|n| format!("device_rtl.llvm{n}.bc")),
+                .map(device::older_bitcode_name),
         )
         .collect();
     for variant in ["", device::WARP_COOPERATIVE] {

@@ -381,14 +381,12 @@ pub fn to_older_bitcode(bitcode: &Path, out: &Path, major: u32, triple: &str) ->
     Ok(())
 }
 
-/// The data layout clang-`major` gives modules of `triple`.
+/// The data layout clang-`major` gives modules of `triple` (from an empty C unit).
 fn datalayout_of(sh: &Shell, major: u32, triple: &str) -> Result<String> {
     let clang = llvm_tool(major, "clang")?;
-    let empty = tempfile_with(".c", "")?;
-    let path = empty.path();
     let ir = crate::util::read(cmd!(
         sh,
-        "{clang} --target={triple} -nogpulib -S -emit-llvm {path} -o -"
+        "{clang} --target={triple} -nogpulib -x c -S -emit-llvm /dev/null -o -"
     ))?;
     ir.lines()
         .find_map(|l| l.strip_prefix("target datalayout = \""))
@@ -397,35 +395,9 @@ fn datalayout_of(sh: &Shell, major: u32, triple: &str) -> Result<String> {
         .with_context(|| format!("clang-{major} printed no data layout for {triple}"))
 }
 
+/// A tool of LLVM `major`, as Debian installs it.
 fn llvm_tool(major: u32, tool: &str) -> Result<std::path::PathBuf> {
-    let path = std::path::PathBuf::from(format!("/usr/lib/llvm-{major}/bin/{tool}"));
-    ensure!(
-        path.is_file(),
-        "{} is missing (LLVM {major})",
-        path.display()
-    );
-    Ok(path)
-}
-
-/// A temporary file with `text`, removed when dropped.
-struct TempFile(std::path::PathBuf);
-
-impl TempFile {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn tempfile_with(suffix: &str, text: &str) -> Result<TempFile> {
-    let path = std::env::temp_dir().join(format!("xtask-{}{suffix}", std::process::id()));
-    std::fs::write(&path, text)?;
-    Ok(TempFile(path))
+    Ok(test_support::tools::find_llvm(major, tool)?)
 }
 
 #[cfg(test)]

@@ -95,7 +95,7 @@ pub fn add(kit: &mut Kit, plugins: &Path) -> Result<()> {
     util::section("gpu-bundle: load_binary benchmark");
     let load = kit.path("bin/load_binary_bench")?;
     strip(&load_binary::bench_binary()?, &load)?;
-    // The file gpu-programs copies too (tests/tests/cuda_standin_load_bench.rs loads it).
+    // The file gpu-programs makes too (tests/tests/cuda_standin_load_bench.rs loads it).
     let n = gpu_programs::LOAD_BENCH_ENTRIES;
     let copy = kit.path(&format!("load/entries-{n}.{SM}.cubin"))?;
     fs::copy(load_binary::generate_cubin(n, SM)?, &copy)?;
