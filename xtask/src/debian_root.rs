@@ -122,10 +122,46 @@ fn archive_in_policy(policy: &str, codename: &str) -> Option<String> {
 /// environment, so nothing of this machine's (LD_LIBRARY_PATH, PATH to toolchains)
 /// reaches the root.
 pub fn chroot_cmd<'a>(sh: &'a Shell, root: &Path, args: &[&str]) -> xshell::Cmd<'a> {
-    cmd!(
-        sh,
-        "chroot {root} /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive {args...}"
+    let clean = CLEAN_ENV;
+    cmd!(sh, "chroot {root} {clean...} {args...}")
+}
+
+/// What [`chroot_cmd`] runs inside the root before the command: a clean environment.
+pub const CLEAN_ENV: [&str; 6] = [
+    "/usr/bin/env",
+    "-i",
+    "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME=/root",
+    "LANG=C.UTF-8",
+    "DEBIAN_FRONTEND=noninteractive",
+];
+
+/// Writes `script`, an executable that runs `command` (with its arguments) inside `root`
+/// as [`chroot_cmd`] does, for a program run on this machine that expects a tool on its
+/// own path (the root's mounts must be up while it runs).
+pub fn write_chroot_script(script: &Path, root: &Path, command: &str) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let quoted = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    let root = root.display().to_string();
+    let line: Vec<String> = ["chroot", &root]
+        .into_iter()
+        .chain(CLEAN_ENV)
+        .chain([command])
+        .map(quoted)
+        .collect();
+    if let Some(dir) = script.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    fs::write(
+        script,
+        format!(
+            "#!/bin/sh\n# {command} of the root {root} (written by cargo xtask)\nexec {} \"$@\"\n",
+            line.join(" ")
+        ),
     )
+    .with_context(|| format!("writing {}", script.display()))?;
+    fs::set_permissions(script, fs::Permissions::from_mode(0o755))?;
+    Ok(())
 }
 
 /// What is mounted inside the root for one run; unmounted when dropped, in reverse.

@@ -134,9 +134,16 @@ fn all_targets() -> Vec<DeviceTarget> {
     targets
 }
 
-/// target/device/
+/// Names the folder of a device RTL built elsewhere, used instead of target/device/ (a
+/// Debian 13 root's install takes the GPU builds of the machine around it, which has the
+/// Rust and LLVM 22 they need).
+pub const DEVICE_DIR_ENV: &str = "OMPTARGET_RS_DEVICE_DIR";
+
+/// target/device/ (or [`DEVICE_DIR_ENV`]'s folder)
 pub fn device_dir() -> PathBuf {
-    util::target_dir().join("device")
+    std::env::var_os(DEVICE_DIR_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| util::target_dir().join("device"))
 }
 
 /// The file `cargo xtask build-device` delivers for one target.
@@ -187,6 +194,15 @@ pub fn outputs() -> Vec<PathBuf> {
 fn build(force: bool) -> Result<()> {
     util::section("build-device");
     let all = outputs();
+    if let Some(elsewhere) = std::env::var_os(DEVICE_DIR_ENV) {
+        // Never build into a folder another machine's build owns.
+        ensure!(
+            !force && is_fresh(&all)?,
+            "{DEVICE_DIR_ENV} names {}, a device RTL built elsewhere, which lacks an output \
+             or is older than device-rtl's sources: rebuild it there",
+            Path::new(&elsewhere).display()
+        );
+    }
     if !force && is_fresh(&all)? {
         eprintln!("device RTL: all outputs are newer than device-rtl's sources, nothing to do");
         list_outputs(&all);
@@ -411,7 +427,12 @@ fn build_target(toolchain: &Toolchain, target: &DeviceTarget) -> Result<()> {
     if target.artifact == Artifact::Bitcode {
         for major in older_llvms() {
             let older = older_output_of(target, major);
-            ir_compat::to_older_bitcode(&out, &older, major, target.triple)?;
+            ir_compat::to_older_bitcode(
+                &out,
+                &older,
+                ir_compat::OlderLlvm::Here(major),
+                target.triple,
+            )?;
             eprintln!("wrote {} (LLVM {major})", older.display());
         }
     }
@@ -430,6 +451,32 @@ pub fn older_llvms() -> Vec<u32> {
                 .all(|t| test_support::tools::find_llvm(n, t).is_ok())
         })
         .collect()
+}
+
+/// Every GPU bitcode (as build-device left it) rewritten for LLVM `major`, whose tools
+/// are in `root` ([`ir_compat::OlderLlvm::InRoot`]), beside it as `device_rtl.llvmN.bc`:
+/// how this machine, which lacks LLVM 17 and 18, makes their bitcode with their own
+/// clang's data layout and llvm-as. Rewritten every time (cheap), so never stale.
+pub fn write_older_bitcode_in_root(major: u32, root: &Path) -> Result<()> {
+    for target in all_targets()
+        .iter()
+        .filter(|t| t.artifact == Artifact::Bitcode)
+    {
+        let (bitcode, older) = (output_of(target), older_output_of(target, major));
+        ensure!(
+            bitcode.is_file(),
+            "{} is missing: run `cargo xtask build-device`",
+            bitcode.display()
+        );
+        ir_compat::to_older_bitcode(
+            &bitcode,
+            &older,
+            ir_compat::OlderLlvm::InRoot(major, root),
+            target.triple,
+        )?;
+        eprintln!("wrote {} (LLVM {major}, in its root)", older.display());
+    }
+    Ok(())
 }
 
 /// `device_rtl.llvmN.bc` beside a GPU target's bitcode.

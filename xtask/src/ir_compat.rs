@@ -362,42 +362,86 @@ fn effect_within(effect: &str, default: &str) -> bool {
     effect == "none" || effect == default || default == "readwrite"
 }
 
-/// `bitcode` (LLVM 22) as LLVM `major`'s bitcode at `out`: llvm-dis-22, [`rewrite`] with
-/// clang-`major`'s own data layout for `triple`, llvm-as-`major` (which checks the
+/// Where an older LLVM's tools run: on this machine (Debian installs them as
+/// `<tool>-N`), or inside a Debian root that has them (LLVM 17 and 18, which Debian 12
+/// lacks; [`crate::debian13`]), whose binds must show `bitcode` and `out` at their own
+/// paths.
+#[derive(Clone, Copy)]
+pub enum OlderLlvm<'a> {
+    Here(u32),
+    InRoot(u32, &'a Path),
+}
+
+impl OlderLlvm<'_> {
+    pub fn major(self) -> u32 {
+        match self {
+            OlderLlvm::Here(major) | OlderLlvm::InRoot(major, _) => major,
+        }
+    }
+
+    /// `tool` of this LLVM with `args`, where it runs.
+    fn cmd<'s>(self, sh: &'s Shell, tool: &str, args: &[&str]) -> Result<xshell::Cmd<'s>> {
+        Ok(match self {
+            OlderLlvm::Here(major) => {
+                let tool = test_support::tools::find_llvm(major, tool)?;
+                cmd!(sh, "{tool} {args...}")
+            }
+            OlderLlvm::InRoot(major, root) => {
+                let mut all = vec![format!("{tool}-{major}")];
+                all.extend(args.iter().map(|a| a.to_string()));
+                let all: Vec<&str> = all.iter().map(String::as_str).collect();
+                crate::debian_root::chroot_cmd(sh, root, &all)
+            }
+        })
+    }
+}
+
+/// `bitcode` (LLVM 22) as LLVM `older`'s bitcode at `out`: llvm-dis-22, [`rewrite`] with
+/// that clang's own data layout for `triple`, that LLVM's llvm-as (which checks the
 /// result).
-pub fn to_older_bitcode(bitcode: &Path, out: &Path, major: u32, triple: &str) -> Result<()> {
+pub fn to_older_bitcode(bitcode: &Path, out: &Path, older: OlderLlvm, triple: &str) -> Result<()> {
     let sh = Shell::new()?;
+    let major = older.major();
     let dis = crate::util::llvm22("llvm-dis")?;
     let text = crate::util::read(cmd!(sh, "{dis} {bitcode} -o -"))?;
-    let layout = datalayout_of(&sh, major, triple)?;
-    let older = rewrite(&text, major, &layout)
+    let layout = datalayout_of(&sh, older, triple)?;
+    let rewritten = rewrite(&text, major, &layout)
         .with_context(|| format!("rewriting {} for LLVM {major}", bitcode.display()))?;
     let ll = out.with_extension("ll");
-    std::fs::write(&ll, older)?;
-    let as_ = llvm_tool(major, "llvm-as")?;
-    cmd!(sh, "{as_} {ll} -o {out}")
+    std::fs::write(&ll, rewritten)?;
+    let (ll_arg, out_arg) = (ll.display().to_string(), out.display().to_string());
+    older
+        .cmd(&sh, "llvm-as", &[&ll_arg, "-o", &out_arg])?
         .run()
         .with_context(|| format!("llvm-as-{major} refused the rewritten {}", ll.display()))?;
     Ok(())
 }
 
-/// The data layout clang-`major` gives modules of `triple` (from an empty C unit).
-fn datalayout_of(sh: &Shell, major: u32, triple: &str) -> Result<String> {
-    let clang = llvm_tool(major, "clang")?;
-    let ir = crate::util::read(cmd!(
-        sh,
-        "{clang} --target={triple} -nogpulib -x c -S -emit-llvm /dev/null -o -"
-    ))?;
+/// The data layout the older clang gives modules of `triple` (from an empty C unit).
+fn datalayout_of(sh: &Shell, older: OlderLlvm, triple: &str) -> Result<String> {
+    let target = format!("--target={triple}");
+    let args = [
+        target.as_str(),
+        "-nogpulib",
+        "-x",
+        "c",
+        "-S",
+        "-emit-llvm",
+        "/dev/null",
+        "-o",
+        "-",
+    ];
+    let ir = crate::util::read(older.cmd(sh, "clang", &args)?)?;
     ir.lines()
         .find_map(|l| l.strip_prefix("target datalayout = \""))
         .and_then(|l| l.strip_suffix('"'))
         .map(str::to_owned)
-        .with_context(|| format!("clang-{major} printed no data layout for {triple}"))
-}
-
-/// A tool of LLVM `major`, as Debian installs it.
-fn llvm_tool(major: u32, tool: &str) -> Result<std::path::PathBuf> {
-    Ok(test_support::tools::find_llvm(major, tool)?)
+        .with_context(|| {
+            format!(
+                "clang-{} printed no data layout for {triple}",
+                older.major()
+            )
+        })
 }
 
 #[cfg(test)]
