@@ -606,17 +606,52 @@ fn assert_code_addresses_globals<'d>(bytes: &'d [u8], label: &str) -> File<'d> {
 /// globals, which stay exported; on NVPTX through the read-only cache, as with clang 22.
 #[test]
 fn clang_16_links_the_llvm16_bitcode_into_sm90_and_gfx90a_images() {
-    let clang = e2e_tests::tools::clang16();
+    older_clang_links_its_bitcode(16, &e2e_tests::tools::clang16());
+}
+
+/// The same for clang 17, which Debian 12 lacks: `cargo xtask debian13-programs --llvm
+/// 17` (a step of `cargo xtask test`) writes the LLVM 17 bitcode with its root's tools
+/// and runs this test with [`CLANG_IN_ROOT_ENV`] naming that root's clang.
+#[test]
+#[ignore = "run by `cargo xtask debian13-programs --llvm 17`, with clang-17 in its Debian 13 root"]
+fn clang_17_links_the_llvm17_bitcode_into_sm90_and_gfx90a_images() {
+    older_clang_links_its_bitcode(17, &clang_in_root(17));
+}
+
+/// The same for clang 18 (`cargo xtask debian13-programs --llvm 18`).
+#[test]
+#[ignore = "run by `cargo xtask debian13-programs --llvm 18`, with clang-18 in its Debian 13 root"]
+fn clang_18_links_the_llvm18_bitcode_into_sm90_and_gfx90a_images() {
+    older_clang_links_its_bitcode(18, &clang_in_root(18));
+}
+
+/// Names (with the LLVM major appended) a program that runs that clang where it is
+/// installed (xtask writes one that runs it inside its Debian 13 root).
+const CLANG_IN_ROOT_ENV: &str = "OMPTARGET_RS_CLANG_";
+
+fn clang_in_root(major: u32) -> PathBuf {
+    let var = format!("{CLANG_IN_ROOT_ENV}{major}");
+    std::env::var_os(&var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!("{var} is not set: run `cargo xtask debian13-programs --llvm {major}`")
+        })
+}
+
+/// clang `major` (`clang`) links `device_rtl.llvm<major>.bc` into the test kernel for
+/// sm_90 and gfx90a, and both images keep the lookup's loads of the four globals.
+fn older_clang_links_its_bitcode(major: u32, clang: &Path) {
     // clang 16 predates `nvptx_kernel`: the kernels are plain functions there.
     let quiet = "-Wno-unknown-attributes";
-    let bc = device_artifact("nvptx64-nvidia-cuda/device_rtl.llvm16.bc");
-    let dir = scratch("nvptx-sm90-llvm16");
+    let name = format!("device_rtl.llvm{major}.bc");
+    let bc = device_artifact(&format!("nvptx64-nvidia-cuda/{name}"));
+    let dir = scratch(&format!("nvptx-sm90-llvm{major}"));
     let ptx_path = dir.join("lookup_kernel.ptx");
     let sm90 = ["--target=nvptx64-nvidia-cuda", "-march=sm_90", quiet];
-    clang_kernel_with(&clang, &sm90, &bc, "-S", &ptx_path);
+    clang_kernel_with(clang, &sm90, &bc, "-S", &ptx_path);
     let ptx = String::from_utf8(read(&ptx_path)).expect("PTX is text");
     if let Err(problem) = check_ptx_globals(&ptx) {
-        panic!("{problem}\n{ptx}");
+        panic!("clang-{major}: {problem}\n{ptx}");
     }
     for kernel in KERNELS {
         let body = ptx_function(&ptx, kernel);
@@ -625,24 +660,25 @@ fn clang_16_links_the_llvm16_bitcode_into_sm90_and_gfx90a_images() {
                 body.iter()
                     .any(|l| l.trim_start().starts_with("ld.global.nc")
                         && l.contains(&format!("[{g}"))),
-                "clang-16 {kernel}: no read-only load of {g}\n{}",
+                "clang-{major} {kernel}: no read-only load of {g}\n{}",
                 body.join("\n")
             );
         }
     }
     assemble_sm90(&ptx_path, &dir.join("lookup_kernel.cubin"));
 
-    let bc = device_artifact("amdgcn-amd-amdhsa/gfx90a/device_rtl.llvm16.bc");
-    let obj_path = scratch("amdgcn-gfx90a-llvm16").join("lookup_kernel.o");
+    let bc = device_artifact(&format!("amdgcn-amd-amdhsa/gfx90a/{name}"));
+    let obj_path = scratch(&format!("amdgcn-gfx90a-llvm{major}")).join("lookup_kernel.o");
     let gfx90a = ["--target=amdgcn-amd-amdhsa", "-mcpu=gfx90a", quiet];
-    clang_kernel_with(&clang, &gfx90a, &bc, "-c", &obj_path);
+    clang_kernel_with(clang, &gfx90a, &bc, "-c", &obj_path);
     let obj_bytes = read(&obj_path);
-    let obj = assert_code_addresses_globals(&obj_bytes, "clang-16 gfx90a");
+    let label = format!("clang-{major} gfx90a");
+    let obj = assert_code_addresses_globals(&obj_bytes, &label);
     for g in GLOBALS {
         assert!(
             obj.symbols()
                 .any(|s| s.name() == Ok(g) && s.is_definition() && s.is_global()),
-            "clang-16 gfx90a: {g} is not an exported definition"
+            "{label}: {g} is not an exported definition"
         );
     }
 }

@@ -11,7 +11,10 @@
 //! 2. the compiler plugin's own tests (`cargo test -p compiler-plugin --features llvmN`)
 //!    run there too, against LLVM N;
 //! 3. a clang-N GPU image is built for sm_90 and checked for what the cuda plugin reads
-//!    of it ([`debian13_gpu_image`]; not run: no GPU);
+//!    of it ([`debian13_gpu_image`]; not run: no GPU), and the installed GPU device RTL
+//!    is checked ([`debian13_gpu_install`]: its LLVM N bitcode, written with the root's
+//!    tools before the install, linked by clang-N; a program built through the nvptx64
+//!    config);
 //! 4. the standard `declare target indirect` programs that `indirect_programs` builds for
 //!    GPUs with clang 16 (the same sources: C, C++ virtual calls in two units, OpenMP_VV)
 //!    are built with clang-N through P's x86_64 config at -O0 and -O2, and run with
@@ -23,7 +26,10 @@
 //!
 //! Needs root (debootstrap, chroot, mount).
 
-use crate::{debian13, debian13_gpu_image, debian_root, indirect_programs, install, util};
+use crate::{
+    debian13, debian13_gpu_image, debian13_gpu_install, debian_root, indirect_programs, install,
+    util,
+};
 use anyhow::{bail, ensure, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -141,6 +147,8 @@ pub struct Report {
     pub install_secs: f64,
     /// What the check of a clang-N GPU image found.
     pub gpu_image: String,
+    /// What the checks of the installed GPU device RTL found.
+    pub gpu_install: [String; 2],
     /// Each program and opt level that passed.
     pub passed: Vec<String>,
     /// Each one that did not, with why.
@@ -164,6 +172,9 @@ impl Report {
             self.failed.len()
         );
         text.push_str(&format!("\n  {}", self.gpu_image));
+        for line in &self.gpu_install {
+            text.push_str(&format!("\n  {line}"));
+        }
         for p in &self.passed {
             text.push_str(&format!("\n  ok      {p}"));
         }
@@ -215,6 +226,7 @@ fn run(major: u32) -> Result<Report> {
     }
     let _mounts = debian_root::Mounts::new(&root, &binds)?;
     let sh = xshell::Shell::new()?;
+    debian13_gpu_install::write_bitcode(major, &root)?;
 
     util::section(&format!(
         "LLVM {major} in Debian 13: cargo xtask install --prefix {} --llvm {major} (inside the root)",
@@ -223,6 +235,7 @@ fn run(major: u32) -> Result<Report> {
     let start = Instant::now();
     let (prefix_arg, llvm_arg) = (prefix.display().to_string(), major.to_string());
     let mut install = toolchain.env_args(&workspace, &build);
+    install.push(debian13_gpu_install::install_env());
     install.extend(
         [
             "cargo",
@@ -277,6 +290,15 @@ fn run(major: u32) -> Result<Report> {
     eprintln!("{gpu_image}");
 
     util::section(&format!(
+        "LLVM {major} in Debian 13: the installed GPU device RTL (clang-{major} links it; a program through the nvptx64 config)"
+    ));
+    let gpu_install = [
+        debian13_gpu_install::device_link_test(&sh, &root, major, &build)?,
+        debian13_gpu_install::config_program(&sh, &root, major, &prefix, &cuda_path, &out)?,
+    ];
+    eprintln!("{}", gpu_install.join("\n"));
+
+    util::section(&format!(
         "LLVM {major} in Debian 13: the standard programs through the installed config"
     ));
     let start = Instant::now();
@@ -302,6 +324,7 @@ fn run(major: u32) -> Result<Report> {
         root_secs,
         install_secs,
         gpu_image,
+        gpu_install,
         passed,
         failed,
         programs_secs: start.elapsed().as_secs_f64(),

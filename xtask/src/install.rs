@@ -9,12 +9,12 @@
 //! and runs it through our libomptarget plugin. N is 16 (the default; Debian 12), 17 or
 //! 18 (Debian 13: [`llvm_release`] says which release packages which).
 //!
-//! For 17 and 18 the install has the same layout with the x86_64 target only: the
-//! compiler plugin is built for clang N, the config names clang N, and the GPU pieces
-//! (the nvptx64/amdgcn device RTL, LLVM N's device runtime archive, their configs) are
-//! left out: our GPU backends refuse the device environment LLVM 17's and 18's device
-//! runtimes define (docs/LLVM_VERSIONS.md §4), so a GPU program built by clang 17 or 18
-//! could not run through them yet. The plugin file is the same for every version.
+//! For 17 and 18 the layout is the same: the compiler plugin is built for clang N, the
+//! configs name clang N, and the device runtime archive is LLVM N's with our lookup as
+//! LLVM N bitcode (`device_rtl.llvmN.bc`, see [`archive_image`]). The plugin file is the
+//! same for every version. The GPU bitcode comes from `cargo xtask build-device` (Rust
+//! for the GPU targets and LLVM 22; [`device::DEVICE_DIR_ENV`] names one built
+//! elsewhere), rewritten for LLVM N by LLVM N's own tools.
 //!
 //! Layout:
 //! - `lib/libomptarget.rtl.{x86_64,cuda,amdgpu}[.nextgen].so`: the plugin copies, debug
@@ -28,6 +28,8 @@
 //! - `libexec/omptarget-indirect/omptarget-rs-device`: the isolated host device's
 //!   process (`OMPTARGET_RS_ISOLATED=1`), which the x86_64 plugin starts;
 //! - `include/omp_indirect.h`, `bin/offload-inspect`;
+//! - `include/omptarget-indirect/glibc-compat/bits/floatn.h`: what GPU compiles by
+//!   clang 17 and 18 read of glibc's header of that name (see the file for why);
 //! - `share/omptarget-indirect/<triple>.cfg`: clang config files (see [`config_text`]).
 use crate::{compiler_plugin, debian13, device, llvm_release, nvptx_program, plugin, util};
 use anyhow::{ensure, Context, Result};
@@ -51,35 +53,30 @@ pub const MAX_PLUGIN_COPY_BYTES: u64 = 4 << 20;
 pub fn compiler_plugin_file(major: u32) -> String {
     format!("libomptarget-indirect-clang{major}.so")
 }
-/// The offload targets a config file is installed for (LLVM 16).
+/// The offload targets a config file is installed for.
 pub const CONFIG_TRIPLES: &[&str] = &[
     "x86_64-pc-linux-gnu",
     "nvptx64-nvidia-cuda",
     "amdgcn-amd-amdhsa",
 ];
-/// The offload target of the host CPU, the only one installed for LLVM 17 and 18.
+/// The header GPU compiles by clang 17 and 18 read instead of glibc's: its include
+/// folder, in compiler-plugin/include/ and installed in include/omptarget-indirect/.
+const GLIBC_COMPAT: &str = "glibc-compat";
+const GLIBC_COMPAT_FLOATN: &str = "bits/floatn.h";
+/// The offload target of the host CPU.
 pub const HOST_TRIPLE: &str = "x86_64-pc-linux-gnu";
-
-/// The offload targets a config file is installed for, for clang `major`.
-pub fn config_triples(major: u32) -> &'static [&'static str] {
-    if major == 16 {
-        CONFIG_TRIPLES
-    } else {
-        &CONFIG_TRIPLES[..1]
-    }
-}
+/// The offload target of NVIDIA GPUs.
+pub const NVPTX_TRIPLE: &str = "nvptx64-nvidia-cuda";
 /// NVIDIA GPUs the device RTL is installed for (clang 16 targets at most sm_90).
 pub const NVPTX_INSTALL_ARCHES: &[&str] = &["sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"];
 /// The debug file every plugin copy points to.
 const PLUGIN_DEBUG_FILE: &str = "libomptarget-rs.debug";
-/// LLVM 16's device runtime archive, which clang-16 links as `-lomptarget.devicertl`.
-const LLVM16_DEVICERTL: &str = "/usr/lib/llvm-16/lib/libomptarget.devicertl.a";
 
 pub fn main(args: Args) -> Result<()> {
     let major = args.llvm;
     let prefix = install_for(&args.prefix, major)?;
     println!("installed into {} for clang {major}", prefix.display());
-    for triple in config_triples(major) {
+    for triple in CONFIG_TRIPLES {
         println!(
             "  clang-{major} --config={} ...",
             config_path(&prefix, triple).display()
@@ -109,15 +106,13 @@ pub fn install(prefix: &Path) -> Result<PathBuf> {
 /// absolute prefix.
 pub fn install_for(prefix: &Path, major: u32) -> Result<PathBuf> {
     llvm_release::ensure_packaged_here(major)?;
-    if major == 16 {
-        device::build_all()?;
-    } else {
+    if major != 16 {
         // clang-N and libomptarget N (the config's compiler and what it links), and
         // llvm-objcopy-N (the debug-info split below).
         let packages = debian13::llvm_packages(major);
         util::ensure_debian_packages(&packages.iter().map(String::as_str).collect::<Vec<_>>())?;
-        device::host_staticlib()?;
     }
+    device::build_all()?;
     let plugins = plugin::build_plugins_for(major)?;
     let compiler_plugin = compiler_plugin::build_for(major)?;
     let inspect = build_offload_inspect()?;
@@ -166,12 +161,18 @@ pub fn install_for(prefix: &Path, major: u32) -> Result<PathBuf> {
         &util::root().join("host-plugin/include/omp_indirect.h"),
         &prefix.join("include/omp_indirect.h"),
     )?;
-    if major == 16 {
-        install_device_rtl(&lib.join("omptarget-indirect"))?;
-    } else {
-        install_host_device_rtl(&lib.join("omptarget-indirect"))?;
-    }
-    for triple in config_triples(major) {
+    copy(
+        &util::root()
+            .join("compiler-plugin/include")
+            .join(GLIBC_COMPAT)
+            .join(GLIBC_COMPAT_FLOATN),
+        &prefix
+            .join("include/omptarget-indirect")
+            .join(GLIBC_COMPAT)
+            .join(GLIBC_COMPAT_FLOATN),
+    )?;
+    install_device_rtl(&lib.join("omptarget-indirect"), major)?;
+    for triple in CONFIG_TRIPLES {
         let path = config_path(&prefix, triple);
         fs::write(&path, config_text_for(triple, major))
             .with_context(|| format!("writing {}", path.display()))?;
@@ -264,11 +265,11 @@ fn install_host_device_rtl(dir: &Path) -> Result<()> {
     )
 }
 
-/// The device RTL of every target under `dir` (lib/omptarget-indirect/).
-fn install_device_rtl(dir: &Path) -> Result<()> {
+/// The device RTL of every target under `dir` (lib/omptarget-indirect/), and the
+/// device runtime archive that clang `major`'s GPU links take the lookup from.
+fn install_device_rtl(dir: &Path, major: u32) -> Result<()> {
     let device = device::device_dir();
     install_host_device_rtl(dir)?;
-    let nvptx = dir.join("nvptx64-nvidia-cuda");
     // Each GPU bitcode with its rewrites for the older LLVMs this machine has
     // (`device_rtl.llvmN.bc`, which clang-N's `-mlink-builtin-bitcode` reads).
     let bitcode_names: Vec<String> = std::iter::once("device_rtl.bc".to_owned())
@@ -278,37 +279,70 @@ fn install_device_rtl(dir: &Path) -> Result<()> {
                 .map(device::older_bitcode_name),
         )
         .collect();
+    ensure!(
+        bitcode_names.contains(&device::older_bitcode_name(major)),
+        "no LLVM {major} tools here (clang-{major}, llvm-as-{major}), so no bitcode clang-{major} reads"
+    );
     for variant in ["", device::WARP_COOPERATIVE] {
         for name in &bitcode_names {
-            let rel = Path::new("nvptx64-nvidia-cuda").join(variant).join(name);
+            let rel = Path::new(NVPTX).join(variant).join(name);
             copy(&device.join(&rel), &dir.join(&rel))?;
+        }
+    }
+    for gfx in device::AMDGPU_ARCHES {
+        let rel = Path::new(AMDGCN).join(gfx);
+        for name in &bitcode_names {
+            copy(&device.join(&rel).join(name), &dir.join(&rel).join(name))?;
         }
     }
     let scratch = util::target_dir().join("install-build");
     fs::create_dir_all(&scratch)?;
+    let tools = OffloadTools::of(major)?;
     let mut members = Vec::new();
-    for sm in NVPTX_INSTALL_ARCHES {
-        let cubin = nvptx_program::device_rtl_cubin_for(sm, &scratch)?;
-        let installed = nvptx.join(format!("device_rtl.{sm}.cubin"));
-        copy(&cubin, &installed)?;
-        members.push(offload_object(
+    let gpus = NVPTX_INSTALL_ARCHES
+        .iter()
+        .map(|sm| (NVPTX, *sm))
+        .chain(device::AMDGPU_ARCHES.iter().map(|gfx| (AMDGCN, *gfx)));
+    for (triple, arch) in gpus {
+        let image = archive_image(dir, major, triple, arch, &scratch)?;
+        members.push(tools.offload_object(&image, triple, arch, &scratch)?);
+    }
+    tools.devicertl_archive(&members, &dir.join("libomptarget.devicertl.a"))
+}
+
+const NVPTX: &str = NVPTX_TRIPLE;
+const AMDGCN: &str = "amdgcn-amd-amdhsa";
+
+/// What clang `major`'s device link takes of ours for one GPU (the installed file under
+/// `dir`). clang 16: machine code (a relocatable cubin, an AMDGPU object from LLVM 22's
+/// llc), which that link has run on GPUs with. clang 17 and 18: their own bitcode,
+/// which the linker wrapper's LTO links with LLVM's device runtime.
+fn archive_image(
+    dir: &Path,
+    major: u32,
+    triple: &str,
+    arch: &str,
+    scratch: &Path,
+) -> Result<PathBuf> {
+    let folder = match triple {
+        NVPTX => dir.join(NVPTX),
+        _ => dir.join(AMDGCN).join(arch),
+    };
+    if major != 16 {
+        return Ok(folder.join(device::older_bitcode_name(major)));
+    }
+    if triple == NVPTX {
+        let installed = folder.join(format!("device_rtl.{arch}.cubin"));
+        copy(
+            &nvptx_program::device_rtl_cubin_for(arch, scratch)?,
             &installed,
-            "nvptx64-nvidia-cuda",
-            sm,
-            &scratch,
-        )?);
+        )?;
+        Ok(installed)
+    } else {
+        let object = folder.join("device_rtl.o");
+        amdgpu_object(&folder.join("device_rtl.bc"), arch, &object)?;
+        Ok(object)
     }
-    for gfx in device::AMDGPU_ARCHES {
-        let rel = Path::new("amdgcn-amd-amdhsa").join(gfx);
-        let bc = dir.join(&rel).join("device_rtl.bc");
-        for name in &bitcode_names {
-            copy(&device.join(&rel).join(name), &dir.join(&rel).join(name))?;
-        }
-        let object = dir.join(&rel).join("device_rtl.o");
-        amdgpu_object(&bc, gfx, &object)?;
-        members.push(offload_object(&object, "amdgcn-amd-amdhsa", gfx, &scratch)?);
-    }
-    devicertl_archive(&members, &dir.join("libomptarget.devicertl.a"))
 }
 
 /// A relocatable AMDGPU object from the device bitcode (LLVM 22's, which clang 16's
@@ -324,59 +358,93 @@ fn amdgpu_object(bitcode: &Path, gfx: &str, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A host object whose `.llvm.offloading` section carries `image` for one (triple,
-/// arch): what clang 16's linker wrapper takes device code from.
-fn offload_object(image: &Path, triple: &str, arch: &str, scratch: &Path) -> Result<PathBuf> {
-    let arch_tag = format!("{}-{arch}", triple.split('-').next().unwrap_or(triple));
-    let packed = scratch.join(format!("omptarget-indirect-{arch_tag}.offload"));
-    let packager = util::llvm16("clang-offload-packager")?;
-    let clang = util::llvm16("clang")?;
-    let sh = Shell::new()?;
-    cmd!(
-        sh,
-        "{packager} -o {packed} --image=file={image},triple={triple},arch={arch},kind=openmp"
-    )
-    .run()?;
-    let holder = scratch.join("omptarget-indirect-holder.c");
-    fs::write(
-        &holder,
-        "/* holds the omptarget-indirect device RTL's offload image */\n",
-    )?;
-    let object = scratch.join(format!("omptarget-indirect-{arch_tag}.o"));
-    cmd!(
-        sh,
-        "{clang} -c {holder} -Xclang=-fembed-offload-object={packed} -o {object}"
-    )
-    .run()?;
-    Ok(object)
+/// LLVM `major`'s tools that pack device code the way its driver does.
+struct OffloadTools {
+    major: u32,
+    packager: PathBuf,
+    clang: PathBuf,
+    ar: PathBuf,
 }
 
-/// LLVM 16's `libomptarget.devicertl.a` with our offload objects added.
-///
-/// Why this name: clang-16 appends `-lomptarget.devicertl` to every OpenMP link after
-/// the user's objects, and its linker wrapper extracts an archive member only for the
-/// (triple, arch) it links and only when an earlier input needs a symbol the member
-/// defines. A config file can only put arguments *before* the user's inputs (an archive
-/// there is scanned before anything needs the lookup), clang 16 passes no
-/// `-Xoffload-linker` arguments to nvlink, and one object carrying every architecture
-/// makes the wrapper link an extra image per architecture. So the config's `-L` puts
-/// this superset first on the search path: LLVM's members unchanged (reinstall after an
-/// update of libomp-16-dev), plus one member per GPU architecture holding our lookup,
-/// pulled in exactly when the compiler plugin's calls need it.
-fn devicertl_archive(members: &[PathBuf], out: &Path) -> Result<()> {
-    let llvm = Path::new(LLVM16_DEVICERTL);
-    ensure!(
-        llvm.is_file(),
-        "{} is missing: install libomp-16-dev",
-        llvm.display()
-    );
-    let tmp = out.with_extension("tmp");
-    fs::copy(llvm, &tmp).with_context(|| format!("copying {}", llvm.display()))?;
-    let ar = util::llvm22("llvm-ar")?;
-    let sh = Shell::new()?;
-    cmd!(sh, "{ar} qs {tmp} {members...}").run()?;
-    fs::rename(&tmp, out).with_context(|| format!("renaming to {}", out.display()))?;
-    Ok(())
+impl OffloadTools {
+    fn of(major: u32) -> Result<Self> {
+        let tool = |name| test_support::tools::find_llvm(major, name);
+        Ok(OffloadTools {
+            major,
+            packager: tool("clang-offload-packager")?,
+            clang: tool("clang")?,
+            ar: tool("llvm-ar")?,
+        })
+    }
+
+    /// A host object whose `.llvm.offloading` section carries `image` for one (triple,
+    /// arch): what clang's linker wrapper takes device code from.
+    fn offload_object(
+        &self,
+        image: &Path,
+        triple: &str,
+        arch: &str,
+        scratch: &Path,
+    ) -> Result<PathBuf> {
+        let arch_tag = format!("{}-{arch}", triple.split('-').next().unwrap_or(triple));
+        let packed = scratch.join(format!("omptarget-indirect-{arch_tag}.offload"));
+        let (packager, clang) = (&self.packager, &self.clang);
+        let sh = Shell::new()?;
+        cmd!(
+            sh,
+            "{packager} -o {packed} --image=file={image},triple={triple},arch={arch},kind=openmp"
+        )
+        .run()?;
+        let holder = scratch.join("omptarget-indirect-holder.c");
+        fs::write(
+            &holder,
+            "/* holds the omptarget-indirect device RTL's offload image */\n",
+        )?;
+        let object = scratch.join(format!("omptarget-indirect-{arch_tag}.o"));
+        cmd!(
+            sh,
+            "{clang} -c {holder} -Xclang=-fembed-offload-object={packed} -o {object}"
+        )
+        .run()?;
+        Ok(object)
+    }
+
+    /// LLVM's `libomptarget.devicertl.a` with our offload objects added.
+    ///
+    /// Why this name: clang appends `-lomptarget.devicertl` to every OpenMP link after
+    /// the user's objects, and its linker wrapper extracts an archive member only for the
+    /// (triple, arch) it links and only when an earlier input needs a symbol the member
+    /// defines. A config file can only put arguments *before* the user's inputs (an
+    /// archive there is scanned before anything needs the lookup), clang 16 passes no
+    /// `-Xoffload-linker` arguments to nvlink, and one object carrying every architecture
+    /// makes the wrapper link an extra image per architecture. So the config's `-L` puts
+    /// this superset first on the search path: LLVM's members unchanged (reinstall after
+    /// an update of libomp-N-dev), plus one member per GPU architecture holding our
+    /// lookup, pulled in exactly when the compiler plugin's calls need it.
+    fn devicertl_archive(&self, members: &[PathBuf], out: &Path) -> Result<()> {
+        let llvm = llvm_devicertl(self.major);
+        ensure!(
+            llvm.is_file(),
+            "{} is missing: install libomp-{}-dev",
+            llvm.display(),
+            self.major
+        );
+        let tmp = out.with_extension("tmp");
+        fs::copy(&llvm, &tmp).with_context(|| format!("copying {}", llvm.display()))?;
+        let ar = &self.ar;
+        let sh = Shell::new()?;
+        cmd!(sh, "{ar} qs {tmp} {members...}").run()?;
+        fs::rename(&tmp, out).with_context(|| format!("renaming to {}", out.display()))?;
+        Ok(())
+    }
+}
+
+/// LLVM `major`'s own device runtime archive, which clang-N links as
+/// `-lomptarget.devicertl`.
+fn llvm_devicertl(major: u32) -> PathBuf {
+    PathBuf::from(format!(
+        "/usr/lib/llvm-{major}/lib/libomptarget.devicertl.a"
+    ))
 }
 
 /// The clang `major` config file for one offload target. Paths are relative to the file
@@ -427,15 +495,25 @@ pub fn config_text_for(triple: &str, major: u32) -> String {
             } else {
                 "--offload-arch=gfx90a"
             };
+            let glibc_compat = if major == 17 || major == 18 {
+                format!(
+                    "# Device compiles read glibc 2.41's bits/floatn.h without _Float128, whose\n\
+                     # complex typedef clang 17 and 18 reject for GPUs (see the header).\n\
+                     -Xarch_device -isystem<CFGDIR>/../../include/omptarget-indirect/{GLIBC_COMPAT}\n"
+                )
+            } else {
+                String::new()
+            };
             format!(
-                "# clang-16 --config=<this file> {example} prog.c -o prog: OpenMP 5.1\n\
+                "# clang-{major} --config=<this file> {example} prog.c -o prog: OpenMP 5.1\n\
                  # offloading to {triple} (give your GPU's --offload-arch); `declare target\n\
                  # indirect` through the omptarget-indirect compiler plugin.\n\
                  # Run: LD_LIBRARY_PATH=<prefix>/lib ./prog\n\
                  {common}\
-                 # libomptarget.devicertl.a here is LLVM 16's plus our device RTL for each GPU\n\
+                 # libomptarget.devicertl.a here is LLVM {major}'s plus our device RTL for each GPU\n\
                  # architecture; the link takes the lookup from it when the program needs it.\n\
-                 -L<CFGDIR>/../../lib/omptarget-indirect\n"
+                 -L<CFGDIR>/../../lib/omptarget-indirect\n\
+                 {glibc_compat}"
             )
         }
         other => panic!("no config file for {other}"),
@@ -462,20 +540,46 @@ mod tests {
 
     #[test]
     fn the_gpu_configs_leave_the_architecture_to_the_user() {
-        for triple in ["nvptx64-nvidia-cuda", "amdgcn-amd-amdhsa"] {
-            let text = config_text_for(triple, 16);
-            assert!(
-                !text.lines().any(|l| l.starts_with("--offload-arch")),
-                "{text}"
-            );
-            assert!(text.contains("-L<CFGDIR>/../../lib/omptarget-indirect\n"));
+        for major in [16, 17, 18] {
+            for triple in ["nvptx64-nvidia-cuda", "amdgcn-amd-amdhsa"] {
+                let text = config_text_for(triple, major);
+                assert!(
+                    !text.lines().any(|l| l.starts_with("--offload-arch")),
+                    "{text}"
+                );
+                assert!(text.contains("-L<CFGDIR>/../../lib/omptarget-indirect\n"));
+                assert!(
+                    text.starts_with(&format!("# clang-{major} --config")),
+                    "{text}"
+                );
+            }
         }
+    }
+
+    #[test]
+    fn only_clang_17_and_18_gpu_compiles_read_the_glibc_compat_header() {
+        let line = "-Xarch_device -isystem<CFGDIR>/../../include/omptarget-indirect/glibc-compat";
+        for major in [16, 17, 18] {
+            for triple in CONFIG_TRIPLES {
+                let text = config_text_for(triple, major);
+                let gpu = *triple != HOST_TRIPLE;
+                assert_eq!(
+                    text.lines().any(|l| l == line),
+                    gpu && major != 16,
+                    "clang {major}, {triple}:\n{text}"
+                );
+            }
+        }
+        let header = util::root()
+            .join("compiler-plugin/include")
+            .join(GLIBC_COMPAT)
+            .join(GLIBC_COMPAT_FLOATN);
+        assert!(header.is_file(), "{} is missing", header.display());
     }
 
     #[test]
     fn the_clang_17_and_18_configs_name_their_plugin_and_libomptarget_folder() {
         for major in [17, 18] {
-            assert_eq!(config_triples(major), ["x86_64-pc-linux-gnu"]);
             let text = config_text_for("x86_64-pc-linux-gnu", major);
             let plugin = format!("<CFGDIR>/../../lib/libomptarget-indirect-clang{major}.so");
             for line in [

@@ -4,6 +4,7 @@ mod bench;
 mod compiler_plugin;
 mod debian13;
 mod debian13_gpu_image;
+mod debian13_gpu_install;
 mod debian13_programs;
 mod debian_root;
 mod demo;
