@@ -12,11 +12,18 @@
 //! path, size and modification time.
 //!
 //! glibc's own libraries (those of Debian's `libc6` package) stay out: every Linux
-//! machine has its glibc, and a copy from here could not replace it there.
+//! machine has its glibc, and a copy from here could not replace it there. So no file
+//! of the kit may need a glibc symbol version newer than the GPU machine's glibc
+//! ([`GPU_MACHINE_GLIBC`], Ubuntu 24.04's): [`check_glibc_versions`] reads every ELF
+//! file's version needs and stops the build naming the file and version that would not
+//! load there.
+//!
+//! The LLVM 16 kit's closure comes from this machine; the LLVM 18 kit's from its Debian
+//! 13 root ([`Sources::sysroot`]), resolved as that root's loader would.
 
 use super::{build_dir, relative, Kit};
 use crate::util;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use object::elf::{FileHeader64, DT_NEEDED, DT_NULL, DT_RPATH, DT_RUNPATH};
 use object::read::elf::{Dyn, FileHeader};
 use object::Endianness;
@@ -58,6 +65,22 @@ const DEFAULT_DIRS: &[&str] = &[
     "/usr/lib",
 ];
 
+/// The newest glibc the GPU machines have (Ubuntu 24.04): no file of a kit may need a
+/// newer symbol version.
+pub const GPU_MACHINE_GLIBC: (u32, u32) = (2, 39);
+
+/// Where a kit's closure comes from.
+pub struct Sources<'a> {
+    /// The root the libraries live in (`None`: this machine).
+    pub sysroot: Option<&'a Path>,
+    /// Loaded by name, with dlopen (name, file in the sysroot): LLVM's plugins.
+    pub dlopened: &'a [(&'a str, &'a str)],
+    /// The tools the kit runs (name, file in the sysroot).
+    pub tools: &'a [(&'a str, &'a str)],
+    /// Folders outside the kit whose ELF files are roots too (the lit store).
+    pub more_roots: Vec<PathBuf>,
+}
+
 /// One file of the closure.
 struct Member {
     /// The name it is loaded by (its DT_NEEDED name or the name dlopen asks for).
@@ -69,22 +92,55 @@ struct Member {
     is_tool: bool,
 }
 
+/// The LLVM 16 kit's closure, from this machine.
 pub fn add(kit: &mut Kit) -> Result<()> {
-    util::section("gpu-bundle: runtime closure beyond glibc");
     util::ensure_debian_packages(&["xz-utils", "clang-16", "libomp-16-dev", "llvm-16-tools"])?;
-    let glibc = glibc_sonames()?;
+    add_from(
+        kit,
+        &Sources {
+            sysroot: None,
+            dlopened: LLVM_CUDA_PLUGINS,
+            tools: TOOLS,
+            // The lit tests' programs, as the kit stores them.
+            more_roots: vec![build_dir().join("lit/store")],
+        },
+    )
+}
+
+/// The closure of the kit's ELF files and of `sources`, compressed into the kit, with
+/// the glibc check.
+pub fn add_from(kit: &mut Kit, sources: &Sources) -> Result<()> {
+    util::section("gpu-bundle: runtime closure beyond glibc");
+    let glibc = glibc_sonames(sources.sysroot)?;
     let mut roots = Vec::new();
     for dir in KIT_ROOTS {
         roots.extend(files_below(&kit.dir.join(dir))?);
     }
-    // The lit tests' programs, as the kit stores them.
-    roots.extend(files_below(&build_dir().join("lit/store"))?);
-    let mut extra: Vec<(&str, &str, bool)> = LLVM_CUDA_PLUGINS
+    for dir in &sources.more_roots {
+        roots.extend(files_below(dir)?);
+    }
+    let mut extra: Vec<(&str, &str, bool)> = sources
+        .dlopened
         .iter()
         .map(|(n, p)| (*n, *p, false))
         .collect();
-    extra.extend(TOOLS.iter().map(|(n, p)| (*n, *p, true)));
-    let members = Resolver::new(&glibc)?.closure(&roots, &extra)?;
+    extra.extend(sources.tools.iter().map(|(n, p)| (*n, *p, true)));
+    let resolver = Resolver::new(&glibc, sources.sysroot, &kit.dir)?;
+    let members = resolver.closure(&roots, &extra)?;
+    let checked: Vec<PathBuf> = roots
+        .iter()
+        .cloned()
+        .chain(members.iter().map(|m| m.source.clone()))
+        .collect();
+    let newest = check_glibc_versions(&checked, GPU_MACHINE_GLIBC)?;
+    eprintln!(
+        "  glibc: {} ELF files need at most GLIBC_{}.{} (the GPU machines have {}.{})",
+        checked.len(),
+        newest.0,
+        newest.1,
+        GPU_MACHINE_GLIBC.0,
+        GPU_MACHINE_GLIBC.1
+    );
 
     let out = kit.dir.join("closure");
     fs::create_dir_all(&out)?;
@@ -109,7 +165,12 @@ pub fn add(kit: &mut Kit) -> Result<()> {
     report(&members, &compressed)?;
     kit.set(
         "closure",
-        json!({"libraries": libraries, "tools": tools, "glibc": glibc}),
+        json!({
+            "libraries": libraries,
+            "tools": tools,
+            "glibc": glibc,
+            "glibc_newest_needed": format!("{}.{}", newest.0, newest.1),
+        }),
     );
     Ok(())
 }
@@ -151,11 +212,11 @@ fn files_below(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// The sonames of glibc's libraries (Debian's `libc6`): `libc.so.6`, `libm.so.6`,
-/// `ld-linux-x86-64.so.2`, ...
-fn glibc_sonames() -> Result<Vec<String>> {
+/// The sonames of glibc's libraries (Debian's `libc6`, of the sysroot): `libc.so.6`,
+/// `libm.so.6`, `ld-linux-x86-64.so.2`, ...
+fn glibc_sonames(sysroot: Option<&Path>) -> Result<Vec<String>> {
     let sh = Shell::new()?;
-    let files = util::read(cmd!(sh, "dpkg -L libc6"))?;
+    let files = util::read(in_sysroot(&sh, sysroot, &["dpkg", "-L", "libc6"]))?;
     let mut names: Vec<String> = files
         .lines()
         .filter_map(|l| Path::new(l).file_name()?.to_str())
@@ -176,8 +237,29 @@ struct Dynamic {
     search: Vec<String>,
 }
 
+/// `args` run on this machine, or inside `sysroot`.
+fn in_sysroot<'s>(sh: &'s Shell, sysroot: Option<&Path>, args: &[&str]) -> xshell::Cmd<'s> {
+    match sysroot {
+        Some(root) => crate::debian_root::chroot_cmd(sh, root, args),
+        None => {
+            let (program, rest) = args.split_first().expect("a command");
+            cmd!(sh, "{program} {rest...}")
+        }
+    }
+}
+
+/// `path` (absolute, as the sysroot's loader sees it) on this machine.
+fn host_path(sysroot: Option<&Path>, path: &str) -> PathBuf {
+    match sysroot {
+        Some(root) => root.join(path.trim_start_matches('/')),
+        None => PathBuf::from(path),
+    }
+}
+
 /// None for files that are not dynamically linked ELF files (objects, archives, data).
-fn dynamic_of(path: &Path) -> Result<Option<Dynamic>> {
+/// Search folders come back as this machine's paths (`$ORIGIN` is the file's own
+/// folder; other folders are the sysroot's).
+fn dynamic_of(path: &Path, sysroot: Option<&Path>) -> Result<Option<Dynamic>> {
     let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     if !data.starts_with(b"\x7fELF") {
         return Ok(None);
@@ -212,11 +294,13 @@ fn dynamic_of(path: &Path) -> Result<Option<Dynamic>> {
                 .unwrap_or(Path::new("/"))
                 .display()
                 .to_string();
-            dynamic.search.extend(
-                value
-                    .split(':')
-                    .map(|d| d.replace("$ORIGIN", &origin).replace("${ORIGIN}", &origin)),
-            );
+            dynamic.search.extend(value.split(':').map(|d| {
+                if d.contains("$ORIGIN") || d.contains("${ORIGIN}") {
+                    d.replace("$ORIGIN", &origin).replace("${ORIGIN}", &origin)
+                } else {
+                    host_path(sysroot, d).display().to_string()
+                }
+            }));
         }
     }
     Ok(Some(dynamic))
@@ -226,27 +310,51 @@ struct Resolver<'a> {
     glibc: &'a [String],
     /// The loader cache (`ldconfig -p`): soname -> file, x86-64 entries only.
     cache: HashMap<String, PathBuf>,
+    sysroot: Option<&'a Path>,
+    /// The kit's folder (for the names of roots in messages).
+    kit: &'a Path,
 }
 
 impl<'a> Resolver<'a> {
-    fn new(glibc: &'a [String]) -> Result<Self> {
+    fn new(glibc: &'a [String], sysroot: Option<&'a Path>, kit: &'a Path) -> Result<Self> {
         let sh = Shell::new()?;
-        let listing = util::read(cmd!(sh, "ldconfig -p"))?;
+        let listing = util::read(in_sysroot(&sh, sysroot, &["ldconfig", "-p"]))?;
         let cache = listing
             .lines()
             .filter(|l| l.contains("x86-64"))
             .filter_map(|l| {
                 let (left, path) = l.split_once(" => ")?;
                 let name = left.split_whitespace().next()?;
-                Some((name.to_owned(), PathBuf::from(path.trim())))
+                Some((name.to_owned(), host_path(sysroot, path.trim())))
             })
             .collect();
-        Ok(Resolver { glibc, cache })
+        Ok(Resolver {
+            glibc,
+            cache,
+            sysroot,
+            kit,
+        })
+    }
+
+    /// `path` with its links followed, which must stay inside the sysroot.
+    fn canonical(&self, path: &Path) -> Result<PathBuf> {
+        let canonical =
+            fs::canonicalize(path).with_context(|| format!("{} is missing", path.display()))?;
+        if let Some(root) = self.sysroot {
+            ensure!(
+                canonical.starts_with(fs::canonicalize(root)?),
+                "{} leads out of {} (to {})",
+                path.display(),
+                root.display(),
+                canonical.display()
+            );
+        }
+        Ok(canonical)
     }
 
     fn find(&self, name: &str, search: &[String]) -> Option<PathBuf> {
         if name.contains('/') {
-            return Some(PathBuf::from(name)).filter(|p| p.is_file());
+            return Some(host_path(self.sysroot, name)).filter(|p| p.is_file());
         }
         search
             .iter()
@@ -256,7 +364,7 @@ impl<'a> Resolver<'a> {
             .or_else(|| {
                 DEFAULT_DIRS
                     .iter()
-                    .map(|d| Path::new(d).join(name))
+                    .map(|d| host_path(self.sysroot, d).join(name))
                     .find(|p| p.is_file())
             })
     }
@@ -267,10 +375,10 @@ impl<'a> Resolver<'a> {
         let mut members: BTreeMap<String, Member> = BTreeMap::new();
         let mut queue: VecDeque<(PathBuf, String)> = VecDeque::new();
         for root in roots {
-            queue.push_back((root.clone(), display_name(root)));
+            queue.push_back((root.clone(), display_name(self.kit, root)));
         }
         for (name, file, is_tool) in extra {
-            let source = fs::canonicalize(file).with_context(|| format!("{file} is missing"))?;
+            let source = self.canonical(&host_path(self.sysroot, file))?;
             members.insert(
                 (*name).to_owned(),
                 Member {
@@ -287,7 +395,7 @@ impl<'a> Resolver<'a> {
             if !seen.insert(file.clone()) {
                 continue;
             }
-            let Some(dynamic) = dynamic_of(&file)? else {
+            let Some(dynamic) = dynamic_of(&file, self.sysroot)? else {
                 continue;
             };
             for name in &dynamic.needed {
@@ -301,7 +409,7 @@ impl<'a> Resolver<'a> {
                 let found = self.find(name, &dynamic.search).with_context(|| {
                     format!("{label} needs {name}, which the loader would not find here")
                 })?;
-                let source = fs::canonicalize(&found)?;
+                let source = self.canonical(&found)?;
                 members.insert(
                     name.clone(),
                     Member {
@@ -319,10 +427,9 @@ impl<'a> Resolver<'a> {
 }
 
 /// A root's name in messages: the kit-relative path where it has one.
-fn display_name(path: &Path) -> String {
-    let kit = super::kit_dir();
+fn display_name(kit: &Path, path: &Path) -> String {
     let store = build_dir().join("lit/store");
-    path.strip_prefix(&kit)
+    path.strip_prefix(kit)
         .or_else(|_| path.strip_prefix(&store).map(|_| Path::new("a lit test")))
         .unwrap_or(path)
         .display()
@@ -389,4 +496,100 @@ pub fn xz(source: &Path, target: &Path) -> Result<()> {
     fs::write(&tmp, &out.stdout)?;
     fs::rename(&tmp, target)?;
     Ok(())
+}
+
+/// Every `GLIBC_x.y` symbol version the ELF files among `files` need must be at most
+/// `max`; returns the newest one needed. Fails naming each file and version that a
+/// machine with glibc `max` could not load.
+pub fn check_glibc_versions(files: &[PathBuf], max: (u32, u32)) -> Result<(u32, u32)> {
+    let mut newest = (0, 0);
+    let mut too_new = Vec::new();
+    for file in files {
+        for version in glibc_versions_needed(file)? {
+            newest = newest.max(version);
+            if version > max {
+                too_new.push(format!(
+                    "{} needs GLIBC_{}.{}",
+                    file.display(),
+                    version.0,
+                    version.1
+                ));
+            }
+        }
+    }
+    too_new.sort();
+    too_new.dedup();
+    ensure!(
+        too_new.is_empty(),
+        "the GPU machines have glibc {}.{}, and {} file(s) need newer symbols: {}",
+        max.0,
+        max.1,
+        too_new.len(),
+        too_new.join("; ")
+    );
+    Ok(newest)
+}
+
+/// The `GLIBC_x.y[.z]` versions `path` needs (none when it is not a 64-bit ELF file).
+fn glibc_versions_needed(path: &Path) -> Result<Vec<(u32, u32)>> {
+    let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    if !data.starts_with(b"\x7fELF") {
+        return Ok(Vec::new());
+    }
+    let what = || format!("{}: malformed ELF", path.display());
+    let header = FileHeader64::<Endianness>::parse(&*data).with_context(what)?;
+    let endian = header.endian().with_context(what)?;
+    let sections = header.sections(endian, &*data).with_context(what)?;
+    let Some((mut needs, link)) = sections.gnu_verneed(endian, &*data).with_context(what)? else {
+        return Ok(Vec::new());
+    };
+    let strings = sections.strings(endian, &*data, link).with_context(what)?;
+    let mut versions = Vec::new();
+    while let Some((_, mut auxes)) = needs.next().with_context(what)? {
+        while let Some(aux) = auxes.next().with_context(what)? {
+            let name = aux.name(endian, strings).with_context(what)?;
+            if let Some(version) = parse_glibc_version(name) {
+                versions.push(version);
+            }
+        }
+    }
+    Ok(versions)
+}
+
+/// `GLIBC_2.38` -> (2, 38); `GLIBC_2.2.5` -> (2, 2); None for other names.
+fn parse_glibc_version(name: &[u8]) -> Option<(u32, u32)> {
+    let rest = std::str::from_utf8(name).ok()?.strip_prefix("GLIBC_")?;
+    let mut parts = rest.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glibc_version_names_parse_and_others_do_not() {
+        assert_eq!(parse_glibc_version(b"GLIBC_2.38"), Some((2, 38)));
+        assert_eq!(parse_glibc_version(b"GLIBC_2.2.5"), Some((2, 2)));
+        assert_eq!(parse_glibc_version(b"GLIBC_PRIVATE"), None);
+        assert_eq!(parse_glibc_version(b"GLIBCXX_3.4.32"), None);
+    }
+
+    /// The check reads real version needs: this test's own executable needs some
+    /// GLIBC_2.x, and a limit below it names the file.
+    #[test]
+    fn the_glibc_check_names_a_file_that_needs_more() {
+        let exe = std::env::current_exe().expect("the test executable");
+        let newest = check_glibc_versions(std::slice::from_ref(&exe), (2, 99))
+            .expect("nothing needs glibc 2.99");
+        assert!(newest >= (2, 2), "{newest:?}");
+        let err = check_glibc_versions(std::slice::from_ref(&exe), (2, 1))
+            .expect_err("every glibc program needs more than 2.1");
+        assert!(
+            err.to_string().contains(&exe.display().to_string()),
+            "{err}"
+        );
+    }
 }
