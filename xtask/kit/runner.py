@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """The GPU kit's runner: run.sh hands over to it. Python 3.9+ standard library only.
 
-It unpacks the kit's compressed runtime closure (libomptarget 16, libomp, LLVM 16's cuda
-plugin, libLLVM-16, ...) into a temporary folder, runs the steps of the part asked for,
+It unpacks the kit's compressed runtime closure (libomptarget N, libomp, LLVM N's cuda
+plugin, libLLVM-N, ...; N is the manifest's `llvm`, 16 unless it says otherwise) into a
+temporary folder, runs the steps of the part asked for (those whose parts the kit holds),
 writes each step's full log and a summary into the results folder, and ends with
     SUMMARY: N step(s) passed, N failed, N test(s) SKIPPED
 exiting non-zero when a step failed. Where no GPU exists (a bare root on a CPU machine)
-every GPU step prints a `SKIPPED:` line; the clang-16 programs and the lit suite then run
+every GPU step prints a `SKIPPED:` line; the clang-N programs and the lit suite then run
 on libomptarget's host fallback, which still proves that the unpacked libraries load.
 
 manifest.json (written by `cargo xtask gpu-bundle`) says what the kit holds.
@@ -174,11 +175,13 @@ class Workspace:
             shutil.copy2(plugin, os.path.join(self.plugins_ours, name))
         for name in ("libomptarget.rtl.cuda.so", "libomptarget.rtl.x86_64.so"):
             shutil.copy2(plugin, os.path.join(self.plugins_tests, name))
-        with tarfile.open(os.path.join(KIT, self.manifest["lit"]["archive"]), "r:xz") as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(self.lit, filter="data")
-            else:
-                tar.extractall(self.lit)
+        if "lit" in self.manifest:
+            with tarfile.open(os.path.join(KIT, self.manifest["lit"]["archive"]),
+                              "r:xz") as tar:
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(self.lit, filter="data")
+                else:
+                    tar.extractall(self.lit)
         return time.time() - start
 
     def _unxz(self, archive, target):
@@ -297,7 +300,7 @@ def step_kit_libraries(ctx, log):
             if not m:
                 continue
             name, where = m.group(1), m.group(2)
-            if name.startswith(ctx.manifest["lit"]["exec_root"]):
+            if "lit" in ctx.manifest and name.startswith(ctx.manifest["lit"]["exec_root"]):
                 continue  # a lit test's own library by its path, replayed with the test
             if where == "not found":
                 problems.append("%s: %s not found" % (relative(path), name))
@@ -358,7 +361,7 @@ def step_plugin_devices(ctx, log):
 
 
 class ProgramRun:
-    """One program run under libomptarget 16 through one plugin."""
+    """One program run under the kit's libomptarget through one plugin."""
 
     def __init__(self, ctx, program, plugin, args=(), folder="programs", tag=""):
         self.program, self.plugin = program, plugin
@@ -436,8 +439,9 @@ class ProgramRun:
 
 
 def step_programs(ctx, log):
-    """The clang-16 OpenMP programs under the unpacked libomptarget 16, each through our
-    cuda plugin and through LLVM 16's own."""
+    """The clang-N OpenMP programs under the unpacked libomptarget N, each through our
+    cuda plugin and through LLVM N's own."""
+    n = llvm_major(ctx.manifest)
     gpu = ctx.gpu.present
     if not gpu:
         say(log, "SKIPPED: programs on the GPU: %s; they run on libomptarget's host "
@@ -456,15 +460,15 @@ def step_programs(ctx, log):
             failures.append(program["name"] + " (LLVM's run, host fallback)")
     where = "GPU" if gpu else "host fallback (no GPU)"
     table = [
-        "Programs (%s): clang-16 for %s, libomptarget 16; which plugin ran is proved by "
-        "our load marker and the loader's log" % (where, ctx.manifest["sm"]),
+        "Programs (%s): clang-%d for %s, libomptarget %d; which plugin ran is proved by "
+        "our load marker and the loader's log" % (where, n, ctx.manifest["sm"], n),
         "",
-        "| program | ours (cuda plugin) | LLVM 16's cuda plugin |",
+        "| program | ours (cuda plugin) | LLVM %d's cuda plugin |" % n,
         "|---|---|---|",
     ] + rows
     if gpu:
-        table.append("(LLVM 16's plugin builds no table: its failures on indirect "
-                     "calls are expected; a step fails when ours fails)")
+        table.append("(LLVM %d's plugin builds no table: its failures on indirect "
+                     "calls are expected; a step fails when ours fails)" % n)
     detail = "%d programs, %d failed%s" % (len(rows), len(failures),
                                           ": " + ", ".join(failures) if failures else "")
     return not failures, detail, table
@@ -956,26 +960,65 @@ def step_memcheck(ctx, log):
     return ok, "%d test executables" % len(rows), table
 
 
+def step_memcheck_programs(ctx, log):
+    """The programs once more through our cuda plugin, under compute-sanitizer's
+    memcheck (a kit without test executables)."""
+    tool = find_compute_sanitizer()
+    if not ctx.gpu.present:
+        say(log, "SKIPPED: memcheck: %s" % ctx.gpu.describe())
+        return True, "skipped (no GPU)", []
+    if not tool:
+        say(log, "SKIPPED: memcheck: compute-sanitizer is neither on PATH nor under "
+            "/usr/local/cuda*/bin")
+        return True, "skipped (no compute-sanitizer)", []
+    rows, ok = [], True
+    programs = ctx.manifest["programs"]
+    for index, program in enumerate(programs):
+        env = ctx.env(plugins=ctx.work.plugins_ours, libraries=ctx.work.lib_for_tools)
+        cmd = [tool, "--tool", "memcheck", "--error-exitcode", "86", "--print-limit", "100",
+               os.path.join(KIT, program["exe"])]
+        r = ctx.run(cmd, env, os.path.join(ctx.results, "memcheck-%s.log" % program["name"]),
+                    ctx.remaining() - 5 - 30 * (len(programs) - index - 1))
+        errors = re.findall(r"ERROR SUMMARY: (\d+) error", r.output)
+        verdict = "%s errors, %s" % (errors[-1] if errors else "no summary", r.status())
+        say(log, "memcheck %-28s %s (log: memcheck-%s.log)" % (program["name"], verdict,
+                                                                program["name"]))
+        rows.append("| %s | %s |" % (program["name"], verdict))
+        ok = ok and r.rc == 0 and not r.timed_out and bool(errors) and errors[-1] == "0"
+    table = ["compute-sanitizer memcheck, programs through our cuda plugin (%s):" % tool, "",
+             "| program | result |", "|---|---|"] + rows
+    return ok, "%d programs" % len(rows), table
+
+
 # --------------------------------------------------------------------------------------
 # The parts
 
 
+def llvm_major(manifest):
+    """The LLVM major whose libomptarget the kit carries."""
+    return manifest.get("llvm", 16)
+
+
 def steps(manifest):
-    """(part, name, function, needs a GPU) of every step, in order. A step that needs a
-    GPU prints at least one SKIPPED line without one."""
+    """(part, name, function, needs a GPU) of every step the kit holds, in order. A step
+    that needs a GPU prints at least one SKIPPED line without one."""
     out = [(1, "kit_libraries", step_kit_libraries, False)]
     # cuda_no_driver's test checks the backend's answer either way: it never skips.
     out += [(1, t["name"], test_step(t), t["name"] != "cuda_no_driver")
-            for t in manifest["tests"]]
-    out += [
-        (1, "plugin_reports_devices", step_plugin_devices, True),
-        (1, "programs", step_programs, True),
-        (1, "lit_nvptx64", step_lit, True),
-        (1, "bench_runtime", step_bench_runtime, True),
-        (1, "bench_load", step_bench_load, True),
-        (1, "bench_gpu_lookup", step_bench, True),
-        (2, "memcheck", step_memcheck, True),
+            for t in manifest.get("tests", [])]
+    out.append((1, "plugin_reports_devices", step_plugin_devices, True))
+    optional = [
+        ("programs", (1, "programs", step_programs, True)),
+        ("lit", (1, "lit_nvptx64", step_lit, True)),
+        ("benchmarks", (1, "bench_runtime", step_bench_runtime, True)),
+        ("load_bench", (1, "bench_load", step_bench_load, True)),
+        ("bench", (1, "bench_gpu_lookup", step_bench, True)),
     ]
+    out += [step for key, step in optional if key in manifest]
+    if "tests" in manifest:
+        out.append((2, "memcheck", step_memcheck, True))
+    elif "programs" in manifest:
+        out.append((2, "memcheck", step_memcheck_programs, True))
     return out
 
 
