@@ -208,8 +208,8 @@ fn run(major: u32) -> Result<Report> {
     let (root, root_secs) = debian13::root(major)?;
     let workspace = util::root();
     let target = util::target_dir();
-    let build = target.join(format!("debian13-build/llvm{major}"));
-    let prefix = build.join("install");
+    let build = build_dir(major);
+    let prefix = install_prefix(major);
     let out = build.join("programs");
     fs::create_dir_all(&out)?;
     let toolchain = Toolchain::of_this_machine()?;
@@ -329,6 +329,16 @@ fn run(major: u32) -> Result<Report> {
         failed,
         programs_secs: start.elapsed().as_secs_f64(),
     })
+}
+
+/// target/debian13-build/llvmN/: the root's own build folder.
+fn build_dir(major: u32) -> PathBuf {
+    util::target_dir().join(format!("debian13-build/llvm{major}"))
+}
+
+/// Where the step installs for LLVM `major` (inside the root, at this path).
+pub fn install_prefix(major: u32) -> PathBuf {
+    build_dir(major).join("install")
 }
 
 fn as_strs(args: &[String]) -> Vec<&str> {

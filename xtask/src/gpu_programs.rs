@@ -53,19 +53,19 @@ pub struct Program {
 }
 
 /// A program built with the device RTL linked in ([`NvptxBuild`]).
-struct MacroProgram {
-    name: &'static str,
+pub struct MacroProgram {
+    pub name: &'static str,
     /// Below the workspace root.
-    source: &'static str,
+    pub source: &'static str,
     /// Its `OMP_DECLARE_INDIRECT` functions, whose holders its image must define.
     indirect_functions: &'static [&'static str],
     /// Other device symbols its image must define besides the device RTL's.
     device_symbols: &'static [&'static str],
     /// What it checks, for the summary.
-    checks: &'static str,
+    pub checks: &'static str,
 }
 
-const MACRO_PROGRAMS: &[MacroProgram] = &[
+pub const MACRO_PROGRAMS: &[MacroProgram] = &[
     MacroProgram {
         name: "indirect_calls",
         source: "examples/indirect_calls.c",

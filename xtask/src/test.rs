@@ -14,6 +14,8 @@
 //! 6. the GPU kit (`cargo xtask gpu-bundle`) built and run in a bare Debian root,
 //!    and LLVM 17 and 18 in their Debian 13 roots: the project installed inside each
 //!    (`install --llvm N`), the standard programs built with clang-N and run through it,
+//!    the GPU device RTL for clang-N checked; then the LLVM 18 kit (`gpu-bundle --llvm
+//!    18`) built and run in a bare Debian 13 root,
 //! 7. LLVM 16's libomptarget lit suite through our x86_64 plugin, in-process and on the
 //!    isolated host device,
 //! 8. bounded fuzzing of every parser.
@@ -233,6 +235,18 @@ pub fn main(args: Args) -> Result<()> {
             "LLVM 18 in Debian 13: install inside + standard programs",
             || debian13_programs::check(18).map(|_| ()),
         ));
+        // The second GPU kit: clang-18's programs and libomptarget 18 from that root,
+        // run in a bare Debian 13 root, with the check of glibc symbol versions.
+        if !args.skip_kit {
+            steps.push(timed(
+                "GPU kit for LLVM 18: build + run in a bare Debian 13 root",
+                || {
+                    let proof = crate::gpu_kit::llvm18::prove()?;
+                    eprintln!("{}", proof.report());
+                    Ok(())
+                },
+            ));
+        }
     }
     if !args.skip_lit {
         steps.push(timed("libomptarget 16 lit suite (our plugin)", || {

@@ -47,16 +47,30 @@ impl Proof {
     }
 }
 
-/// Builds the kit and runs it in the bare root; see the module documentation.
+/// Builds the kit and runs it in the bare root of this machine's release; see the
+/// module documentation.
 pub fn prove() -> Result<Proof> {
+    ensure_can_prove()?;
+    let kit = super::build_kit()?;
+    run_in_bare_root(&kit, &debian_root::os_release_codename()?)
+}
+
+/// What a bare-root proof needs of this machine.
+pub fn ensure_can_prove() -> Result<()> {
     ensure!(
         util::is_root(),
         "the bare-root proof needs root (debootstrap, chroot, mount)"
     );
-    util::ensure_debian_packages(&["debootstrap"])?;
-    let kit = super::build_kit()?;
-    util::section("gpu-bundle: run.sh in a bare Debian root");
-    let (root, bootstrap_secs) = bare_root()?;
+    util::ensure_debian_packages(&["debootstrap"])
+}
+
+/// Runs the kit in `kit` (both parts) in a bare root of Debian `codename`; passes as
+/// the module documentation says.
+pub fn run_in_bare_root(kit: &Path, codename: &str) -> Result<Proof> {
+    util::section(&format!(
+        "gpu-bundle: run.sh in a bare Debian root ({codename})"
+    ));
+    let (root, bootstrap_secs) = bare_root(codename)?;
     let inside_kit = root.join(KIT_IN_ROOT);
     let inside_results = root.join(RESULTS_IN_ROOT);
     for dir in [&inside_kit, &inside_results] {
@@ -136,12 +150,11 @@ fn check_summary(path: &Path) -> Result<()> {
 }
 
 /// The cached root (debootstrapped now when missing): (its folder, seconds spent now).
-fn bare_root() -> Result<(PathBuf, Option<f64>)> {
-    let codename = debian_root::os_release_codename()?;
+fn bare_root(codename: &str) -> Result<(PathBuf, Option<f64>)> {
     let dir = format!("bare-root/{codename}-minbase-python3");
     debian_root::cached(&debian_root::RootSpec {
         dir: &dir,
-        codename: &codename,
+        codename,
         include: &["python3"],
         describe: "",
         setup: &|_| Ok(()),

@@ -113,7 +113,8 @@ pub fn add(kit: &mut Kit, plugins: &Path) -> Result<()> {
     Ok(())
 }
 
-fn strip(from: &Path, to: &Path) -> Result<()> {
+/// `from` without its symbol tables and debug info, at `to`.
+pub(super) fn strip(from: &Path, to: &Path) -> Result<()> {
     let strip = util::llvm22("llvm-strip")?;
     let sh = Shell::new()?;
     cmd!(sh, "{strip} {from} -o {to}").run()?;
