@@ -475,7 +475,7 @@ def step_programs(ctx, log):
 
 
 class LitRun:
-    """LLVM 16's lit suite in check mode through one plugin."""
+    """The kit's LLVM lit suite in check mode through one plugin."""
 
     def __init__(self, ctx, plugin, tests, label=None, diagnostics=False):
         w, lit = ctx.work, ctx.manifest["lit"]
@@ -502,6 +502,7 @@ class LitRun:
             environment.update(DIAGNOSTICS)
         config = {
             "mode": "check",
+            "llvm": llvm_major(ctx.manifest),
             "python": sys.executable,
             "tool": os.path.join(KIT, ctx.manifest["scripts"]["lit_tool"]),
             # Replayed, never run: lit_tool.py only needs a name here.
@@ -668,9 +669,10 @@ def compare_lit(first, built, gpu, run_lit, time_left, say_line):
 
 
 def step_lit(ctx, log):
-    """LLVM 16's libomptarget lit suite for nvptx64, compiled when the kit was built,
-    run here through our cuda plugin and through LLVM's, on the same binaries."""
+    """LLVM's libomptarget lit suite for nvptx64, compiled when the kit was built, run
+    here through our cuda plugin and through LLVM's, on the same binaries."""
     lit = ctx.manifest["lit"]
+    n = llvm_major(ctx.manifest)
     built = lit["built"]
     gpu = ctx.gpu.present
     if not gpu:
@@ -730,16 +732,16 @@ def step_lit(ctx, log):
         say(log, "lit: " + p)
     where = "GPU" if gpu else "host fallback (no GPU)"
     table = [
-        "lit, LLVM 16 libomptarget suite for nvptx64-nvidia-cuda (%s): %d tests, %d built "
+        "lit, LLVM %d libomptarget suite for nvptx64-nvidia-cuda (%s): %d tests, %d built "
         "for %s when the kit was built, %d not built, %d unsupported" % (
-            where, lit["total"], len(built), ctx.manifest["sm"], len(lit["not_built"]),
+            n, where, lit["total"], len(built), ctx.manifest["sm"], len(lit["not_built"]),
             len(lit["unsupported"])),
         "",
         "| plugin | passed | failed | skipped |",
         "|---|---|---|---|",
         "| ours (cuda) | %d | %d | %d |" % (ours.count("pass"), ours.count("fail"),
                                            ours.count("skip")),
-        "| LLVM 16 cuda | %d | %d | %d |" % (llvm.count("pass"), llvm.count("fail"),
+        "| LLVM %d cuda | %d | %d | %d |" % (n, llvm.count("pass"), llvm.count("fail"),
                                             llvm.count("skip")),
         "",
         "fails only with ours (after reruns): %s" % (", ".join(only_ours) or "none"),

@@ -63,6 +63,14 @@ pub const CONFIG_TRIPLES: &[&str] = &[
 /// folder, in compiler-plugin/include/ and installed in include/omptarget-indirect/.
 const GLIBC_COMPAT: &str = "glibc-compat";
 const GLIBC_COMPAT_FLOATN: &str = "bits/floatn.h";
+/// The folder whose `bits/floatn.h` GPU compiles by clang 17 and 18 read first (the
+/// source of the installed one).
+pub fn glibc_compat_dir() -> PathBuf {
+    util::root()
+        .join("compiler-plugin/include")
+        .join(GLIBC_COMPAT)
+}
+
 /// The offload target of the host CPU.
 pub const HOST_TRIPLE: &str = "x86_64-pc-linux-gnu";
 /// The offload target of NVIDIA GPUs.
@@ -162,10 +170,7 @@ pub fn install_for(prefix: &Path, major: u32) -> Result<PathBuf> {
         &prefix.join("include/omp_indirect.h"),
     )?;
     copy(
-        &util::root()
-            .join("compiler-plugin/include")
-            .join(GLIBC_COMPAT)
-            .join(GLIBC_COMPAT_FLOATN),
+        &glibc_compat_dir().join(GLIBC_COMPAT_FLOATN),
         &prefix
             .join("include/omptarget-indirect")
             .join(GLIBC_COMPAT)
@@ -570,10 +575,7 @@ mod tests {
                 );
             }
         }
-        let header = util::root()
-            .join("compiler-plugin/include")
-            .join(GLIBC_COMPAT)
-            .join(GLIBC_COMPAT_FLOATN);
+        let header = glibc_compat_dir().join(GLIBC_COMPAT_FLOATN);
         assert!(header.is_file(), "{} is missing", header.display());
     }
 

@@ -26,7 +26,7 @@
 //! (what LLVM's own plugin gives), 22 unsupported, no failure. `cargo xtask lit`
 //! applies it (without a `--filter`; with one, it requires no failures only).
 
-mod debian13_suites;
+pub(crate) mod debian13_suites;
 pub(crate) mod debian_source;
 mod load_proof;
 pub(crate) mod results;

@@ -1,11 +1,12 @@
-//! LLVM 16's libomptarget lit suite for nvptx64-nvidia-cuda: compiled here, checked on
-//! the GPU machine.
+//! LLVM's libomptarget lit suite for nvptx64-nvidia-cuda: compiled here, checked on the
+//! GPU machine. LLVM 16's for the LLVM 16 kit, on this machine; LLVM 18's for the LLVM
+//! 18 kit, in its Debian 13 root ([`Suite`]).
 //!
 //! lit runs here in the build mode of xtask/kit/lit.site.cfg.py: every compile of every
-//! RUN line runs clang 16 for the kit's GPU through xtask/kit/lit_tool.py, which stores
+//! RUN line runs clang N for the kit's GPU through xtask/kit/lit_tool.py, which stores
 //! its output file, stdout, stderr and exit status; programs are not run. The kit gets
-//! lit itself (llvm-16-tools' pure-Python package), the test directory (Debian's
-//! llvm-toolchain-16 source, [`crate::lit::debian_source`]) and the stored compiles, in
+//! lit itself (llvm-N-tools' pure-Python package), the test directory (Debian's
+//! llvm-toolchain-N source, [`crate::lit::debian_source`]) and the stored compiles, in
 //! one `lit.tar.xz`; run.sh runs the same suite in check mode, where each compile
 //! replays what was stored and the programs run under FileCheck, once through our cuda
 //! plugin and once through LLVM's.
@@ -21,7 +22,7 @@ use super::{build_dir, Kit, SM};
 use crate::lit::results::{self, Status, TestResult};
 use crate::lit::{debian_source, LLVM16_PREFIX};
 use crate::nvptx_program::NvptxBuild;
-use crate::util;
+use crate::{debian_root, util};
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 use std::collections::hash_map::DefaultHasher;
@@ -45,22 +46,77 @@ enum Outcome {
     Unsupported(String),
 }
 
+/// The suite a kit's lit part is built from, and where its compiles run.
+pub struct Suite<'a> {
+    pub major: u32,
+    /// Where LLVM N is installed, as the compiles see it (`/usr/lib/llvm-N`).
+    pub prefix: PathBuf,
+    /// The root the compiles and lit run in, with this machine's target folder bound at
+    /// its own path (`None`: this machine).
+    pub sysroot: Option<&'a Path>,
+    /// `openmp/libomptarget/test` of LLVM N's source.
+    pub tests: PathBuf,
+    /// What makes a compile for nvptx64-nvidia-cuda target the kit's GPU.
+    pub offload_flags: Vec<String>,
+    /// Where the build keeps its work (stored compiles, reports).
+    pub work: PathBuf,
+}
+
+impl Suite<'_> {
+    /// `path` (as the compiles see it) on this machine.
+    fn here(&self, path: &Path) -> PathBuf {
+        match self.sysroot {
+            Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
+            None => path.to_path_buf(),
+        }
+    }
+
+    /// `args` where the compiles run.
+    fn cmd<'s>(&self, sh: &'s Shell, args: &[&str]) -> xshell::Cmd<'s> {
+        match self.sysroot {
+            Some(root) => debian_root::chroot_cmd(sh, root, args),
+            None => {
+                let (program, rest) = args.split_first().expect("a command");
+                cmd!(sh, "{program} {rest...}")
+            }
+        }
+    }
+}
+
+/// The LLVM 16 kit's suite: LLVM 16's, on this machine.
 pub fn add(kit: &mut Kit, nvptx: &NvptxBuild) -> Result<()> {
-    util::section(&format!("gpu-bundle: LLVM 16 lit suite compiled for {SM}"));
     util::ensure_debian_packages(&["llvm-16-tools", "python3", "xz-utils", "tar"])?;
-    let tests = debian_source::libomptarget_tests()?;
-    let lit_package = Path::new(LLVM16_PREFIX).join("build/utils/lit");
+    let suite = Suite {
+        major: 16,
+        prefix: PathBuf::from(LLVM16_PREFIX),
+        sysroot: None,
+        tests: debian_source::libomptarget_tests()?,
+        offload_flags: nvptx.offload_flags(),
+        work: build_dir().join("lit"),
+    };
+    add_suite(kit, &suite)
+}
+
+/// `suite` compiled for the kit's GPU, packed into the kit.
+pub fn add_suite(kit: &mut Kit, suite: &Suite) -> Result<()> {
+    let major = suite.major;
+    util::section(&format!(
+        "gpu-bundle: LLVM {major} lit suite compiled for {SM}"
+    ));
+    let tests = &suite.tests;
+    let lit_package = suite.here(&suite.prefix.join("build/utils/lit"));
     ensure!(
         lit_package.join("lit.py").is_file(),
-        "{} has no lit.py (package llvm-16-tools)",
+        "{} has no lit.py (package llvm-{major}-tools)",
         lit_package.display()
     );
-    let work = build_dir().join("lit");
-    let features = compiler_features()?;
+    let work = suite.work.clone();
+    let features = compiler_features(suite)?;
     let site = BuildSite {
+        suite,
         work: &work,
-        tests: &tests,
-        offload_flags: nvptx.offload_flags(),
+        tests,
+        offload_flags: suite.offload_flags.clone(),
         features: &features,
         clang_major: features[1].trim_start_matches("clang-").to_owned(),
     };
@@ -99,7 +155,7 @@ pub fn add(kit: &mut Kit, nvptx: &NvptxBuild) -> Result<()> {
     );
 
     let archive = kit.path("lit.tar.xz")?;
-    pack(&work, &lit_package, &tests, &archive)?;
+    pack(&work, &lit_package, tests, &archive)?;
     kit.set(
         "lit",
         json!({
@@ -124,11 +180,11 @@ fn cuda_test_arch() -> &'static str {
     SM.trim_start_matches("sm_")
 }
 
-/// The lit features upstream's set_test_compiler_features() gives clang 16.
-fn compiler_features() -> Result<Vec<String>> {
-    let clang = util::llvm16("clang")?;
+/// The lit features upstream's set_test_compiler_features() gives the suite's clang.
+fn compiler_features(suite: &Suite) -> Result<Vec<String>> {
+    let clang = suite.prefix.join("bin/clang").display().to_string();
     let sh = Shell::new()?;
-    let version = util::read(cmd!(sh, "{clang} -dumpversion"))?;
+    let version = util::read(suite.cmd(&sh, &[&clang, "-dumpversion"]))?;
     let version = version.trim();
     let parts: Vec<&str> = version.split('.').collect();
     Ok(vec![
@@ -141,6 +197,7 @@ fn compiler_features() -> Result<Vec<String>> {
 
 /// The build-mode run of the suite.
 struct BuildSite<'a> {
+    suite: &'a Suite<'a>,
     work: &'a Path,
     tests: &'a Path,
     offload_flags: Vec<String>,
@@ -177,11 +234,12 @@ impl BuildSite<'_> {
 
     /// kit-lit.json of the build run (what lit.site.cfg.py reads).
     fn config(&self) -> Result<Value> {
-        let prefix = Path::new(LLVM16_PREFIX);
+        let prefix = &self.suite.prefix;
         let lib = prefix.join("lib");
         // By these names: clang++ is a link to clang that drives C++ by its name.
         Ok(json!({
             "mode": "build",
+            "llvm": self.suite.major,
             "python": "python3",
             "tool": self.tool(),
             "c_compiler": prefix.join("bin/clang"),
@@ -206,7 +264,11 @@ impl BuildSite<'_> {
         EXEC_ROOT.hash(&mut h);
         self.config()?.to_string().hash(&mut h);
         for tool in ["clang", "clang++", "clang-offload-packager"] {
-            let path = util::llvm16(tool)?;
+            let path = self
+                .suite
+                .here(&self.suite.prefix.join("bin").join(tool))
+                .canonicalize()
+                .with_context(|| format!("LLVM {} has no {tool}", self.suite.major))?;
             let meta = fs::metadata(&path)?;
             (path, meta.len(), meta.modified()?).hash(&mut h);
         }
@@ -214,7 +276,7 @@ impl BuildSite<'_> {
     }
 
     fn run(&self, report: &Path) -> Result<()> {
-        let exec = PathBuf::from(EXEC_ROOT);
+        let exec = self.suite.here(Path::new(EXEC_ROOT));
         let store = self.work.join("store");
         // One build at a time may use the shared exec root.
         fs::create_dir_all(self.work)?;
@@ -237,16 +299,27 @@ impl BuildSite<'_> {
         )?;
         let _ = fs::remove_file(report);
         let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let lit_py = Path::new(LLVM16_PREFIX).join("build/utils/lit/lit.py");
+        let lit_py = self.suite.prefix.join("build/utils/lit/lit.py");
         let log = fs::File::create(self.log())?;
         let (jobs_arg, xunit) = (jobs.to_string(), self.work.join("build.xml"));
+        let (lit_py, report_arg) = (lit_py.display().to_string(), report.display().to_string());
+        let xunit = xunit.display().to_string();
         let sh = Shell::new()?;
-        let lit = cmd!(
-            sh,
-            "python3 {lit_py} -v --no-progress-bar -j {jobs_arg} -o {report} --xunit-xml-output {xunit} {exec}"
-        )
+        let args = [
+            "python3",
+            &lit_py,
+            "-v",
+            "--no-progress-bar",
+            "-j",
+            &jobs_arg,
+            "-o",
+            &report_arg,
+            "--xunit-xml-output",
+            &xunit,
+            EXEC_ROOT,
+        ];
         // What the compiles see is set in the site config.
-        .env_remove("LD_LIBRARY_PATH");
+        let lit = self.suite.cmd(&sh, &args).env_remove("LD_LIBRARY_PATH");
         eprintln!("$ {lit} > {}", self.log().display());
         let start = Instant::now();
         // Through std: xshell cannot send a command's output to a file as it runs.

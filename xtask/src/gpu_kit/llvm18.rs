@@ -13,18 +13,19 @@
 //!   kernel's call of the lookup ([`indirect_programs::check_cubin`]). run.sh runs each
 //!   through ours and through LLVM 18's cuda plugin under libomptarget 18, side by side;
 //! - `plugins/`: our plugin file (the one every libomptarget version loads);
-//! - `closure/`: libomptarget 18, libomp, LLVM 18's cuda plugin and what they load beyond
-//!   glibc, from the root, and the check that no file needs a glibc symbol newer than the
-//!   GPU machines' ([`closure::GPU_MACHINE_GLIBC`]);
+//! - `lit.tar.xz`: LLVM 18's libomptarget lit suite for nvptx64-nvidia-cuda, compiled in
+//!   the root by clang-18 for sm_90 ([`lit::add_suite`]), replayed and checked there
+//!   through ours and LLVM 18's plugin with the LLVM 16 kit's rerun rule;
+//! - `closure/`: libomptarget 18, libomp, LLVM 18's cuda plugin, FileCheck and `not` and
+//!   what they load beyond glibc, from the root, and the check that no file needs a glibc
+//!   symbol newer than the GPU machines' ([`closure::GPU_MACHINE_GLIBC`]);
 //! - run.sh and the runner. Part 1: the libraries, the plugin's device count, the
-//!   programs; part 2: the programs through ours under compute-sanitizer.
-//!
-//! Not in it yet: LLVM 18's lit suite for nvptx64 (the LLVM 16 kit has LLVM 16's).
+//!   programs, lit; part 2: the programs through ours under compute-sanitizer.
 //!
 //! [`prove`] runs it in a bare Debian 13 root (glibc 2.41; the version check above is
 //! what covers the GPU machines' 2.39).
 
-use super::{bare_root, closure, cuda_tests, relative, script, Kit, SM};
+use super::{bare_root, build_dir, closure, cuda_tests, lit, relative, script, Kit, SM};
 use crate::{debian13, debian13_gpu_image, debian13_programs, debian_root, gpu_programs};
 use crate::{indirect_programs, install, plugin, util};
 use anyhow::{Context, Result};
@@ -39,6 +40,11 @@ const LLVM_CUDA_PLUGIN: (&str, &str) = (
     "libomptarget.rtl.cuda.so",
     "/usr/lib/llvm-18/lib/libomptarget.rtl.cuda.so",
 );
+/// The tools the lit check runs.
+const TOOLS: &[(&str, &str)] = &[
+    ("FileCheck", "/usr/lib/llvm-18/bin/FileCheck"),
+    ("not", "/usr/lib/llvm-18/bin/not"),
+];
 
 /// target/gpu-bundle-llvm18/
 pub fn kit_dir() -> PathBuf {
@@ -107,6 +113,7 @@ pub fn build_kit() -> Result<PathBuf> {
     let prefix = debian13_programs::install_prefix(LLVM);
     let plugins = plugin::build_plugins()?;
     let (root, _) = debian13::root(LLVM)?;
+    let lit_tests = crate::lit::debian13_suites::tests(&root, LLVM)?;
     let (cuda_path, cuda_installation) = debian13_gpu_image::cuda_binds()?;
     let workspace = util::root();
     let target = util::target_dir();
@@ -124,6 +131,17 @@ pub fn build_kit() -> Result<PathBuf> {
             cuda_path: &cuda_path,
         };
         add_programs(&mut kit, &build)?;
+        lit::add_suite(
+            &mut kit,
+            &lit::Suite {
+                major: LLVM,
+                prefix: debian13::llvm_prefix(LLVM),
+                sysroot: Some(&root),
+                tests: lit_tests,
+                offload_flags: lit_offload_flags(&cuda_path),
+                work: lit_work(),
+            },
+        )?;
     }
     let plugin = kit.path("plugins/libomptarget.rtl.cuda.so")?;
     cuda_tests::strip(&plugins.join("libomptarget.rtl.cuda.so"), &plugin)?;
@@ -133,8 +151,9 @@ pub fn build_kit() -> Result<PathBuf> {
         &closure::Sources {
             sysroot: Some(&root),
             dlopened: &[LLVM_CUDA_PLUGIN],
-            tools: &[],
-            more_roots: Vec::new(),
+            tools: TOOLS,
+            // The lit tests' programs, as the kit stores them.
+            more_roots: vec![lit_work().join("store")],
         },
     )?;
     script::add(&mut kit)?;
@@ -147,6 +166,26 @@ pub fn prove() -> Result<bare_root::Proof> {
     bare_root::ensure_can_prove()?;
     let kit = build_kit()?;
     bare_root::run_in_bare_root(&kit, debian13::CODENAME)
+}
+
+/// Where the LLVM 18 lit build keeps its work.
+fn lit_work() -> PathBuf {
+    build_dir().join("lit-llvm18")
+}
+
+/// What makes a lit compile for nvptx64 target the kit's GPU with clang-18 in the root:
+/// the GPU, the CUDA folder, and glibc 2.41's headers as a GPU compile by clang 18 can
+/// read them (the installed configs' glibc-compat folder; without it every test that
+/// includes stdio.h fails to compile).
+fn lit_offload_flags(cuda_path: &Path) -> Vec<String> {
+    vec![
+        "-Xopenmp-target=nvptx64-nvidia-cuda".to_owned(),
+        format!("-march={SM}"),
+        format!("--cuda-path={}", cuda_path.display()),
+        "-Wno-unknown-cuda-version".to_owned(),
+        "-Xarch_device".to_owned(),
+        format!("-isystem{}", install::glibc_compat_dir().display()),
+    ]
 }
 
 /// How the programs are built: clang-18 inside `root` through `config`.

@@ -249,7 +249,7 @@ fn tests_cache(major: u32) -> PathBuf {
 /// here and checked against those. Not `apt-get source --download-only`: the archive
 /// this machine reaches answers 404 for llvm-toolchain-17's `.dsc` (seen 2026-11-26),
 /// and nothing here needs the `.dsc`.
-fn tests(root: &Path, major: u32) -> Result<PathBuf> {
+pub(crate) fn tests(root: &Path, major: u32) -> Result<PathBuf> {
     let source_package = format!("llvm-toolchain-{major}");
     let clang = format!("clang-{major}");
     debian_source::libomptarget_tests_of(&source_package, &tests_cache(major), |cache| {
