@@ -923,73 +923,62 @@ def find_compute_sanitizer():
     return candidates[-1] if candidates else None
 
 
-def step_memcheck(ctx, log):
-    """The CUDA test executables once more under compute-sanitizer's memcheck."""
+def memcheck(ctx, log, runs, reserve):
+    """Each of `runs` (name, command, environment) under compute-sanitizer's memcheck,
+    keeping `reserve` seconds of the part for each run still to come. Returns (passed,
+    table rows), or None after a SKIPPED line when there is no GPU or no tool."""
     tool = find_compute_sanitizer()
     if not ctx.gpu.present:
         say(log, "SKIPPED: memcheck: %s" % ctx.gpu.describe())
-        return True, "skipped (no GPU)", []
+        return None
     if not tool:
         say(log, "SKIPPED: memcheck: compute-sanitizer is neither on PATH nor under "
             "/usr/local/cuda*/bin")
-        return True, "skipped (no compute-sanitizer)", []
-    rows, ok = [], True
-    tests = ctx.manifest["tests"]
-    for index, test in enumerate(tests):
-        env = ctx.env(libraries=ctx.work.lib_for_tools, extra={
-            "OMPTARGET_RS_CUDA_FIXTURES": os.path.join(KIT, ctx.manifest["fixtures"]),
-            "OMPTARGET_RS_PLUGIN_DIR": ctx.work.plugins_tests,
-        })
-        cmd = [tool, "--tool", "memcheck", "--error-exitcode", "86", "--print-limit", "100",
-               os.path.join(KIT, test["exe"])] + test["args"]
-        # The part's remaining time, less a minute for each executable still to run
-        # (cuda_indirect, the first, takes the longest).
-        r = ctx.run(cmd, env, os.path.join(ctx.results, "memcheck-%s.log" % test["name"]),
-                    ctx.remaining() - 5 - 60 * (len(tests) - index - 1))
+        return None
+    rows, ok = ["compute-sanitizer memcheck (%s):" % tool, "", "| run | result |",
+                "|---|---|"], True
+    for index, (name, command, env) in enumerate(runs):
+        cmd = [tool, "--tool", "memcheck", "--error-exitcode", "86", "--print-limit", "100"]
+        r = ctx.run(cmd + command, env, os.path.join(ctx.results, "memcheck-%s.log" % name),
+                    ctx.remaining() - 5 - reserve * (len(runs) - index - 1))
         errors = re.findall(r"ERROR SUMMARY: (\d+) error", r.output)
         if "Device not supported" in r.output:
             say(log, "SKIPPED: memcheck %s: compute-sanitizer says 'Device not supported' "
-                "here" % test["name"])
-            rows.append("| %s | not supported here |" % test["name"])
+                "here" % name)
+            rows.append("| %s | not supported here |" % name)
             continue
         verdict = "%s errors, %s" % (errors[-1] if errors else "no summary", r.status())
-        say(log, "memcheck %-15s %s (log: memcheck-%s.log)" % (test["name"], verdict,
-                                                                test["name"]))
-        rows.append("| %s | %s |" % (test["name"], verdict))
+        say(log, "memcheck %-28s %s (log: memcheck-%s.log)" % (name, verdict, name))
+        rows.append("| %s | %s |" % (name, verdict))
         ok = ok and r.rc == 0 and not r.timed_out and bool(errors) and errors[-1] == "0"
-    table = ["compute-sanitizer memcheck (%s):" % tool, "", "| test | result |",
-             "|---|---|"] + rows
-    return ok, "%d test executables" % len(rows), table
+    return ok, rows
+
+
+def step_memcheck(ctx, log):
+    """The CUDA test executables once more under compute-sanitizer's memcheck."""
+    env = ctx.env(libraries=ctx.work.lib_for_tools, extra={
+        "OMPTARGET_RS_CUDA_FIXTURES": os.path.join(KIT, ctx.manifest["fixtures"]),
+        "OMPTARGET_RS_PLUGIN_DIR": ctx.work.plugins_tests,
+    })
+    runs = [(t["name"], [os.path.join(KIT, t["exe"])] + t["args"], env)
+            for t in ctx.manifest["tests"]]
+    # A minute for each executable still to run (cuda_indirect, the first, takes the
+    # longest).
+    result = memcheck(ctx, log, runs, 60)
+    if result is None:
+        return True, "skipped", []
+    return result[0], "%d test executables" % len(runs), result[1]
 
 
 def step_memcheck_programs(ctx, log):
     """The programs once more through our cuda plugin, under compute-sanitizer's
     memcheck (a kit without test executables)."""
-    tool = find_compute_sanitizer()
-    if not ctx.gpu.present:
-        say(log, "SKIPPED: memcheck: %s" % ctx.gpu.describe())
-        return True, "skipped (no GPU)", []
-    if not tool:
-        say(log, "SKIPPED: memcheck: compute-sanitizer is neither on PATH nor under "
-            "/usr/local/cuda*/bin")
-        return True, "skipped (no compute-sanitizer)", []
-    rows, ok = [], True
-    programs = ctx.manifest["programs"]
-    for index, program in enumerate(programs):
-        env = ctx.env(plugins=ctx.work.plugins_ours, libraries=ctx.work.lib_for_tools)
-        cmd = [tool, "--tool", "memcheck", "--error-exitcode", "86", "--print-limit", "100",
-               os.path.join(KIT, program["exe"])]
-        r = ctx.run(cmd, env, os.path.join(ctx.results, "memcheck-%s.log" % program["name"]),
-                    ctx.remaining() - 5 - 30 * (len(programs) - index - 1))
-        errors = re.findall(r"ERROR SUMMARY: (\d+) error", r.output)
-        verdict = "%s errors, %s" % (errors[-1] if errors else "no summary", r.status())
-        say(log, "memcheck %-28s %s (log: memcheck-%s.log)" % (program["name"], verdict,
-                                                                program["name"]))
-        rows.append("| %s | %s |" % (program["name"], verdict))
-        ok = ok and r.rc == 0 and not r.timed_out and bool(errors) and errors[-1] == "0"
-    table = ["compute-sanitizer memcheck, programs through our cuda plugin (%s):" % tool, "",
-             "| program | result |", "|---|---|"] + rows
-    return ok, "%d programs" % len(rows), table
+    env = ctx.env(plugins=ctx.work.plugins_ours, libraries=ctx.work.lib_for_tools)
+    runs = [(p["name"], [os.path.join(KIT, p["exe"])], env) for p in ctx.manifest["programs"]]
+    result = memcheck(ctx, log, runs, 30)
+    if result is None:
+        return True, "skipped", []
+    return result[0], "%d programs through ours" % len(runs), result[1]
 
 
 # --------------------------------------------------------------------------------------

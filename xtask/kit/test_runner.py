@@ -1,7 +1,12 @@
-"""Unit tests of the kit runner's verdict on lit runs that differ between the plugins
-(`python3 -m unittest test_runner` in this folder; `cargo test -p xtask` runs them).
-Not part of the kit."""
+"""Unit tests of the kit runner: its verdict on lit runs that differ between the
+plugins, the steps a kit's manifest gives, and the memcheck steps over a stand-in
+compute-sanitizer (`python3 -m unittest test_runner` in this folder; `cargo test -p
+xtask` runs them). Not part of the kit."""
+import os
 import random
+import stat
+import tempfile
+import time
 import unittest
 
 import runner
@@ -130,3 +135,88 @@ class RuntimeBenchmarks(unittest.TestCase):
         rows, facts = runner.compare_plugins({"ours": ours}, "ns per call")
         self.assertEqual(facts[0], ("host-built", "ns per call", 40.0, None, None, None))
         self.assertIn("n/a", rows[0])
+
+
+class Steps(unittest.TestCase):
+    def names(self, manifest):
+        return [(part, name) for part, name, _, _ in runner.steps(manifest)]
+
+    def test_a_kit_without_tests_lit_or_benchmarks_runs_its_programs_twice(self):
+        self.assertEqual(self.names({"programs": []}), [
+            (1, "kit_libraries"), (1, "plugin_reports_devices"), (1, "programs"),
+            (2, "memcheck")])
+
+    def test_the_llvm_16_kit_runs_every_step(self):
+        manifest = {"tests": [{"name": "cuda_abi"}], "programs": [], "lit": {},
+                    "benchmarks": [], "load_bench": {}, "bench": {}}
+        names = [n for _, n in self.names(manifest)]
+        self.assertEqual(names, ["kit_libraries", "cuda_abi", "plugin_reports_devices",
+                                 "programs", "lit_nvptx64", "bench_runtime", "bench_load",
+                                 "bench_gpu_lookup", "memcheck"])
+        self.assertIs(runner.steps(manifest)[-1][2], runner.step_memcheck)
+        self.assertIs(runner.steps({"programs": []})[-1][2], runner.step_memcheck_programs)
+
+    def test_the_llvm_version_defaults_to_16(self):
+        self.assertEqual(runner.llvm_major({}), 16)
+        self.assertEqual(runner.llvm_major({"llvm": 18}), 18)
+
+
+class FakeGpu:
+    present = True
+
+    def describe(self):
+        return "a stand-in GPU"
+
+
+class FakeWork:
+    lib = lib_for_tools = plugins_ours = plugins_tests = tempfile.gettempdir()
+    driver = None
+
+
+class Memcheck(unittest.TestCase):
+    """The memcheck steps over a compute-sanitizer stand-in that runs the program and
+    prints a clean summary: the verdict follows the program's exit status."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kit-runner-test.")
+        tool = os.path.join(self.dir, "compute-sanitizer")
+        with open(tool, "w") as f:
+            f.write("#!/bin/sh\nshift 6\n\"$@\"\nrc=$?\n"
+                    "echo '========= ERROR SUMMARY: 0 errors'\nexit $rc\n")
+        os.chmod(tool, stat.S_IRWXU)
+        self.saved = runner.find_compute_sanitizer
+        runner.find_compute_sanitizer = lambda: tool
+        self.log = os.path.join(self.dir, "memcheck.log")
+
+    def tearDown(self):
+        runner.find_compute_sanitizer = self.saved
+
+    def context(self, manifest, gpu=None):
+        return runner.Context(None, manifest, self.dir, gpu or FakeGpu(), FakeWork(),
+                              time.time() + 60)
+
+    def test_programs_pass_when_each_exits_zero_and_fail_otherwise(self):
+        ok = {"programs": [{"name": "a", "exe": "/bin/true"}]}
+        passed, detail, table = runner.step_memcheck_programs(self.context(ok), self.log)
+        self.assertTrue(passed, table)
+        self.assertEqual(detail, "1 programs through ours")
+        self.assertIn("| a | 0 errors, exit 0 |", table)
+        bad = {"programs": [{"name": "a", "exe": "/bin/true"}, {"name": "b", "exe": "/bin/false"}]}
+        passed, _, table = runner.step_memcheck_programs(self.context(bad), self.log)
+        self.assertFalse(passed, table)
+
+    def test_test_executables_get_their_arguments(self):
+        manifest = {"tests": [{"name": "t", "exe": "/bin/test", "args": ["-n", "x"]}],
+                    "fixtures": "fixtures"}
+        passed, detail, _ = runner.step_memcheck(self.context(manifest), self.log)
+        self.assertTrue(passed)
+        self.assertEqual(detail, "1 test executables")
+
+    def test_without_a_gpu_it_skips(self):
+        gpu = FakeGpu()
+        gpu.present = False
+        manifest = {"programs": [{"name": "a", "exe": "/bin/false"}]}
+        passed, detail, _ = runner.step_memcheck_programs(self.context(manifest, gpu), self.log)
+        self.assertTrue(passed)
+        self.assertEqual(detail, "skipped")
+        self.assertIn("SKIPPED: memcheck", open(self.log).read())
