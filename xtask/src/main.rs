@@ -47,10 +47,11 @@ enum Cmd {
     Demo(demo::Args),
     /// Install plugins, device RTL, compiler plugin, header, tools and clang config
     /// files under --prefix (then `clang-N --config=P/share/omptarget-indirect/<triple>.cfg`);
-    /// `--llvm 17|18` for Debian 13's clang-17/18 (x86_64 only).
+    /// `--llvm 17|18` for Debian 13's clang-17/18 (the GPU bitcode rewritten for them).
     Install(install::Args),
     /// In the Debian 13 root of LLVM 17 or 18: `cargo xtask install --llvm N` inside it,
-    /// then the standard indirect programs built with clang-N and run through our plugin.
+    /// its GPU device RTL checked, then the standard indirect programs built with clang-N
+    /// and run through our plugin.
     Debian13Programs(debian13_programs::Args),
     /// Build the standard indirect-call programs for an NVIDIA GPU through the installed
     /// nvptx64 config into --out (the GPU kit runs them), checking each cubin.
@@ -69,7 +70,8 @@ enum Cmd {
     /// LLVM 16 plugin through libomptarget), `bench load` (load_binary, 10 to 1M entries).
     Bench(bench::Args),
     /// The GPU kit: everything a GPU machine without Rust or LLVM needs, in
-    /// target/gpu-bundle/ (run there: `bash run.sh --results DIR`).
+    /// target/gpu-bundle/ (run there: `bash run.sh --results DIR`); `--llvm 18` the LLVM
+    /// 18 kit in target/gpu-bundle-llvm18/.
     GpuBundle(gpu_kit::Args),
     /// Endurance, stress and dlopen cycles through libomptarget 16; --valgrind; --asan.
     Reliability(reliability::Args),
