@@ -30,29 +30,32 @@ impl ExecMode {
 
 /// Read a kernel's `<kernel>_exec_mode`, the one rule for every GPU backend: `None` when
 /// the image has no such global (a plain kernel), an error when it is not one byte or
-/// holds a value LLVM 16 does not define. The vendor supplies two calls: `global` gives
-/// the global's device address and size if it exists, `read_byte` reads one byte.
-pub fn read_exec_mode(
+/// holds a value LLVM 16 does not define. The caller supplies two calls, `global` (the
+/// global's device address and size, if it exists) and `read_byte` (one byte of the
+/// device), and `invalid`, which makes its error from what is wrong (this module knows
+/// no backend).
+pub fn read_exec_mode<E>(
     kernel: &std::ffi::CStr,
-    global: impl FnOnce(&std::ffi::CStr) -> Result<Option<(u64, u64)>, super::BackendError>,
-    read_byte: impl FnOnce(u64) -> Result<u8, super::BackendError>,
-) -> Result<Option<ExecMode>, super::BackendError> {
+    global: impl FnOnce(&std::ffi::CStr) -> Result<Option<(u64, u64)>, E>,
+    read_byte: impl FnOnce(u64) -> Result<u8, E>,
+    invalid: impl Fn(String) -> E,
+) -> Result<Option<ExecMode>, E> {
     let mut name = kernel.to_bytes().to_vec();
     name.extend_from_slice(b"_exec_mode");
     let name = std::ffi::CString::new(name)
-        .map_err(|_| super::BackendError::Load("a kernel name holds a NUL byte".into()))?;
+        .map_err(|_| invalid("a kernel name holds a NUL byte".into()))?;
     let Some((addr, size)) = global(&name)? else {
         return Ok(None);
     };
     let name = name.to_string_lossy();
     if size != 1 {
-        return Err(super::BackendError::Load(format!(
+        return Err(invalid(format!(
             "{name} is {size} bytes, not a 1-byte variable"
         )));
     }
     let value = read_byte(addr)?;
     ExecMode::from_raw(value).map(Some).ok_or_else(|| {
-        super::BackendError::Load(format!(
+        invalid(format!(
             "{name} holds {value}, not an LLVM 16 execution mode"
         ))
     })
@@ -189,6 +192,7 @@ mod tests {
                     assert_eq!(addr, 0x40);
                     Ok(value)
                 },
+                |what| what,
             )
         };
         assert_eq!(read(None, 0).unwrap(), None);
@@ -197,9 +201,9 @@ mod tests {
             read(Some((0x40, 1)), 3).unwrap(),
             Some(ExecMode::GenericSpmd)
         );
-        let wide = read(Some((0x40, 4)), 2).unwrap_err().to_string();
+        let wide = read(Some((0x40, 4)), 2).unwrap_err();
         assert!(wide.contains("k_exec_mode is 4 bytes"), "{wide}");
-        let bad = read(Some((0x40, 1)), 7).unwrap_err().to_string();
+        let bad = read(Some((0x40, 1)), 7).unwrap_err();
         assert!(bad.contains("holds 7"), "{bad}");
     }
 

@@ -3,7 +3,7 @@
 //! rows gathered on the way, and the device runtime's table globals found. Reads the
 //! device only; what the load installs is [`crate::device_table`]'s.
 
-use crate::backend::{DeviceAddr, LoadedModule};
+use crate::backend::{BackendError, DeviceAddr, LoadedModule};
 use crate::device::Device;
 use crate::device_table::{FptrMapGlobals, TableGlobals};
 use crate::error::PluginError;
@@ -236,7 +236,7 @@ impl<'a> EntryResolver<'a> {
             }?;
             Ok(value[0])
         };
-        launch_shape::read_exec_mode(entry.name(), global, read_byte)
+        launch_shape::read_exec_mode(entry.name(), global, read_byte, BackendError::Load)
             .map_err(|e| self.entry_err(entry, e.to_string()))
     }
 
