@@ -18,25 +18,8 @@ pub use offload_formats::device_runtime::DeviceEnvironmentLayout as Layout;
 /// The names of the global, newest first.
 pub use offload_formats::device_runtime::DEVICE_ENVIRONMENT_NAMES as NAMES;
 
-/// What a device tells its runtime beyond its number: the backend's answers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DeviceFacts {
-    /// Ticks per second of the clock the device runtime reads (`omp_get_wtime`).
-    pub clock_frequency: u64,
-    /// How many independent threads of execution the device runs at once (LLVM 18's
-    /// plugins: warps or wavefronts per multiprocessor x multiprocessors; 0: unknown).
-    pub hardware_parallelism: u64,
-}
-
-impl Default for DeviceFacts {
-    /// LLVM's generic plugin defaults: `CLOCKS_PER_SEC` and 0.
-    fn default() -> Self {
-        DeviceFacts {
-            clock_frequency: 1_000_000,
-            hardware_parallelism: 0,
-        }
-    }
-}
+/// What the backend tells about a device (vendor API's plain type).
+pub use crate::backend::DeviceFacts;
 
 /// The bytes for device `device` of `num_devices` (no debug output, no indirect call
 /// table yet), in the device's (little-endian) byte order. `dynamic_memory` is

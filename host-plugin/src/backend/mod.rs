@@ -7,11 +7,13 @@
 
 pub mod cuda;
 mod dlopen;
+mod facts;
 mod ffi_call;
 pub mod hip;
 pub mod host;
 pub mod isolated;
 
+pub use facts::DeviceFacts;
 use std::ffi::CStr;
 use thiserror::Error;
 
@@ -552,8 +554,8 @@ pub trait Backend: Send + Sync {
     /// What the device environment of LLVM 17's and 18's device runtimes says about the
     /// device beyond its number ([`crate::device_env`]); LLVM's generic defaults unless
     /// the vendor knows better.
-    fn device_facts(&self, _device: usize) -> crate::device_env::DeviceFacts {
-        crate::device_env::DeviceFacts::default()
+    fn device_facts(&self, _device: usize) -> DeviceFacts {
+        DeviceFacts::default()
     }
 
     /// The execution mode of a kernel without `<kernel>_exec_mode` (not an OpenMP

@@ -859,12 +859,12 @@ impl Backend for CudaBackend {
 
     /// LLVM 18's CUDA plugin: a 1 GHz clock (the device runtime reads the nanosecond
     /// global timer) and warps resident per multiprocessor x multiprocessors.
-    fn device_facts(&self, device: usize) -> crate::device_env::DeviceFacts {
+    fn device_facts(&self, device: usize) -> super::DeviceFacts {
         let Some(d) = self.devices.get(device) else {
             return Default::default();
         };
         let warps_per_multiprocessor = (d.threads_per_multiprocessor.max(0) / 32) as u64;
-        crate::device_env::DeviceFacts {
+        super::DeviceFacts {
             clock_frequency: 1_000_000_000,
             hardware_parallelism: d.multiprocessors.max(0) as u64 * warps_per_multiprocessor,
         }
