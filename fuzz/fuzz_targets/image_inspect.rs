@@ -1,7 +1,8 @@
 //! The plugin's validation of a device image before the host backend dlopens it, on
 //! mutated ELF shared objects (seeded with real clang-16 and clang-22 outputs).
 #![no_main]
-use host_plugin::image::{elf_machine, inspect_shared_object, ImageError};
+use host_plugin::backend::host::inspect_loadable;
+use host_plugin::image::{elf_machine, ImageError};
 use host_plugin::symbols::Wanted;
 use host_plugin::{Plugin, PluginKind};
 use libfuzzer_sys::fuzz_target;
@@ -31,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
     // libomptarget's first question: cheap, and must agree with the header check.
     let valid = plugin().is_valid_binary(data);
     assert_eq!(valid, machine == Some(EM_X86_64));
-    match inspect_shared_object(data, EM_X86_64) {
+    match inspect_loadable(data) {
         Ok(symbols) => {
             // Accepted: an x86-64 ELF64 (so the cheap check said yes too).
             assert!(valid);

@@ -168,8 +168,7 @@ fn fixture_entries() -> Vec<HostOffloadEntry<'static>> {
 /// One mutated image through validation and, if accepted, `load_binary` (dlopen, symbol
 /// resolution, global reads, table upload). Prints one `sweep:` line saying which.
 fn sweep_one(plugin: &Plugin, image: &[u8]) {
-    const EM_X86_64: u16 = 62;
-    if let Err(e) = host_plugin::image::inspect_shared_object(image, EM_X86_64) {
+    if let Err(e) = host_plugin::backend::host::inspect_loadable(image) {
         eprintln!("sweep: rejected: {e}");
         return;
     }

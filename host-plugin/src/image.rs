@@ -30,8 +30,22 @@ pub fn elf_machine(bytes: &[u8]) -> Option<u16> {
     Some(header.e_machine(LittleEndian))
 }
 
+/// A check of the parsed, well-formed image that its loader needs beyond this module's
+/// (the host devices' x86-64 loadable rule): what is wrong, in words.
+pub type LoaderCheck<'c> = &'c dyn Fn(&ElfFile64<'_, LittleEndian>, &[u8]) -> Result<(), String>;
+
 /// Validate a shared-object image for `machine` and read its dynamic symbol table.
 pub fn inspect_shared_object(bytes: &[u8], machine: u16) -> Result<ImageSymbols<'_>, ImageError> {
+    inspect_shared_object_for(bytes, machine, &|_, _| Ok(()))
+}
+
+/// [`inspect_shared_object`] with the loader's own check, run after the file's and
+/// before the symbols are read (a failure is [`ImageError::NotLoadable`]).
+pub fn inspect_shared_object_for<'b>(
+    bytes: &'b [u8],
+    machine: u16,
+    loader_check: LoaderCheck<'_>,
+) -> Result<ImageSymbols<'b>, ImageError> {
     let found = elf_machine(bytes).ok_or_else(|| {
         ImageError::NotElf(match bytes.get(..4) {
             Some(b"\x7fELF") => "truncated or not ELF64 little-endian".into(),
@@ -62,12 +76,7 @@ pub fn inspect_shared_object(bytes: &[u8], machine: u16) -> Result<ImageSymbols<
             });
         }
     }
-    // The host backends hand x86-64 images to glibc's loader, whose rule lives with
-    // them; other machines' code objects (AMDGPU through HIP) go to their vendor's
-    // loader, which reads them itself.
-    if machine == object::elf::EM_X86_64 {
-        crate::backend::host::check_loadable(&file, bytes).map_err(ImageError::NotLoadable)?;
-    }
+    loader_check(&file, bytes).map_err(ImageError::NotLoadable)?;
     Ok(ImageSymbols::parse(&file, bytes)?)
 }
 

@@ -19,6 +19,15 @@ pub mod memory;
 /// host backends need of every image they dlopen); the error says what is inconsistent.
 pub(crate) use loadable::check as check_loadable;
 
+/// The host devices' image check: a well-formed x86-64 shared object that glibc's
+/// loader can map ([`check_loadable`]), and its symbols. Other machines' code objects
+/// (AMDGPU through HIP) go to their vendor's loader, which reads them itself.
+pub fn inspect_loadable(
+    image: &[u8],
+) -> Result<crate::image::ImageSymbols<'_>, crate::image::ImageError> {
+    crate::image::inspect_shared_object_for(image, object::elf::EM_X86_64, &check_loadable)
+}
+
 /// LLVM's host plugin offers four devices; tests in LLVM's suite use more than one.
 pub const HOST_DEVICE_COUNT: usize = 4;
 
@@ -53,6 +62,13 @@ impl LoadedModule for HostModule {
 impl Backend for HostBackend {
     fn elf_machine(&self) -> u16 {
         object::elf::EM_X86_64
+    }
+
+    fn inspect_image<'a>(
+        &self,
+        image: &'a [u8],
+    ) -> Result<Option<crate::image::ImageSymbols<'a>>, crate::image::ImageError> {
+        inspect_loadable(image).map(Some)
     }
 
     fn device_count(&self) -> usize {

@@ -417,6 +417,13 @@ impl Backend for IsolatedBackend {
         object::elf::EM_X86_64
     }
 
+    fn inspect_image<'a>(
+        &self,
+        image: &'a [u8],
+    ) -> Result<Option<crate::image::ImageSymbols<'a>>, crate::image::ImageError> {
+        super::host::inspect_loadable(image).map(Some)
+    }
+
     fn device_count(&self) -> usize {
         super::host::HOST_DEVICE_COUNT
     }
