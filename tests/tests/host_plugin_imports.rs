@@ -33,7 +33,6 @@ const KNOWN_CYCLES: &[&[&str]] = &[
         "device_memory",
         "fptr_index",
     ],
-    &["backend::hip", "backend::hip::result"],
     &[
         "backend::isolated",
         "backend::isolated::fault",
@@ -250,92 +249,92 @@ fn expand_use_bound(tree: &str) -> Vec<(String, String)> {
     out
 }
 
-/// What the crate root re-exports (`pub use backend::{Backend, ...}` in lib.rs): each
-/// name with the module it comes from, so that `crate::Backend` names `backend`.
-type Reexports = BTreeMap<String, String>;
+/// The names each module binds with `use` (public or not: a child reaches its parent's
+/// through `super::`), each with the module it comes from (empty: another crate's).
+type Bindings = BTreeMap<String, BTreeMap<String, String>>;
 
-/// The module `path` (starting at `crate`, `super`, `self` or a child module of
-/// `from`, seen from `from`) names: its deepest prefix that is one of `known`, through
-/// the root's re-exports.
-fn resolve_through(
+/// `path` as seen from `from` (inside `inline` levels of `mod x { ... }` blocks of
+/// `from`'s file), as segments below the crate root; None when it starts elsewhere
+/// (another crate, a local name).
+fn absolute(
     from: &str,
+    inline: usize,
     path: &str,
     known: &BTreeSet<String>,
-    reexports: &Reexports,
-) -> Option<String> {
-    let module = resolve(from, path, known)?;
-    if module != "crate" {
-        return Some(module);
-    }
-    // The first segment after the root, as the path reaches it.
-    let absolute = absolute_segments(from, path);
-    match absolute.first().and_then(|name| reexports.get(*name)) {
-        Some(source) if source.is_empty() => None,
-        Some(source) => Some(source.clone()),
-        None => Some(module),
-    }
-}
-
-/// `path` from `from` as segments below the crate root (`super`/`self` applied).
-fn absolute_segments<'p>(from: &str, path: &'p str) -> Vec<&'p str> {
-    let mut segments: Vec<&str> = path.split("::").map(str::trim).collect();
-    let mut depth = if from == "crate" {
-        0
-    } else {
-        from.split("::").count()
-    };
-    match segments.first() {
-        Some(&"crate") => {
-            segments.remove(0);
-            depth = 0;
-        }
-        Some(&"self") => {
-            segments.remove(0);
-        }
-        _ => {}
-    }
-    while segments.first() == Some(&"super") {
-        segments.remove(0);
-        depth = depth.saturating_sub(1);
-    }
-    if depth == 0 {
-        segments
-    } else {
-        Vec::new()
-    }
-}
-
-/// The module `path` (starting at `crate`, `super`, `self` or a child module of
-/// `from`, seen from `from`) names: its deepest prefix that is one of `known`.
-fn resolve(from: &str, path: &str, known: &BTreeSet<String>) -> Option<String> {
-    let mut segments: Vec<&str> = path.split("::").map(str::trim).collect();
+) -> Option<Vec<String>> {
+    let segments: Vec<&str> = path.split("::").map(str::trim).collect();
     let own: Vec<&str> = if from == "crate" {
         Vec::new()
     } else {
         from.split("::").collect()
     };
-    let mut base: Vec<&str> = match segments.first()? {
-        &"crate" => Vec::new(),
-        &"self" | &"super" => own,
+    let mut rest = &segments[..];
+    let mut base = match *rest.first()? {
+        "crate" => {
+            rest = &rest[1..];
+            Vec::new()
+        }
+        "self" => {
+            rest = &rest[1..];
+            own
+        }
+        "super" => {
+            let mut base = own;
+            // An inline module's first `super`s stay in this file's module.
+            let mut inline = inline;
+            while rest.first() == Some(&"super") {
+                rest = &rest[1..];
+                if inline > 0 {
+                    inline -= 1;
+                } else {
+                    base.pop();
+                }
+            }
+            base
+        }
         child if known.contains(&child_of(from, child)) => own,
         _ => return None,
     };
-    if segments[0] == "crate" || segments[0] == "self" {
-        segments.remove(0);
+    base.extend(rest.iter().copied());
+    Some(base.into_iter().map(str::to_owned).collect())
+}
+
+/// The deepest module of `known` that `segments` (below the root) reach, and how many
+/// segments that took.
+fn deepest(segments: &[String], known: &BTreeSet<String>) -> (String, usize) {
+    (1..=segments.len())
+        .rev()
+        .find_map(|n| {
+            let candidate = segments[..n].join("::");
+            known.contains(&candidate).then_some((candidate, n))
+        })
+        .unwrap_or_else(|| ("crate".to_owned(), 0))
+}
+
+/// The module `path` (seen from `from`, `inline` levels deep) names: its deepest module,
+/// or, when the next segment is a name that module binds with `use` from a module of
+/// this crate, that module. A name it binds from another crate leaves the named module
+/// (a vendor that reaches offload-formats through a core module still names the core
+/// module), except the crate root's, whose re-exports are the crate's face. None for
+/// another crate's path.
+fn resolve_in(
+    from: &str,
+    inline: usize,
+    path: &str,
+    known: &BTreeSet<String>,
+    bindings: &Bindings,
+) -> Option<String> {
+    let segments = absolute(from, inline, path, known)?;
+    let (module, depth) = deepest(&segments, known);
+    match segments
+        .get(depth)
+        .and_then(|name| bindings.get(&module)?.get(name))
+    {
+        Some(source) if source.is_empty() && module == "crate" => None,
+        Some(source) if source.is_empty() => Some(module),
+        Some(source) => Some(source.clone()),
+        None => Some(module),
     }
-    while segments.first() == Some(&"super") {
-        segments.remove(0);
-        base.pop();
-    }
-    base.extend(segments);
-    (0..=base.len()).rev().find_map(|n| {
-        let candidate = if n == 0 {
-            "crate".to_owned()
-        } else {
-            base[..n].join("::")
-        };
-        known.contains(&candidate).then_some(candidate)
-    })
 }
 
 /// The path of `from`'s child module `name`.
@@ -347,89 +346,151 @@ fn child_of(from: &str, name: &str) -> String {
     }
 }
 
-/// module -> the modules it imports, for the crate whose sources are below `root`.
-fn graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let modules = modules(root);
-    let known: BTreeSet<String> = modules.keys().cloned().collect();
-    let reexports = root_reexports(&modules["crate"], &known);
-    let mut edges = BTreeMap::new();
-    for (module, file) in &modules {
+/// One module's code with what it refers to: (position, path) of every `use` tree path
+/// and of every inline path from the crate, the parent, itself or a child.
+struct Source {
+    uses: Vec<(usize, String, String)>,
+    inline_paths: Vec<(usize, String)>,
+    /// Byte ranges of `mod x { ... }` blocks.
+    inline_modules: Vec<(usize, usize)>,
+}
+
+impl Source {
+    fn read(module: &str, file: &Path, known: &BTreeSet<String>) -> Source {
         let code = code_of(&fs::read_to_string(file).expect("a readable source"));
-        let mut paths = Vec::new();
-        // `use` trees (up to their `;`).
-        let mut rest = code.as_str();
-        while let Some(at) = find_word(rest, "use") {
-            let after = &rest[at + 3..];
-            let end = after.find(';').unwrap_or(after.len());
-            paths.extend(expand_use(&after[..end]));
-            rest = &after[end..];
+        let mut uses = Vec::new();
+        let mut from = 0;
+        while let Some(at) = find_word(&code[from..], "use") {
+            let start = from + at + 3;
+            let end = code[start..].find(';').map_or(code.len(), |e| start + e);
+            for (path, bound) in expand_use_bound(&code[start..end]) {
+                uses.push((start, path, bound));
+            }
+            from = end;
         }
-        // Inline paths anywhere in the code: from the crate, the parent, this module or
-        // one of its children.
-        let children: Vec<String> = known
-            .iter()
-            .filter_map(|k| {
-                let rest = if module == "crate" {
-                    Some(k.as_str())
-                } else {
-                    k.strip_prefix(&format!("{module}::"))
-                }?;
-                (!rest.contains("::") && rest != "crate").then(|| format!("{rest}::"))
-            })
-            .collect();
-        let starts = ["crate::", "super::", "self::"]
+        let children = known.iter().filter_map(|k| {
+            let rest = if module == "crate" {
+                Some(k.as_str())
+            } else {
+                k.strip_prefix(&format!("{module}::"))
+            }?;
+            (!rest.contains("::") && rest != "crate").then(|| format!("{rest}::"))
+        });
+        let starts: Vec<String> = ["crate::", "super::", "self::"]
             .map(String::from)
             .into_iter()
-            .chain(children);
-        for start in starts {
-            let mut rest = code.as_str();
-            while let Some(at) = rest.find(start.as_str()) {
-                let before_ok = at == 0
-                    || !rest[..at]
-                        .chars()
-                        .next_back()
-                        .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
-                let tail = &rest[at..];
+            .chain(children)
+            .collect();
+        let mut inline_paths = Vec::new();
+        for start in &starts {
+            let mut from = 0;
+            while let Some(found) = code[from..].find(start.as_str()) {
+                let at = from + found;
+                let before_ok = !code[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
+                let tail = &code[at..];
                 let len = tail
                     .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
                     .unwrap_or(tail.len());
                 let path = tail[..len].trim_end_matches(':');
-                // `crate::{` opens a use tree, which the use reading above has read.
+                // `crate::{` opens a use tree, which the use reading has read.
                 if before_ok && path.len() + 2 > start.len() {
-                    paths.push(path.to_owned());
+                    inline_paths.push((at, path.to_owned()));
                 }
-                rest = &tail[len.max(1)..];
+                from = at + len.max(1);
             }
         }
-        let targets: BTreeSet<String> = paths
-            .iter()
-            .filter_map(|p| resolve_through(module, p, &known, &reexports))
-            .filter(|t| t != module)
-            .collect();
-        edges.insert(module.clone(), targets);
+        let inline_modules = inline_module_ranges(&code);
+        Source {
+            uses,
+            inline_paths,
+            inline_modules,
+        }
     }
-    edges
+
+    /// How many `mod x { ... }` blocks enclose byte `at`.
+    fn depth(&self, at: usize) -> usize {
+        self.inline_modules
+            .iter()
+            .filter(|(start, end)| *start <= at && at < *end)
+            .count()
+    }
 }
 
-/// The names lib.rs re-exports from the crate's modules.
-fn root_reexports(lib: &Path, known: &BTreeSet<String>) -> Reexports {
-    let code = code_of(&fs::read_to_string(lib).expect("lib.rs is readable"));
-    let mut out = Reexports::new();
-    let mut rest = code.as_str();
-    while let Some(at) = rest.find("pub use ") {
-        let after = &rest[at + "pub use ".len()..];
-        let end = after.find(';').unwrap_or(after.len());
-        for (path, name) in expand_use_bound(&after[..end]) {
-            // A name from another crate (`pub use device_rtl::FptrHead`) is no module of
-            // this one: an empty source, which makes no edge.
-            let module = resolve("crate", &format!("crate::{path}"), known)
-                .filter(|m| m != "crate")
-                .unwrap_or_default();
-            out.insert(name, module);
+/// The byte ranges of the `mod name { ... }` blocks in `code`.
+fn inline_module_ranges(code: &str) -> Vec<(usize, usize)> {
+    let mut ranges = Vec::new();
+    let mut from = 0;
+    while let Some(at) = find_word(&code[from..], "mod") {
+        let start = from + at;
+        let after = &code[start + 3..];
+        let name_len = after
+            .trim_start()
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(0);
+        let skipped = after.len() - after.trim_start().len();
+        let rest = after[skipped + name_len..].trim_start();
+        if name_len > 0 && rest.starts_with('{') {
+            let open = code.len() - rest.len();
+            let mut depth = 0usize;
+            let mut end = code.len();
+            for (i, c) in code[open..].char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = open + i;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            ranges.push((open, end));
         }
-        rest = &after[end..];
+        from = start + 3;
     }
-    out
+    ranges
+}
+
+/// module -> the modules it imports, for the crate whose sources are below `root`.
+fn graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let modules = modules(root);
+    let known: BTreeSet<String> = modules.keys().cloned().collect();
+    let sources: BTreeMap<&String, Source> = modules
+        .iter()
+        .map(|(m, f)| (m, Source::read(m, f, &known)))
+        .collect();
+    // What each module's `use` binds, resolved twice so that a name bound to a name
+    // another module binds reaches its source.
+    let mut bindings = Bindings::new();
+    for _ in 0..2 {
+        let mut next = Bindings::new();
+        for (module, source) in &sources {
+            let names = next.entry((*module).clone()).or_default();
+            for (at, path, bound) in &source.uses {
+                let depth = source.depth(*at);
+                let from = resolve_in(module, depth, path, &known, &bindings).unwrap_or_default();
+                names.insert(bound.clone(), from);
+            }
+        }
+        bindings = next;
+    }
+    let mut edges = BTreeMap::new();
+    for (module, source) in &sources {
+        let uses = source.uses.iter().map(|(at, path, _)| (*at, path));
+        let inline = source.inline_paths.iter().map(|(at, path)| (*at, path));
+        let targets: BTreeSet<String> = uses
+            .chain(inline)
+            .filter_map(|(at, path)| resolve_in(module, source.depth(at), path, &known, &bindings))
+            .filter(|t| t != *module)
+            .collect();
+        edges.insert((*module).clone(), targets);
+    }
+    edges
 }
 
 /// The position of `word` as a whole word in `text`.
@@ -611,7 +672,8 @@ fn leaves_import_only_leaves() {
 
 /// The reading is not vacuous: on a small crate written here it finds a cycle through
 /// a re-export of the root, one through a child module named without `self::`, none
-/// where imports run one way, and it expands use trees as Rust reads them. On
+/// where imports run one way or a name only passes through a parent's `use`, and it
+/// expands use trees as Rust reads them. On
 /// host-plugin itself it finds edges the layering keeps.
 #[test]
 fn the_reader_finds_cycles_it_is_shown() {
@@ -619,7 +681,7 @@ fn the_reader_finds_cycles_it_is_shown() {
     let files = [
         (
             "lib.rs",
-            "pub mod a;\npub mod b;\npub mod c;\npub mod leaf;\npub use a::X;\n",
+            "pub mod a;\npub mod b;\npub mod c;\npub mod e;\npub mod leaf;\npub use a::X;\n",
         ),
         // a -> b through a use tree; b -> a through the root's re-export.
         ("a.rs", "use crate::{b::{self, Y}, leaf};\npub struct X;\n"),
@@ -633,7 +695,16 @@ fn the_reader_finds_cycles_it_is_shown() {
             "c/d.rs",
             "pub fn g() { let _ = \"crate::leaf\"; super::f2() }\n",
         ),
-        ("leaf.rs", "#[cfg(test)]\nmod tests { use crate::a::X; }\n"),
+        (
+            "leaf.rs",
+            "mod inner { use super::*; }\npub struct Z;\n#[cfg(test)]\nmod tests { use crate::a::X; }\n",
+        ),
+        // e binds leaf's Z; e::f names it through e, and depends on leaf, not on e.
+        (
+            "e/mod.rs",
+            "use crate::leaf::Z as W;\nmod f;\npub fn g() -> f::H { f::H(None) }\n",
+        ),
+        ("e/f.rs", "use super::W;\npub struct H(pub Option<W>);\n"),
     ];
     for (name, text) in files {
         let path = dir.join(name);
@@ -650,7 +721,12 @@ fn the_reader_finds_cycles_it_is_shown() {
     assert_eq!(
         edges["leaf"],
         BTreeSet::new(),
-        "the test part and strings are left out"
+        "the test part, an inline module's super and strings are left out"
+    );
+    assert_eq!(
+        edges["e::f"],
+        BTreeSet::from(["leaf".to_owned()]),
+        "{edges:?}"
     );
     assert!(!edges["b"].contains("c"), "comments are left out");
 
