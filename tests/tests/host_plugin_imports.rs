@@ -192,7 +192,8 @@ fn expand_use(tree: &str) -> Vec<String> {
         .collect()
 }
 
-/// [`expand_use`] with the name each path is bound to (`d as e` binds `e`).
+/// [`expand_use`] with the name each path is bound to (`d as e` binds `e`; a glob
+/// binds `*`).
 fn expand_use_bound(tree: &str) -> Vec<(String, String)> {
     fn go(prefix: &str, tree: &str, out: &mut Vec<(String, String)>) {
         let tree = tree.trim();
@@ -206,6 +207,7 @@ fn expand_use_bound(tree: &str) -> Vec<(String, String)> {
         } else {
             let mut parts = tree.split(" as ");
             let path = parts.next().unwrap_or(tree).trim();
+            let glob = path == "*" || path.ends_with("::*");
             if !path.is_empty() {
                 let path = path.trim_end_matches("::*").trim_end_matches("::self");
                 let full = if path == "self" || path == "*" {
@@ -215,6 +217,7 @@ fn expand_use_bound(tree: &str) -> Vec<(String, String)> {
                 };
                 let bound = match parts.next() {
                     Some(alias) => alias.trim().to_owned(),
+                    None if glob => "*".to_owned(),
                     None => full.rsplit("::").next().unwrap_or(&full).to_owned(),
                 };
                 out.push((full, bound));
@@ -249,9 +252,35 @@ fn expand_use_bound(tree: &str) -> Vec<(String, String)> {
     out
 }
 
-/// The names each module binds with `use` (public or not: a child reaches its parent's
-/// through `super::`), each with the module it comes from (empty: another crate's).
-type Bindings = BTreeMap<String, BTreeMap<String, String>>;
+/// What each module's names are: those it binds with `use` (public or not: a child
+/// reaches its parent's through `super::`), each with the module it comes from (empty:
+/// another crate's), the modules it imports whole (`use x::*`), and the items it
+/// defines itself.
+#[derive(Default)]
+struct Bindings {
+    bound: BTreeMap<String, BTreeMap<String, String>>,
+    globs: BTreeMap<String, Vec<String>>,
+    defines: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Bindings {
+    /// Where `module`'s `name` comes from: a module of this crate, "" for another
+    /// crate's, None when `module` defines it or nothing says.
+    fn source(&self, module: &str, name: &str) -> Option<&str> {
+        if let Some(source) = self.bound.get(module).and_then(|b| b.get(name)) {
+            return Some(source);
+        }
+        if self.defines.get(module).is_some_and(|d| d.contains(name)) {
+            return None;
+        }
+        self.globs.get(module)?.iter().find_map(|glob| {
+            self.defines
+                .get(glob)
+                .is_some_and(|d| d.contains(name))
+                .then_some(glob.as_str())
+        })
+    }
+}
 
 /// `path` as seen from `from` (inside `inline` levels of `mod x { ... }` blocks of
 /// `from`'s file), as segments below the crate root; None when it starts elsewhere
@@ -328,12 +357,11 @@ fn resolve_in(
     let (module, depth) = deepest(&segments, known);
     match segments
         .get(depth)
-        .and_then(|name| bindings.get(&module)?.get(name))
+        .and_then(|name| bindings.source(&module, name))
     {
-        Some(source) if source.is_empty() && module == "crate" => None,
-        Some(source) if source.is_empty() => Some(module),
-        Some(source) => Some(source.clone()),
-        None => Some(module),
+        Some("") if module == "crate" => None,
+        Some("") | None => Some(module),
+        Some(source) => Some(source.to_owned()),
     }
 }
 
@@ -349,6 +377,8 @@ fn child_of(from: &str, name: &str) -> String {
 /// One module's code with what it refers to: (position, path) of every `use` tree path
 /// and of every inline path from the crate, the parent, itself or a child.
 struct Source {
+    /// The names of the items it defines (`struct X`, `fn f`, ...).
+    defines: BTreeSet<String>,
     uses: Vec<(usize, String, String)>,
     inline_paths: Vec<(usize, String)>,
     /// Byte ranges of `mod x { ... }` blocks.
@@ -403,7 +433,9 @@ impl Source {
             }
         }
         let inline_modules = inline_module_ranges(&code);
+        let defines = defined_items(&code);
         Source {
+            defines,
             uses,
             inline_paths,
             inline_modules,
@@ -417,6 +449,45 @@ impl Source {
             .filter(|(start, end)| *start <= at && at < *end)
             .count()
     }
+}
+
+/// The names `code` defines as items.
+fn defined_items(code: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for keyword in [
+        "struct",
+        "enum",
+        "union",
+        "trait",
+        "type",
+        "fn",
+        "const",
+        "static",
+        "macro_rules!",
+    ] {
+        let mut from = 0;
+        while let Some(at) = code[from..].find(keyword) {
+            let start = from + at;
+            from = start + keyword.len();
+            let before = code[..start].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                continue;
+            }
+            let rest = &code[from..];
+            let trimmed = rest.trim_start();
+            if trimmed.len() == rest.len() && keyword != "macro_rules!" {
+                continue; // `structure`, not `struct x`
+            }
+            let trimmed = trimmed.strip_prefix("mut ").unwrap_or(trimmed);
+            let len = trimmed
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(trimmed.len());
+            if len > 0 {
+                names.insert(trimmed[..len].to_owned());
+            }
+        }
+    }
+    names
 }
 
 /// The byte ranges of the `mod name { ... }` blocks in `code`.
@@ -466,15 +537,31 @@ fn graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
         .collect();
     // What each module's `use` binds, resolved twice so that a name bound to a name
     // another module binds reaches its source.
-    let mut bindings = Bindings::new();
+    let defines: BTreeMap<String, BTreeSet<String>> = sources
+        .iter()
+        .map(|(m, s)| ((*m).clone(), s.defines.clone()))
+        .collect();
+    let mut bindings = Bindings {
+        defines: defines.clone(),
+        ..Bindings::default()
+    };
     for _ in 0..2 {
-        let mut next = Bindings::new();
+        let mut next = Bindings {
+            defines: defines.clone(),
+            ..Bindings::default()
+        };
         for (module, source) in &sources {
-            let names = next.entry((*module).clone()).or_default();
             for (at, path, bound) in &source.uses {
                 let depth = source.depth(*at);
                 let from = resolve_in(module, depth, path, &known, &bindings).unwrap_or_default();
-                names.insert(bound.clone(), from);
+                if bound == "*" {
+                    next.globs.entry((*module).clone()).or_default().push(from);
+                } else {
+                    next.bound
+                        .entry((*module).clone())
+                        .or_default()
+                        .insert(bound.clone(), from);
+                }
             }
         }
         bindings = next;
