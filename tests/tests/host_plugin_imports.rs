@@ -39,7 +39,6 @@ const KNOWN_CYCLES: &[&[&str]] = &[
         "backend::isolated::process",
         "backend::isolated::server",
     ],
-    &["abi", "abi::binary", "abi::published"],
 ];
 
 /// Vendor -> core imports found on 2026-11-27 at the start of issue 37. Remove each as

@@ -3,7 +3,7 @@
 //! which it then asks for one entry at a time (`get_global`, `get_function`) to build
 //! the table that 16 and 17 took from the plugin ([`super::published`]).
 
-use super::LibomptargetEntry;
+use super::entries::LibomptargetEntry;
 use crate::backend::DeviceAddr;
 use crate::host_entry::{EntryKind, HostEntry};
 use std::collections::HashMap;

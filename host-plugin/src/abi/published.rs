@@ -1,7 +1,8 @@
 //! The table `__tgt_rtl_load_binary` hands to libomptarget for one loaded image, built
 //! here from the image's host entries and their device addresses.
 
-use super::{LibomptargetEntry, TgtOffloadEntry, TgtTargetTable};
+use super::entries::LibomptargetEntry;
+use super::types::{TgtOffloadEntry, TgtTargetTable};
 use crate::backend::DeviceAddr;
 use std::ffi::c_void;
 
