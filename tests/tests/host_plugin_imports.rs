@@ -44,7 +44,6 @@ const KNOWN_CYCLES: &[&[&str]] = &[
 /// Vendor -> core imports found on 2026-11-27 at the start of issue 37. Remove each as
 /// the vendor API takes its place.
 const KNOWN_VENDOR_IMPORTS: &[(&str, &str)] = &[
-    ("backend::cuda", "device_env"),
     ("backend::host::memory", "device_memory"),
     ("backend::host::memory", "fptr"),
     ("backend::host::memory", "fptr_index"),

@@ -29,12 +29,13 @@ use std::ffi::{c_void, CStr};
 use std::sync::Mutex;
 
 /// The device environment is written for every GPU kind by the plugin core
-/// ([`crate::device_env`]); these names stay for the tests and tools that asked here.
-pub use crate::device_env::Layout as DeviceEnvironmentLayout;
+/// ([`crate::device_env`]); these names, offload-formats' as the core's are, stay for
+/// the tests and tools that asked here.
+pub use offload_formats::device_runtime::DeviceEnvironmentLayout;
 
 /// The names of the device-environment global the plugin writes, newest first.
 pub fn device_environment_names() -> [&'static CStr; 2] {
-    crate::device_env::NAMES
+    offload_formats::device_runtime::DEVICE_ENVIRONMENT_NAMES
 }
 
 /// LLVM 16's NVPTX grid values (OMPGridValues.h): threads per block and blocks without
