@@ -33,12 +33,6 @@ const KNOWN_CYCLES: &[&[&str]] = &[
         "device_memory",
         "fptr_index",
     ],
-    &[
-        "backend::isolated",
-        "backend::isolated::fault",
-        "backend::isolated::process",
-        "backend::isolated::server",
-    ],
 ];
 
 /// Vendor -> core imports found on 2026-11-27 at the start of issue 37. Remove each as

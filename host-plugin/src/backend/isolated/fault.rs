@@ -3,7 +3,6 @@
 //! offset: `_ZTV5Child+16`), the kind of access, and where on the device it happened.
 
 use super::address_space::{overlap, Layout, Mapping};
-use super::process::signal_name;
 use super::protocol::FaultRecord;
 use object::{Object, ObjectSegment, ObjectSymbol};
 
@@ -207,6 +206,19 @@ impl FaultReport<'_> {
             None => "mapped neither on the device nor in the host".into(),
         }
     }
+}
+
+/// A signal's name, for messages.
+pub fn signal_name(signal: u64) -> Option<&'static str> {
+    Some(match signal as i32 {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGKILL => "SIGKILL",
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

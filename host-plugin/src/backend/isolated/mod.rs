@@ -17,6 +17,8 @@
 
 pub mod address_space;
 mod arena;
+pub mod args;
+mod c_streams;
 pub mod doorbell;
 pub mod fault;
 pub mod process;
@@ -41,8 +43,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// Set to 1 to run the x86_64 device in its own process.
-pub const ISOLATED_ENV: &str = "OMPTARGET_RS_ISOLATED";
+pub use args::ISOLATED_ENV;
 
 /// Whether this process asked for the isolated device.
 pub fn requested() -> bool {

@@ -5,10 +5,12 @@
 
 use super::address_space::{self, Layout, Window};
 use super::arena::Arena;
+use super::args::Args;
+use super::c_streams;
 use super::doorbell::{self, Mapped};
+use super::fault::signal_name;
 use super::protocol::Range;
 use super::protocol::{self, FaultRecord, Reply, Request};
-use super::server::Args;
 use crate::backend::BackendError;
 use crate::diag;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -148,7 +150,7 @@ impl DeviceProcess {
             .args(args.to_strings())
             // The device process must not start a device process of its own (libomptarget,
             // which the images load, loads this plugin there too) nor mark our marker.
-            .env_remove(crate::backend::isolated::ISOLATED_ENV)
+            .env_remove(super::args::ISOLATED_ENV)
             .env_remove(diag::LOAD_MARKER_ENV)
             .stdin(Stdio::null())
             // Files, not pipes: a kernel that prints more than a pipe holds never waits
@@ -403,19 +405,6 @@ fn ended(why: &str) -> BackendError {
     BackendError::Load(format!("the isolated device process has ended: {why}"))
 }
 
-/// A signal's name, for messages.
-pub fn signal_name(signal: u64) -> Option<&'static str> {
-    Some(match signal as i32 {
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGILL => "SIGILL",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGKILL => "SIGKILL",
-        _ => return None,
-    })
-}
-
 /// The ranges of this process (`host_maps`) that hold something a device access could
 /// reach: every accessible mapping outside the device window (reservations, ours or the
 /// C library's guard pages, hold nothing).
@@ -564,12 +553,4 @@ fn output_file(name: &std::ffi::CStr) -> std::io::Result<std::fs::File> {
 enum Stream {
     Out,
     Err,
-}
-
-pub(crate) mod c_streams {
-    extern "C" {
-        /// The C library's standard streams of this process.
-        pub static stdout: *mut libc::FILE;
-        pub static stderr: *mut libc::FILE;
-    }
 }
