@@ -29,6 +29,7 @@ pub mod error;
 pub mod fptr;
 pub mod fptr_index;
 pub mod host_entry;
+pub mod host_index;
 mod huge_pages;
 pub mod image;
 pub mod kernels;

@@ -3,45 +3,22 @@
 //!
 //! Every `use` tree and every inline path that starts at `crate::`, `super::` or
 //! `self::` in a module's own file (its `#[cfg(test)]` part and test files left out) is
-//! resolved to the deepest module it names; an edge runs from the file's module to that
-//! module. Two checks, each a ratchet while the layering is being done:
-//! - **cycles**: every strongly connected component of the graph must lie inside one
-//!   of [`KNOWN_CYCLES`], the ones found when this test was written; a new cycle, or a
-//!   cycle that grows into another module, fails. The list shrinks to nothing as the
-//!   layers are drawn;
-//! - **vendors importing the core**: every edge from a vendor (`backend::cuda`,
-//!   `backend::hip`, `backend::host`, `backend::isolated` and their children) to a module
-//!   outside `backend` and outside the [`LEAVES`] (ELF reading, utilities, which import
-//!   only each other) must be one of [`KNOWN_VENDOR_IMPORTS`].
+//! resolved to the module it reaches (through the names modules bind with `use`); an
+//! edge runs from the file's module to that module. Two checks, which `cargo xtask
+//! test` runs (in `cargo test --workspace`):
+//! - **no cycle**: the graph has no strongly connected component of more than one
+//!   module;
+//! - **vendors import only the vendor API and leaves**: no edge runs from a vendor
+//!   (`backend::cuda`, `backend::hip`, `backend::host`, `backend::isolated` and their
+//!   children) to a module outside `backend` but the [`LEAVES`] (ELF reading,
+//!   utilities, the launch rules' plain types), which import only each other.
 //!
 //! The parsing is textual and simple (comments and string literals are skipped, not
-//! macros' bodies): it names what it found, and a test below holds it to the cycles
-//! issue 37 lists.
+//! macros' bodies); a test below shows it cycles on a small crate it writes, so that
+//! "no cycle" is not a blind reader's answer.
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-
-/// Strongly connected components (modules by path, `crate` for the root) found on
-/// 2026-11-27 at the start of issue 37. Remove each as the layering breaks it.
-const KNOWN_CYCLES: &[&[&str]] = &[
-    // The vendor trait and the core through each other: the host backend's memory
-    // builds the fptr index in place (issue 37's 7-file cycle, of which launch_shape,
-    // device_env, image and the host backend have left it).
-    &[
-        "backend",
-        "backend::host::memory",
-        "device_memory",
-        "fptr_index",
-    ],
-];
-
-/// Vendor -> core imports found on 2026-11-27 at the start of issue 37. Remove each as
-/// the vendor API takes its place.
-const KNOWN_VENDOR_IMPORTS: &[(&str, &str)] = &[
-    ("backend::host::memory", "device_memory"),
-    ("backend::host::memory", "fptr"),
-    ("backend::host::memory", "fptr_index"),
-];
 
 /// Modules any layer may import (ELF reading, utilities, the launch rules' plain
 /// types): each imports nothing but other leaves, which a test holds it to.
@@ -658,18 +635,11 @@ fn is_backend(module: &str) -> bool {
 }
 
 #[test]
-fn no_import_cycle_beyond_the_known_ones() {
+fn no_import_cycle() {
     let edges = graph(&src());
-    let known: Vec<BTreeSet<&str>> = KNOWN_CYCLES
+    let problems: Vec<String> = cycles(&edges)
         .iter()
-        .map(|c| c.iter().copied().collect())
-        .collect();
-    let mut problems = Vec::new();
-    for cycle in cycles(&edges) {
-        let inside_a_known_one = known
-            .iter()
-            .any(|k| cycle.iter().all(|m| k.contains(m.as_str())));
-        if !inside_a_known_one {
+        .map(|cycle| {
             let members: Vec<String> = cycle
                 .iter()
                 .map(|m| {
@@ -678,55 +648,26 @@ fn no_import_cycle_beyond_the_known_ones() {
                     format!("{m} -> {inside:?}")
                 })
                 .collect();
-            problems.push(format!("a new import cycle: {}", members.join("; ")));
-        }
-    }
-    // A known cycle that is gone, or has lost a module, comes off the list: the list
-    // says what is left to do.
-    for k in &known {
-        if !found_exactly(&cycles(&edges), k) {
-            problems.push(format!(
-                "{k:?} is no longer a cycle as listed: update KNOWN_CYCLES"
-            ));
-        }
-    }
+            format!("an import cycle: {}", members.join("; "))
+        })
+        .collect();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-fn found_exactly(found: &[BTreeSet<String>], known: &BTreeSet<&str>) -> bool {
-    found
-        .iter()
-        .any(|c| c.len() == known.len() && c.iter().all(|m| known.contains(m.as_str())))
-}
-
 #[test]
-fn vendors_import_no_core_module_beyond_the_known_ones() {
+fn vendors_import_only_the_vendor_api_and_leaves() {
     let edges = graph(&src());
-    let known: BTreeSet<(&str, &str)> = KNOWN_VENDOR_IMPORTS.iter().copied().collect();
-    let new: Vec<String> = edges
+    let wrong: Vec<String> = edges
         .iter()
         .filter(|(from, _)| is_vendor(from))
         .flat_map(|(from, to)| to.iter().map(move |t| (from.as_str(), t.as_str())))
         .filter(|(_, to)| !is_backend(to) && !LEAVES.contains(to))
-        .filter(|edge| !known.contains(edge))
         .map(|(from, to)| format!("{from} -> {to}"))
         .collect();
     assert!(
-        new.is_empty(),
+        wrong.is_empty(),
         "vendors import the core: {}",
-        new.join(", ")
-    );
-    let gone: Vec<String> = KNOWN_VENDOR_IMPORTS
-        .iter()
-        .filter(|(from, to)| {
-            !edges.get(*from).is_some_and(|t| t.contains(*to)) || LEAVES.contains(to)
-        })
-        .map(|(from, to)| format!("{from} -> {to}"))
-        .collect();
-    assert!(
-        gone.is_empty(),
-        "no longer imported, take them off KNOWN_VENDOR_IMPORTS: {}",
-        gone.join(", ")
+        wrong.join(", ")
     );
 }
 
@@ -824,9 +765,8 @@ fn the_reader_finds_cycles_it_is_shown() {
     );
 }
 
-/// For the layering work: `cargo test -p e2e-tests --test host_plugin_imports --
-/// --ignored --nocapture print_the_graph` prints the cycles, the vendor -> core imports
-/// (in the form of [`KNOWN_VENDOR_IMPORTS`]) and every edge.
+/// `cargo test -p e2e-tests --test host_plugin_imports -- --ignored --nocapture
+/// print_the_graph` prints the cycles, the vendor -> core imports and every edge.
 #[test]
 #[ignore = "prints the import graph; asserts nothing"]
 fn print_the_graph() {

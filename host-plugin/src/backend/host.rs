@@ -13,7 +13,6 @@ use std::ffi::{c_void, CStr};
 use std::sync::Mutex;
 
 mod loadable;
-pub mod memory;
 
 /// Whether glibc's loader can map and relocate an x86-64 image safely (the rule the
 /// host backends need of every image they dlopen); the error says what is inconsistent.
@@ -124,8 +123,8 @@ impl Backend for HostBackend {
         Ok(ptr as DeviceAddr)
     }
 
-    fn host_memory(&self) -> Option<&memory::HostMemory> {
-        Some(&memory::HostMemory)
+    fn host_memory(&self) -> Option<&super::HostMemory> {
+        Some(&super::HostMemory)
     }
 
     unsafe fn free(&self, _device: usize, addr: DeviceAddr) -> Result<(), BackendError> {

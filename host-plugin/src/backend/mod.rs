@@ -20,6 +20,21 @@ use thiserror::Error;
 /// An address in a device's address space (on the host backend, a process address).
 pub type DeviceAddr = u64;
 
+/// A capability a backend may offer ([`Backend::host_memory`]): device memory that is
+/// this process's own (the host device). The core then builds what it writes for the
+/// device in place ([`crate::host_index`]) and prefetches globals it is about to read.
+#[derive(Debug)]
+pub struct HostMemory;
+
+impl HostMemory {
+    /// A hint that the memory at `addr` will be read soon (a CPU prefetch: resolving a
+    /// million pointer globals scattered over an image otherwise waits for each cache
+    /// miss in turn).
+    pub fn prefetch(&self, addr: DeviceAddr) {
+        crate::prefetch::read_address(addr);
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum BackendError {
     /// A driver call (CUDA driver API, HIP) failed: which call, the driver's own code and
@@ -329,7 +344,7 @@ pub trait Backend: Send + Sync {
     ) -> Result<DeviceAddr, BackendError>;
     /// Where device memory is this process's own (the host device): the host-only steps
     /// the core may take on it. None elsewhere.
-    fn host_memory(&self) -> Option<&host::memory::HostMemory> {
+    fn host_memory(&self) -> Option<&HostMemory> {
         None
     }
     /// # Safety

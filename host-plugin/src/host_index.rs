@@ -1,7 +1,7 @@
-//! The host-only steps: where device memory is this process's own (the host device,
-//! [`Backend::host_memory`]), what the plugin builds for the device is built in a device
-//! allocation directly (no second copy is made and written: for an index of a million
-//! entries, 20 MB), and globals about to be read are prefetched.
+//! The fptr index built in place where device memory is this process's own (the host
+//! device, [`Backend::host_memory`]): in a device allocation directly, so no second
+//! copy is made and written (for an index of a million entries, 20 MB). Elsewhere the
+//! index is built apart and copied ([`crate::device_table`]).
 //!
 //! [`Backend::host_memory`]: crate::Backend::host_memory
 
@@ -10,36 +10,15 @@ use crate::device_memory::{DeviceBuffer, DeviceMemory};
 use crate::fptr::FptrMapEntry;
 use crate::fptr_index::{self, Bucket, DeviceIndex, FptrIndex, PlacedIndex, BUCKET_BYTES};
 
-/// Device memory that is this process's own (handed out by a backend whose memory it
-/// is).
-#[derive(Debug)]
-pub struct HostMemory;
-
-impl HostMemory {
-    /// A hint that the memory at `addr` will be read soon (a CPU prefetch: resolving a
-    /// million pointer globals scattered over an image otherwise waits for each cache
-    /// miss in turn).
-    pub fn prefetch(&self, addr: crate::DeviceAddr) {
-        crate::prefetch::read_address(addr);
+/// The index of the sorted, duplicate-free `table`, built in a buffer of `memory`,
+/// which must be this process's own ([`Backend::host_memory`]; else an error). Nothing
+/// stays allocated on failure; the error says why, for the log.
+///
+/// [`Backend::host_memory`]: crate::Backend::host_memory
+pub fn build(memory: &DeviceMemory, table: &[FptrMapEntry]) -> Result<PlacedIndex, String> {
+    if memory.backend().host_memory().is_none() {
+        return Err("device memory is not host memory".into());
     }
-
-    /// The index of the sorted, duplicate-free `table`, built in a buffer of `memory`,
-    /// which must be this memory (else an error). Nothing stays allocated on failure;
-    /// the error says why, for the log.
-    pub fn build_index(
-        &self,
-        memory: &DeviceMemory,
-        table: &[FptrMapEntry],
-    ) -> Result<PlacedIndex, String> {
-        if memory.backend().host_memory().is_none() {
-            return Err("device memory is not host memory".into());
-        }
-        build_index(memory, table)
-    }
-}
-
-/// [`HostMemory::build_index`], its memory checked.
-fn build_index(memory: &DeviceMemory, table: &[FptrMapEntry]) -> Result<PlacedIndex, String> {
     let mut alloc_error = None;
     let built = fptr_index::build_with(table, |count| {
         HostMemoryBuckets::allocate(memory, count).unwrap_or_else(|e| {
@@ -87,7 +66,7 @@ impl HostMemoryBuckets {
             .ok_or(BackendError::OutOfMemory(usize::MAX))?;
         let buffer = memory.alloc(bytes, AllocKind::Device)?;
         let start = fptr_index::aligned_buckets(buffer.addr()) as *mut Bucket;
-        // SAFETY: the backend's memory is this process's (checked by HostMemory), and
+        // SAFETY: the backend's memory is this process's (checked by `build`), and
         // `start .. start + count` buckets lie inside the fresh buffer of
         // count * 32 + 31 bytes (aligned_buckets moves the start by at most 31).
         // Zeroed, so the slice `as_mut` makes holds initialised integers.
@@ -137,7 +116,7 @@ mod tests {
     fn an_index_built_in_host_memory_answers_like_the_table_and_like_one_built_apart() {
         let table = table(5000);
         let memory = DeviceMemory::new(std::sync::Arc::new(HostBackend), 0);
-        let placed = HostMemory.build_index(&memory, &table).unwrap();
+        let placed = build(&memory, &table).unwrap();
         let (header, allocation) = (placed.index.header, placed.index.buckets.addr());
         assert!(header.buckets.is_multiple_of(BUCKET_BYTES as u64));
         assert!(header.buckets >= allocation);
@@ -170,9 +149,9 @@ mod tests {
     fn tables_outside_the_contract_get_no_index() {
         let memory = DeviceMemory::new(std::sync::Arc::new(HostBackend), 0);
         let unsorted = [table(2)[1], table(2)[0]];
-        let err = HostMemory.build_index(&memory, &unsorted).err().unwrap();
+        let err = build(&memory, &unsorted).err().unwrap();
         assert!(err.contains("not sorted"), "{err}");
-        let err = HostMemory.build_index(&memory, &[]).err().unwrap();
+        let err = build(&memory, &[]).err().unwrap();
         assert!(err.contains("empty"), "{err}");
     }
 }
