@@ -22,15 +22,15 @@
 //!   `.gnu_debuglink` names; gdb looks in `.debug/` beside the library);
 //! - `lib/libomptarget-indirect-clangN.so`: the compiler plugin (same debug-info split);
 //! - `lib/omptarget-indirect/<triple>/...`: the device RTL for every target;
-//! - `lib/omptarget-indirect/libomptarget.devicertl.a`: LLVM 16's own device runtime
+//! - `lib/omptarget-indirect/libomptarget.devicertl.a`: LLVM N's own device runtime
 //!   archive plus our device RTL packed as offload objects, one per GPU architecture
-//!   (see [`devicertl_archive`] for why);
+//!   (see [`OffloadTools::devicertl_archive`] for why, [`archive_image`] for what);
 //! - `libexec/omptarget-indirect/omptarget-rs-device`: the isolated host device's
 //!   process (`OMPTARGET_RS_ISOLATED=1`), which the x86_64 plugin starts;
 //! - `include/omp_indirect.h`, `bin/offload-inspect`;
 //! - `include/omptarget-indirect/glibc-compat/bits/floatn.h`: what GPU compiles by
 //!   clang 17 and 18 read of glibc's header of that name (see the file for why);
-//! - `share/omptarget-indirect/<triple>.cfg`: clang config files (see [`config_text`]).
+//! - `share/omptarget-indirect/<triple>.cfg`: clang config files (see [`config_text_for`]).
 use crate::{compiler_plugin, debian13, device, llvm_release, nvptx_program, plugin, util};
 use anyhow::{ensure, Context, Result};
 use std::fs;
