@@ -126,6 +126,28 @@ pub fn chroot_cmd<'a>(sh: &'a Shell, root: &Path, args: &[&str]) -> xshell::Cmd<
     cmd!(sh, "chroot {root} {clean...} {args...}")
 }
 
+/// `args` (a program and its arguments) on this machine, or inside `root` as
+/// [`chroot_cmd`] runs them: for steps that run the same way for a version this machine
+/// has and for one a Debian root has.
+pub fn cmd_in<'a>(sh: &'a Shell, root: Option<&Path>, args: &[&str]) -> xshell::Cmd<'a> {
+    match root {
+        Some(root) => chroot_cmd(sh, root, args),
+        None => {
+            let (program, rest) = args.split_first().expect("a command");
+            cmd!(sh, "{program} {rest...}")
+        }
+    }
+}
+
+/// `path` (absolute, as a program inside `root` sees it) as this machine sees it; itself
+/// when there is no root.
+pub fn host_path(root: Option<&Path>, path: &Path) -> PathBuf {
+    match root {
+        Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
+        None => path.to_path_buf(),
+    }
+}
+
 /// What [`chroot_cmd`] runs inside the root before the command: a clean environment.
 pub const CLEAN_ENV: [&str; 6] = [
     "/usr/bin/env",

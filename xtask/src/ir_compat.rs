@@ -381,18 +381,19 @@ impl OlderLlvm<'_> {
 
     /// `tool` of this LLVM with `args`, where it runs.
     fn cmd<'s>(self, sh: &'s Shell, tool: &str, args: &[&str]) -> Result<xshell::Cmd<'s>> {
-        Ok(match self {
-            OlderLlvm::Here(major) => {
-                let tool = test_support::tools::find_llvm(major, tool)?;
-                cmd!(sh, "{tool} {args...}")
-            }
-            OlderLlvm::InRoot(major, root) => {
-                let mut all = vec![format!("{tool}-{major}")];
-                all.extend(args.iter().map(|a| a.to_string()));
-                let all: Vec<&str> = all.iter().map(String::as_str).collect();
-                crate::debian_root::chroot_cmd(sh, root, &all)
-            }
-        })
+        let (program, root) = match self {
+            OlderLlvm::Here(major) => (
+                test_support::tools::find_llvm(major, tool)?
+                    .display()
+                    .to_string(),
+                None,
+            ),
+            OlderLlvm::InRoot(major, root) => (format!("{tool}-{major}"), Some(root)),
+        };
+        let all: Vec<&str> = std::iter::once(program.as_str())
+            .chain(args.iter().copied())
+            .collect();
+        Ok(crate::debian_root::cmd_in(sh, root, &all))
     }
 }
 

@@ -22,6 +22,7 @@
 //! 13 root ([`Sources::sysroot`]), resolved as that root's loader would.
 
 use super::{build_dir, relative, Kit};
+use crate::debian_root::cmd_in;
 use crate::util;
 use anyhow::{bail, ensure, Context, Result};
 use object::elf::{FileHeader64, DT_NEEDED, DT_NULL, DT_RPATH, DT_RUNPATH};
@@ -77,7 +78,8 @@ pub struct Sources<'a> {
     pub dlopened: &'a [(&'a str, &'a str)],
     /// The tools the kit runs (name, file in the sysroot).
     pub tools: &'a [(&'a str, &'a str)],
-    /// Folders outside the kit whose ELF files are roots too (the lit store).
+    /// Folders outside the kit whose ELF files are roots too (the lit store, whose
+    /// programs messages call "a lit test").
     pub more_roots: Vec<PathBuf>,
 }
 
@@ -125,17 +127,12 @@ pub fn add_from(kit: &mut Kit, sources: &Sources) -> Result<()> {
         .map(|(n, p)| (*n, *p, false))
         .collect();
     extra.extend(sources.tools.iter().map(|(n, p)| (*n, *p, true)));
-    let resolver = Resolver::new(&glibc, sources.sysroot, &kit.dir)?;
-    let members = resolver.closure(&roots, &extra)?;
-    let checked: Vec<PathBuf> = roots
-        .iter()
-        .cloned()
-        .chain(members.iter().map(|m| m.source.clone()))
-        .collect();
-    let newest = check_glibc_versions(&checked, GPU_MACHINE_GLIBC)?;
+    let resolver = Resolver::new(&glibc, sources.sysroot, &kit.dir, &sources.more_roots)?;
+    let (members, needs) = resolver.closure(&roots, &extra)?;
+    let newest = check_glibc_versions(&needs, GPU_MACHINE_GLIBC)?;
     eprintln!(
-        "  glibc: {} ELF files need at most GLIBC_{}.{} (the GPU machines have {}.{})",
-        checked.len(),
+        "  glibc: {} files need glibc symbol versions, at most GLIBC_{}.{} (the GPU machines have {}.{})",
+        needs.len(),
         newest.0,
         newest.1,
         GPU_MACHINE_GLIBC.0,
@@ -216,7 +213,7 @@ fn files_below(dir: &Path) -> Result<Vec<PathBuf>> {
 /// `libm.so.6`, `ld-linux-x86-64.so.2`, ...
 fn glibc_sonames(sysroot: Option<&Path>) -> Result<Vec<String>> {
     let sh = Shell::new()?;
-    let files = util::read(in_sysroot(&sh, sysroot, &["dpkg", "-L", "libc6"]))?;
+    let files = util::read(cmd_in(&sh, sysroot, &["dpkg", "-L", "libc6"]))?;
     let mut names: Vec<String> = files
         .lines()
         .filter_map(|l| Path::new(l).file_name()?.to_str())
@@ -237,41 +234,27 @@ struct Dynamic {
     search: Vec<String>,
 }
 
-/// `args` run on this machine, or inside `sysroot`.
-fn in_sysroot<'s>(sh: &'s Shell, sysroot: Option<&Path>, args: &[&str]) -> xshell::Cmd<'s> {
-    match sysroot {
-        Some(root) => crate::debian_root::chroot_cmd(sh, root, args),
-        None => {
-            let (program, rest) = args.split_first().expect("a command");
-            cmd!(sh, "{program} {rest...}")
-        }
-    }
-}
-
 /// `path` (absolute, as the sysroot's loader sees it) on this machine.
 fn host_path(sysroot: Option<&Path>, path: &str) -> PathBuf {
-    match sysroot {
-        Some(root) => root.join(path.trim_start_matches('/')),
-        None => PathBuf::from(path),
-    }
+    crate::debian_root::host_path(sysroot, Path::new(path))
 }
 
-/// None for files that are not dynamically linked ELF files (objects, archives, data).
-/// Search folders come back as this machine's paths (`$ORIGIN` is the file's own
-/// folder; other folders are the sysroot's).
-fn dynamic_of(path: &Path, sysroot: Option<&Path>) -> Result<Option<Dynamic>> {
-    let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+/// The dynamic section of `data` (the file `path`); None for files that are not
+/// dynamically linked ELF files (objects, archives, data). Search folders come back as
+/// this machine's paths (`$ORIGIN` is the file's own folder; other folders are the
+/// sysroot's).
+fn dynamic_of(path: &Path, data: &[u8], sysroot: Option<&Path>) -> Result<Option<Dynamic>> {
     if !data.starts_with(b"\x7fELF") {
         return Ok(None);
     }
     let what = || format!("{}: malformed ELF", path.display());
-    let header = FileHeader64::<Endianness>::parse(&*data).with_context(what)?;
+    let header = FileHeader64::<Endianness>::parse(data).with_context(what)?;
     let endian = header.endian().with_context(what)?;
-    let sections = header.sections(endian, &*data).with_context(what)?;
-    let Some((entries, link)) = sections.dynamic(endian, &*data).with_context(what)? else {
+    let sections = header.sections(endian, data).with_context(what)?;
+    let Some((entries, link)) = sections.dynamic(endian, data).with_context(what)? else {
         return Ok(None);
     };
-    let strings = sections.strings(endian, &*data, link).with_context(what)?;
+    let strings = sections.strings(endian, data, link).with_context(what)?;
     let mut dynamic = Dynamic {
         needed: Vec::new(),
         search: Vec::new(),
@@ -311,14 +294,20 @@ struct Resolver<'a> {
     /// The loader cache (`ldconfig -p`): soname -> file, x86-64 entries only.
     cache: HashMap<String, PathBuf>,
     sysroot: Option<&'a Path>,
-    /// The kit's folder (for the names of roots in messages).
+    /// The kit's folder and the lit stores (for the names of roots in messages).
     kit: &'a Path,
+    stores: &'a [PathBuf],
 }
 
 impl<'a> Resolver<'a> {
-    fn new(glibc: &'a [String], sysroot: Option<&'a Path>, kit: &'a Path) -> Result<Self> {
+    fn new(
+        glibc: &'a [String],
+        sysroot: Option<&'a Path>,
+        kit: &'a Path,
+        stores: &'a [PathBuf],
+    ) -> Result<Self> {
         let sh = Shell::new()?;
-        let listing = util::read(in_sysroot(&sh, sysroot, &["ldconfig", "-p"]))?;
+        let listing = util::read(cmd_in(&sh, sysroot, &["ldconfig", "-p"]))?;
         let cache = listing
             .lines()
             .filter(|l| l.contains("x86-64"))
@@ -333,7 +322,20 @@ impl<'a> Resolver<'a> {
             cache,
             sysroot,
             kit,
+            stores,
         })
+    }
+
+    /// A root's name in messages: the kit-relative path where it has one, "a lit test"
+    /// for a stored lit program.
+    fn display_name(&self, path: &Path) -> String {
+        if self.stores.iter().any(|store| path.starts_with(store)) {
+            return "a lit test".to_owned();
+        }
+        path.strip_prefix(self.kit)
+            .unwrap_or(path)
+            .display()
+            .to_string()
     }
 
     /// `path` with its links followed, which must stay inside the sysroot.
@@ -370,12 +372,18 @@ impl<'a> Resolver<'a> {
     }
 
     /// The closure of `roots` (not members themselves) and of `extra` (name, file,
-    /// is a tool), which are members.
-    fn closure(&self, roots: &[PathBuf], extra: &[(&str, &str, bool)]) -> Result<Vec<Member>> {
+    /// is a tool), which are members; and the glibc versions each ELF file among them
+    /// needs, read as it is (each file is read once).
+    fn closure(
+        &self,
+        roots: &[PathBuf],
+        extra: &[(&str, &str, bool)],
+    ) -> Result<(Vec<Member>, Vec<GlibcNeeds>)> {
+        let mut needs = Vec::new();
         let mut members: BTreeMap<String, Member> = BTreeMap::new();
         let mut queue: VecDeque<(PathBuf, String)> = VecDeque::new();
         for root in roots {
-            queue.push_back((root.clone(), display_name(self.kit, root)));
+            queue.push_back((root.clone(), self.display_name(root)));
         }
         for (name, file, is_tool) in extra {
             let source = self.canonical(&host_path(self.sysroot, file))?;
@@ -395,7 +403,12 @@ impl<'a> Resolver<'a> {
             if !seen.insert(file.clone()) {
                 continue;
             }
-            let Some(dynamic) = dynamic_of(&file, self.sysroot)? else {
+            let data = fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let versions = glibc_versions_needed(&file, &data)?;
+            if !versions.is_empty() {
+                needs.push((file.clone(), versions));
+            }
+            let Some(dynamic) = dynamic_of(&file, &data, self.sysroot)? else {
                 continue;
             };
             for name in &dynamic.needed {
@@ -422,18 +435,8 @@ impl<'a> Resolver<'a> {
                 queue.push_back((source, name.clone()));
             }
         }
-        Ok(members.into_values().collect())
+        Ok((members.into_values().collect(), needs))
     }
-}
-
-/// A root's name in messages: the kit-relative path where it has one.
-fn display_name(kit: &Path, path: &Path) -> String {
-    let store = build_dir().join("lit/store");
-    path.strip_prefix(kit)
-        .or_else(|_| path.strip_prefix(&store).map(|_| Path::new("a lit test")))
-        .unwrap_or(path)
-        .display()
-        .to_string()
 }
 
 /// Compresses every member into `out/<name>.xz`, several at a time.
@@ -498,14 +501,17 @@ pub fn xz(source: &Path, target: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Every `GLIBC_x.y` symbol version the ELF files among `files` need must be at most
-/// `max`; returns the newest one needed. Fails naming each file and version that a
-/// machine with glibc `max` could not load.
-pub fn check_glibc_versions(files: &[PathBuf], max: (u32, u32)) -> Result<(u32, u32)> {
+/// A file and the `GLIBC_x.y` versions it needs.
+type GlibcNeeds = (PathBuf, Vec<(u32, u32)>);
+
+/// Every `GLIBC_x.y` symbol version in `needs` must be at most `max`; returns the newest
+/// one needed. Fails naming each file and version that a machine with glibc `max` could
+/// not load.
+pub fn check_glibc_versions(needs: &[GlibcNeeds], max: (u32, u32)) -> Result<(u32, u32)> {
     let mut newest = (0, 0);
     let mut too_new = Vec::new();
-    for file in files {
-        for version in glibc_versions_needed(file)? {
+    for (file, versions) in needs {
+        for &version in versions {
             newest = newest.max(version);
             if version > max {
                 too_new.push(format!(
@@ -530,20 +536,20 @@ pub fn check_glibc_versions(files: &[PathBuf], max: (u32, u32)) -> Result<(u32, 
     Ok(newest)
 }
 
-/// The `GLIBC_x.y[.z]` versions `path` needs (none when it is not a 64-bit ELF file).
-fn glibc_versions_needed(path: &Path) -> Result<Vec<(u32, u32)>> {
-    let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+/// The `GLIBC_x.y[.z]` versions `data` (the file `path`) needs (none when it is not a
+/// 64-bit ELF file).
+fn glibc_versions_needed(path: &Path, data: &[u8]) -> Result<Vec<(u32, u32)>> {
     if !data.starts_with(b"\x7fELF") {
         return Ok(Vec::new());
     }
     let what = || format!("{}: malformed ELF", path.display());
-    let header = FileHeader64::<Endianness>::parse(&*data).with_context(what)?;
+    let header = FileHeader64::<Endianness>::parse(data).with_context(what)?;
     let endian = header.endian().with_context(what)?;
-    let sections = header.sections(endian, &*data).with_context(what)?;
-    let Some((mut needs, link)) = sections.gnu_verneed(endian, &*data).with_context(what)? else {
+    let sections = header.sections(endian, data).with_context(what)?;
+    let Some((mut needs, link)) = sections.gnu_verneed(endian, data).with_context(what)? else {
         return Ok(Vec::new());
     };
-    let strings = sections.strings(endian, &*data, link).with_context(what)?;
+    let strings = sections.strings(endian, data, link).with_context(what)?;
     let mut versions = Vec::new();
     while let Some((_, mut auxes)) = needs.next().with_context(what)? {
         while let Some(aux) = auxes.next().with_context(what)? {
@@ -582,10 +588,14 @@ mod tests {
     #[test]
     fn the_glibc_check_names_a_file_that_needs_more() {
         let exe = std::env::current_exe().expect("the test executable");
-        let newest = check_glibc_versions(std::slice::from_ref(&exe), (2, 99))
-            .expect("nothing needs glibc 2.99");
+        let data = fs::read(&exe).expect("the test executable is readable");
+        let needs = [(
+            exe.clone(),
+            glibc_versions_needed(&exe, &data).expect("an ELF file"),
+        )];
+        let newest = check_glibc_versions(&needs, (2, 99)).expect("nothing needs glibc 2.99");
         assert!(newest >= (2, 2), "{newest:?}");
-        let err = check_glibc_versions(std::slice::from_ref(&exe), (2, 1))
+        let err = check_glibc_versions(&needs, (2, 1))
             .expect_err("every glibc program needs more than 2.1");
         assert!(
             err.to_string().contains(&exe.display().to_string()),

@@ -65,21 +65,12 @@ pub struct Suite<'a> {
 impl Suite<'_> {
     /// `path` (as the compiles see it) on this machine.
     fn here(&self, path: &Path) -> PathBuf {
-        match self.sysroot {
-            Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
-            None => path.to_path_buf(),
-        }
+        debian_root::host_path(self.sysroot, path)
     }
 
     /// `args` where the compiles run.
     fn cmd<'s>(&self, sh: &'s Shell, args: &[&str]) -> xshell::Cmd<'s> {
-        match self.sysroot {
-            Some(root) => debian_root::chroot_cmd(sh, root, args),
-            None => {
-                let (program, rest) = args.split_first().expect("a command");
-                cmd!(sh, "{program} {rest...}")
-            }
-        }
+        debian_root::cmd_in(sh, self.sysroot, args)
     }
 }
 
