@@ -122,6 +122,13 @@ pub fn llvm16(tool: &str) -> PathBuf {
     find_llvm(16, tool).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The variable naming a program that runs clang-`major` where it is installed (xtask
+/// writes one that runs it inside its Debian 13 root, for tests that need a clang this
+/// machine lacks).
+pub fn clang_in_root_env(major: u32) -> String {
+    format!("OMPTARGET_RS_CLANG_{major}")
+}
+
 /// clang 16, the compiler whose OpenMP output libomptarget 16 runs.
 pub fn clang16() -> PathBuf {
     llvm16("clang")

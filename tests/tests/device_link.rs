@@ -611,7 +611,8 @@ fn clang_16_links_the_llvm16_bitcode_into_sm90_and_gfx90a_images() {
 
 /// The same for clang 17, which Debian 12 lacks: `cargo xtask debian13-programs --llvm
 /// 17` (a step of `cargo xtask test`) writes the LLVM 17 bitcode with its root's tools
-/// and runs this test with [`CLANG_IN_ROOT_ENV`] naming that root's clang.
+/// and runs this test with [`e2e_tests::tools::clang_in_root_env`] naming that root's
+/// clang.
 #[test]
 #[ignore = "run by `cargo xtask debian13-programs --llvm 17`, with clang-17 in its Debian 13 root"]
 fn clang_17_links_the_llvm17_bitcode_into_sm90_and_gfx90a_images() {
@@ -625,12 +626,9 @@ fn clang_18_links_the_llvm18_bitcode_into_sm90_and_gfx90a_images() {
     older_clang_links_its_bitcode(18, &clang_in_root(18));
 }
 
-/// Names (with the LLVM major appended) a program that runs that clang where it is
-/// installed (xtask writes one that runs it inside its Debian 13 root).
-const CLANG_IN_ROOT_ENV: &str = "OMPTARGET_RS_CLANG_";
-
+/// The clang-`major` [`e2e_tests::tools::clang_in_root_env`] names.
 fn clang_in_root(major: u32) -> PathBuf {
-    let var = format!("{CLANG_IN_ROOT_ENV}{major}");
+    let var = e2e_tests::tools::clang_in_root_env(major);
     std::env::var_os(&var)
         .map(PathBuf::from)
         .unwrap_or_else(|| {

@@ -13,13 +13,13 @@
 //!    installed nvptx64 config: its sm_90 image defines our lookup (the compiler plugin's
 //!    calls pulled our member of the installed device runtime archive in) and the four
 //!    globals, exported, as the cuda plugin finds them by name.
-use crate::{debian_root, device, install, nvptx_program, util};
+use crate::indirect_programs::{self, Clang};
+use crate::{debian_root, device, install, util};
 use anyhow::{ensure, Context, Result};
-use object::{Object, ObjectSymbol};
 use std::path::Path;
 
 const SM: &str = "sm_90";
-const PROGRAM: &str = "tests/fixtures/compiler/indirect_standard.c";
+const PROGRAM: &str = "indirect_standard";
 
 /// Step 1 (the root's mounts must show this machine's target folder).
 pub fn write_bitcode(major: u32, root: &Path) -> Result<()> {
@@ -55,7 +55,7 @@ pub fn device_link_test(
         sh,
         "{cargo} test -p e2e-tests --test device_link -- --ignored --exact {test}"
     )
-    .env(format!("OMPTARGET_RS_CLANG_{major}"), &clang)
+    .env(test_support::tools::clang_in_root_env(major), &clang)
     .ignore_status()
     .output()?;
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -69,60 +69,18 @@ pub fn device_link_test(
     ))
 }
 
-/// Step 3: builds [`PROGRAM`] with clang-`major` inside `root` through the installed
-/// nvptx64 config under `prefix`, into `out`, and checks its sm_90 image. Returns a
-/// one-line summary.
-pub fn config_program(
-    sh: &xshell::Shell,
-    root: &Path,
-    major: u32,
-    prefix: &Path,
-    cuda_path: &Path,
-    out: &Path,
-) -> Result<String> {
-    let exe = out.join(format!("indirect_standard_c_{SM}"));
+/// Step 3: builds [`PROGRAM`] (the kits' standard C program) with clang-`major` inside
+/// `root` through the installed nvptx64 config under `prefix`, into `out`, and checks its
+/// sm_90 image ([`indirect_programs::check_cubin`]: one image that defines and exports
+/// the lookup and its globals, a kernel calling it). Returns a one-line summary.
+pub fn config_program(root: &Path, major: u32, prefix: &Path, out: &Path) -> Result<String> {
+    let program = indirect_programs::STANDARD_GPU_PROGRAMS
+        .iter()
+        .find(|p| p.name == PROGRAM)
+        .context("the kits have no indirect_standard program")?;
     let config = install::config_path(prefix, install::NVPTX_TRIPLE);
-    let args = [
-        format!("clang-{major}"),
-        format!("--config={}", config.display()),
-        format!("--offload-arch={SM}"),
-        format!("--cuda-path={}", cuda_path.display()),
-        "-Wno-unknown-cuda-version".into(),
-        "-O2".into(),
-        "-DINDIRECT_GPU".into(),
-        util::root().join(PROGRAM).display().to_string(),
-        "-o".into(),
-        exe.display().to_string(),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    debian_root::chroot_cmd(sh, root, &args)
-        .run()
-        .with_context(|| {
-            format!(
-                "clang-{major} building {PROGRAM} for {SM} through {}",
-                config.display()
-            )
-        })?;
-    let (images, cubins) = nvptx_program::cubins_of(&exe, SM)?;
-    ensure!(
-        cubins.len() == 1,
-        "{}: {} {SM} cubins among {images} images, expected one",
-        exe.display(),
-        cubins.len()
-    );
-    let file = object::File::parse(&*cubins[0]).context("the cubin is not ELF")?;
-    for name in device_rtl::symbols::EXPORTED {
-        let symbol = file
-            .symbols()
-            .find(|s| s.name() == Ok(name))
-            .with_context(|| format!("{}: the {SM} image has no {name}", exe.display()))?;
-        ensure!(
-            symbol.is_definition() && (symbol.is_global() || symbol.is_weak()),
-            "{}: {name} is not an exported definition in the {SM} image",
-            exe.display()
-        );
-    }
+    program.build(Clang::InRoot { major, root }, &config, SM, out)?;
     Ok(format!(
-        "{PROGRAM} through the installed clang-{major} nvptx64 config: the {SM} image defines the lookup and its globals"
+        "{PROGRAM} through the installed clang-{major} nvptx64 config: the {SM} image defines and exports the lookup and its globals, a kernel calls it"
     ))
 }

@@ -294,7 +294,7 @@ fn run(major: u32) -> Result<Report> {
     ));
     let gpu_install = [
         debian13_gpu_install::device_link_test(&sh, &root, major, &build)?,
-        debian13_gpu_install::config_program(&sh, &root, major, &prefix, &cuda_path, &out)?,
+        debian13_gpu_install::config_program(&root, major, &prefix, &out)?,
     ];
     eprintln!("{}", gpu_install.join("\n"));
 

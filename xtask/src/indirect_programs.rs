@@ -20,7 +20,7 @@ use offload_formats::image::find_images;
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
-use xshell::{cmd, Shell};
+use xshell::Shell;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -100,76 +100,134 @@ pub fn build_gpu_programs(prefix: &Path, out_dir: &Path, sm: &str) -> Result<Vec
         config.display(),
         prefix.display()
     );
-    let cuda_args = cuda_args(sm)?;
-    let fixtures = util::root().join("tests/fixtures");
-    let vv = fixtures.join("third_party/openmp_vv");
+    STANDARD_GPU_PROGRAMS
+        .iter()
+        .map(|p| p.build(Clang::Here16, &config, sm, out_dir))
+        .collect()
+}
 
-    let standard = out_dir.join(format!("indirect_standard.{sm}"));
-    let mut args = cuda_args.clone();
-    args.extend(["-O2".into(), "-DINDIRECT_GPU".into()]);
-    compile(
-        &config,
-        &args,
-        &[fixtures.join("compiler/indirect_standard.c")],
-        &standard,
-    )?;
-    let cubin = check_cubin(&standard, sm)?;
-    check_holders(&cubin.defined, &standard)?;
+/// The clang that builds a program through an installed config file.
+#[derive(Clone, Copy)]
+pub enum Clang<'a> {
+    /// Debian 12's clang-16 on this machine.
+    Here16,
+    /// clang-`major` inside a Debian 13 root whose binds show the workspace, the install
+    /// and the CUDA folder at their own paths.
+    InRoot { major: u32, root: &'a Path },
+}
 
-    let openmp_vv = out_dir.join(format!("test_target_declare_indirect.{sm}"));
-    let mut args = cuda_args.clone();
-    args.extend(["-O2".into(), format!("-I{}", vv.display())]);
-    compile(
-        &config,
-        &args,
-        &[vv.join("test_target_declare_indirect.c")],
-        &openmp_vv,
-    )?;
-    let cubin = check_cubin(&openmp_vv, sm)?;
-    for f in ["fun1", "fun2", "fun3"] {
-        let holder = holder::name(f, None);
-        ensure!(
-            cubin.defined.contains(&holder),
-            "{}: the cubin lacks {holder}",
-            openmp_vv.display()
-        );
-    }
-    let mut programs = Vec::new();
-    for opt in ["-O0", "-O2"] {
-        let exe = out_dir.join(format!("virtual_calls{opt}.{sm}"));
-        let mut args = cuda_args.clone();
-        args.extend([opt.into(), "-DVIRTUAL_GPU".into()]);
-        let virtual_dir = fixtures.join("virtual");
-        compile(
-            &config,
-            &args,
-            &[
-                virtual_dir.join("virtual_calls.cpp"),
-                virtual_dir.join("virtual_other_unit.cpp"),
-            ],
-            &exe,
-        )?;
+/// The holders clang 16's compiler plugin makes in a program's device image, which the
+/// image check requires.
+#[derive(Clone, Copy)]
+enum Holders {
+    /// indirect_standard.c's indirect functions ([`check_holders`]).
+    StandardFunctions,
+    /// OpenMP_VV's three indirect functions.
+    OpenmpVv,
+    /// tests/fixtures/virtual's vtable groups ([`check_vtable_holders`]).
+    Vtables,
+}
+
+/// A standard-source `declare target indirect` program for a GPU, as the GPU kits build
+/// it through an installed nvptx64 config.
+pub struct StandardGpuProgram {
+    /// Also its executable's name, with `.<sm>` after it.
+    pub name: &'static str,
+    /// Below tests/fixtures.
+    pub sources: &'static [&'static str],
+    /// Beyond the config's and the GPU's.
+    pub options: &'static [&'static str],
+    /// What a passing run prints on a GPU, and on libomptarget's host fallback.
+    pub expect: &'static str,
+    pub expect_fallback: &'static str,
+    holders: Holders,
+}
+
+const VIRTUAL_SOURCES: &[&str] = &[
+    "virtual/virtual_calls.cpp",
+    "virtual/virtual_other_unit.cpp",
+];
+
+/// The standard programs of both GPU kits, in the order they run.
+pub const STANDARD_GPU_PROGRAMS: &[StandardGpuProgram] = &[
+    StandardGpuProgram {
+        name: "virtual_calls-O0",
+        sources: VIRTUAL_SOURCES,
+        options: &["-O0", "-DVIRTUAL_GPU"],
+        expect: VIRTUAL_GPU_EXPECT,
+        expect_fallback: VIRTUAL_GPU_EXPECT,
+        holders: Holders::Vtables,
+    },
+    StandardGpuProgram {
+        name: "virtual_calls-O2",
+        sources: VIRTUAL_SOURCES,
+        options: &["-O2", "-DVIRTUAL_GPU"],
+        expect: VIRTUAL_GPU_EXPECT,
+        expect_fallback: VIRTUAL_GPU_EXPECT,
+        holders: Holders::Vtables,
+    },
+    StandardGpuProgram {
+        name: "indirect_standard",
+        sources: &["compiler/indirect_standard.c"],
+        options: &["-O2", "-DINDIRECT_GPU"],
+        expect: STANDARD_GPU_EXPECT,
+        expect_fallback: STANDARD_GPU_EXPECT,
+        holders: Holders::StandardFunctions,
+    },
+    StandardGpuProgram {
+        name: "test_target_declare_indirect",
+        sources: &["third_party/openmp_vv/test_target_declare_indirect.c"],
+        options: &["-O2"],
+        expect: OPENMP_VV_EXPECT,
+        expect_fallback: OPENMP_VV_EXPECT_FALLBACK,
+        holders: Holders::OpenmpVv,
+    },
+];
+
+impl StandardGpuProgram {
+    /// Built by `clang` through `config` for `sm` into `<out_dir>/<name>.<sm>`, its cubin
+    /// checked ([`check_cubin`]) and, from clang 16, its holders (clang 18 registers the
+    /// functions marked with a bare `indirect` itself, under its own names).
+    pub fn build(
+        &self,
+        clang: Clang,
+        config: &Path,
+        sm: &str,
+        out_dir: &Path,
+    ) -> Result<GpuProgram> {
+        let fixtures = util::root().join("tests/fixtures");
+        let exe = out_dir.join(format!("{}.{sm}", self.name));
+        let mut args = cuda_args(sm)?;
+        args.push(format!(
+            "-I{}",
+            fixtures.join("third_party/openmp_vv").display()
+        ));
+        args.extend(self.options.iter().map(|o| o.to_string()));
+        let sources: Vec<PathBuf> = self.sources.iter().map(|s| fixtures.join(s)).collect();
+        compile_with(clang, config, &args, &sources, &exe)?;
         let cubin = check_cubin(&exe, sm)?;
-        check_vtable_holders(&cubin.defined, &exe)?;
-        programs.push(GpuProgram {
+        if let Clang::Here16 = clang {
+            match self.holders {
+                Holders::StandardFunctions => check_holders(&cubin.defined, &exe)?,
+                Holders::Vtables => check_vtable_holders(&cubin.defined, &exe)?,
+                Holders::OpenmpVv => {
+                    for f in ["fun1", "fun2", "fun3"] {
+                        let holder = holder::name(f, None);
+                        ensure!(
+                            cubin.defined.contains(&holder),
+                            "{}: the cubin lacks {holder}",
+                            exe.display()
+                        );
+                    }
+                }
+            }
+        }
+        Ok(GpuProgram {
             path: exe,
-            expect: VIRTUAL_GPU_EXPECT,
-            expect_fallback: VIRTUAL_GPU_EXPECT,
-        });
+            expect: self.expect,
+            expect_fallback: self.expect_fallback,
+        })
     }
-    programs.extend([
-        GpuProgram {
-            path: standard,
-            expect: STANDARD_GPU_EXPECT,
-            expect_fallback: STANDARD_GPU_EXPECT,
-        },
-        GpuProgram {
-            path: openmp_vv,
-            expect: OPENMP_VV_EXPECT,
-            expect_fallback: OPENMP_VV_EXPECT_FALLBACK,
-        },
-    ]);
-    Ok(programs)
 }
 
 /// The vtable groups of tests/fixtures/virtual's classes that host-built objects use,
@@ -208,17 +266,35 @@ pub fn cuda_args(sm: &str) -> Result<Vec<String>> {
 
 /// clang-16 (clang++-16 for C++) through the config file `config`.
 pub fn compile(config: &Path, args: &[String], sources: &[PathBuf], out: &Path) -> Result<()> {
+    compile_with(Clang::Here16, config, args, sources, out)
+}
+
+/// `clang` (its C++ driver for C++) through the config file `config`.
+pub fn compile_with(
+    clang: Clang,
+    config: &Path,
+    args: &[String],
+    sources: &[PathBuf],
+    out: &Path,
+) -> Result<()> {
     // C++ links the C++ library through the C++ driver.
     let cxx = sources
         .iter()
         .any(|s| s.extension().is_some_and(|e| e == "cpp"));
-    let clang = util::llvm16(if cxx { "clang++" } else { "clang" })?;
+    let driver = if cxx { "clang++" } else { "clang" };
+    let (program, root) = match clang {
+        Clang::Here16 => (util::llvm16(driver)?.display().to_string(), None),
+        Clang::InRoot { major, root } => (format!("{driver}-{major}"), Some(root)),
+    };
+    let mut all = vec![program, format!("--config={}", config.display())];
+    all.extend(args.iter().cloned());
+    all.extend(sources.iter().map(|s| s.display().to_string()));
+    all.extend(["-o".to_owned(), out.display().to_string()]);
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
     let sh = Shell::new()?;
-    cmd!(
-        sh,
-        "{clang} --config={config} {args...} {sources...} -o {out}"
-    )
-    .run()?;
+    crate::debian_root::cmd_in(&sh, root, &all)
+        .run()
+        .with_context(|| format!("{} building {}", all[0], out.display()))?;
     Ok(())
 }
 
@@ -228,8 +304,8 @@ pub struct ImageFacts {
     pub defined: HashSet<String>,
 }
 
-/// The program carries exactly one cubin for `sm`, which defines the lookup and both
-/// table globals (taken from our archive by the link), and in which a kernel calls the
+/// The program carries exactly one cubin for `sm`, which defines and exports the lookup
+/// and its globals (taken from our archive by the link), and in which a kernel calls the
 /// lookup (a caller -> callee pair of `.nv.callgraph`, the linked cubin's call graph).
 pub fn check_cubin(exe: &Path, sm: &str) -> Result<ImageFacts> {
     let (images, cubins) = nvptx_program::cubins_of(exe, sm)?;
@@ -241,6 +317,17 @@ pub fn check_cubin(exe: &Path, sm: &str) -> Result<ImageFacts> {
     let file = object::File::parse(&*cubins[0]).context("the cubin is not ELF")?;
     let facts = defined_symbols(&file);
     require_rtl(&facts, exe)?;
+    // The plugin finds them by name in the loaded image (cuModuleGetGlobal).
+    for name in crate::device::EXPORTED_SYMBOLS {
+        let exported = file
+            .symbols()
+            .any(|s| s.name() == Ok(name) && (s.is_global() || s.is_weak()));
+        ensure!(
+            exported,
+            "{}: {name} is not exported from the {sm} image",
+            exe.display()
+        );
+    }
     let lookup = file
         .symbols()
         .find(|s| s.name() == Ok(LOOKUP))
@@ -270,7 +357,7 @@ pub fn check_cubin(exe: &Path, sm: &str) -> Result<ImageFacts> {
         exe.display()
     );
     eprintln!(
-        "{}: one {sm} cubin ({} bytes): defines {LOOKUP} and the table globals, a kernel calls it",
+        "{}: one {sm} cubin ({} bytes): defines and exports {LOOKUP} and the table globals, a kernel calls it",
         exe.display(),
         cubins[0].len()
     );

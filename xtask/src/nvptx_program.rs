@@ -56,13 +56,7 @@ impl NvptxBuild {
     /// The flags that make a clang-16 OpenMP compile target this GPU (for compiles that
     /// do not link the device RTL, such as LLVM's own lit tests).
     pub fn offload_flags(&self) -> Vec<String> {
-        vec![
-            "-Xopenmp-target=nvptx64-nvidia-cuda".to_owned(),
-            format!("-march={}", self.sm),
-            format!("--cuda-path={}", self.cuda_path.display()),
-            // clang 16 reads the version from cuda.h; the wheel's is newer than it knows.
-            "-Wno-unknown-cuda-version".to_owned(),
-        ]
+        offload_flags(&self.sm, &self.cuda_path)
     }
 
     /// Compile a C or C++ (`.cpp`) OpenMP program with its device image linked with the
@@ -133,6 +127,18 @@ pub fn cuda_path_for_clang16() -> Result<PathBuf> {
     let folder = util::target_dir().join("nvptx/cuda-for-clang16");
     cuda::folder_for_clang(&ptxas, &folder)
         .with_context(|| format!("making the --cuda-path folder {}", folder.display()))
+}
+
+/// The flags that make an OpenMP compile for nvptx64 target `sm`, with the CUDA folder
+/// `cuda_path`.
+pub fn offload_flags(sm: &str, cuda_path: &Path) -> Vec<String> {
+    vec![
+        "-Xopenmp-target=nvptx64-nvidia-cuda".to_owned(),
+        format!("-march={sm}"),
+        format!("--cuda-path={}", cuda_path.display()),
+        // clang reads the version from cuda.h; the wheel's is newer than it knows.
+        "-Wno-unknown-cuda-version".to_owned(),
+    ]
 }
 
 /// The program's device images: how many it carries, and the cubins for `sm` among

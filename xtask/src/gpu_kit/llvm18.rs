@@ -26,9 +26,10 @@
 //! what covers the GPU machines' 2.39).
 
 use super::{bare_root, build_dir, closure, cuda_tests, lit, relative, script, Kit, SM};
+use crate::indirect_programs::{self, Clang};
 use crate::{debian13, debian13_gpu_image, debian13_programs, debian_root, gpu_programs};
-use crate::{indirect_programs, install, plugin, util};
-use anyhow::{Context, Result};
+use crate::{install, plugin, util};
+use anyhow::Result;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -51,59 +52,6 @@ pub fn kit_dir() -> PathBuf {
     util::target_dir().join("gpu-bundle-llvm18")
 }
 
-/// One standard program: its name, sources (below tests/fixtures), the options beyond
-/// the config's, and the lines a passing run prints on a GPU and on the host fallback.
-struct Standard {
-    name: &'static str,
-    sources: &'static [&'static str],
-    options: &'static [&'static str],
-    expect: (&'static str, &'static str),
-}
-
-const VIRTUAL_SOURCES: &[&str] = &[
-    "virtual/virtual_calls.cpp",
-    "virtual/virtual_other_unit.cpp",
-];
-const VIRTUAL_EXPECT: (&str, &str) = (
-    indirect_programs::VIRTUAL_GPU_EXPECT,
-    indirect_programs::VIRTUAL_GPU_EXPECT,
-);
-
-/// The standard programs, as the LLVM 16 kit builds them
-/// ([`indirect_programs::build_gpu_programs`]).
-const STANDARD: &[Standard] = &[
-    Standard {
-        name: "indirect_standard",
-        sources: &["compiler/indirect_standard.c"],
-        options: &["-O2", "-DINDIRECT_GPU"],
-        expect: (
-            indirect_programs::STANDARD_GPU_EXPECT,
-            indirect_programs::STANDARD_GPU_EXPECT,
-        ),
-    },
-    Standard {
-        name: "test_target_declare_indirect",
-        sources: &["third_party/openmp_vv/test_target_declare_indirect.c"],
-        options: &["-O2"],
-        expect: (
-            indirect_programs::OPENMP_VV_EXPECT,
-            indirect_programs::OPENMP_VV_EXPECT_FALLBACK,
-        ),
-    },
-    Standard {
-        name: "virtual_calls-O0",
-        sources: VIRTUAL_SOURCES,
-        options: &["-O0", "-DVIRTUAL_GPU"],
-        expect: VIRTUAL_EXPECT,
-    },
-    Standard {
-        name: "virtual_calls-O2",
-        sources: VIRTUAL_SOURCES,
-        options: &["-O2", "-DVIRTUAL_GPU"],
-        expect: VIRTUAL_EXPECT,
-    },
-];
-
 /// Builds the kit; returns its folder.
 pub fn build_kit() -> Result<PathBuf> {
     let start = Instant::now();
@@ -125,12 +73,12 @@ pub fn build_kit() -> Result<PathBuf> {
     let mut kit = Kit::start(kit_dir(), LLVM)?;
     {
         let _mounts = debian_root::Mounts::new(&root, &binds)?;
-        let build = Build {
+        let clang = Clang::InRoot {
+            major: LLVM,
             root: &root,
-            config: install::config_path(&prefix, install::NVPTX_TRIPLE),
-            cuda_path: &cuda_path,
         };
-        add_programs(&mut kit, &build)?;
+        let config = install::config_path(&prefix, install::NVPTX_TRIPLE);
+        add_programs(&mut kit, clang, &config)?;
         lit::add_suite(
             &mut kit,
             &lit::Suite {
@@ -178,78 +126,47 @@ fn lit_work() -> PathBuf {
 /// read them (the installed configs' glibc-compat folder; without it every test that
 /// includes stdio.h fails to compile).
 fn lit_offload_flags(cuda_path: &Path) -> Vec<String> {
-    vec![
-        "-Xopenmp-target=nvptx64-nvidia-cuda".to_owned(),
-        format!("-march={SM}"),
-        format!("--cuda-path={}", cuda_path.display()),
-        "-Wno-unknown-cuda-version".to_owned(),
+    let mut flags = crate::nvptx_program::offload_flags(SM, cuda_path);
+    flags.extend([
         "-Xarch_device".to_owned(),
         format!("-isystem{}", install::glibc_compat_dir().display()),
-    ]
+    ]);
+    flags
 }
 
-/// How the programs are built: clang-18 inside `root` through `config`.
-struct Build<'a> {
-    root: &'a Path,
-    config: PathBuf,
-    cuda_path: &'a Path,
-}
-
-impl Build<'_> {
-    /// `sources` (absolute) into `exe` with `options`, then the image check.
-    fn compile(&self, sources: &[PathBuf], options: &[&str], exe: &Path) -> Result<()> {
-        let cxx = sources
-            .iter()
-            .any(|s| s.extension().is_some_and(|e| e == "cpp"));
-        let mut args = vec![
-            format!("{}-{LLVM}", if cxx { "clang++" } else { "clang" }),
-            format!("--config={}", self.config.display()),
-            format!("--offload-arch={SM}"),
-            format!("--cuda-path={}", self.cuda_path.display()),
-            "-Wno-unknown-cuda-version".into(),
-            format!(
-                "-I{}",
-                util::root()
-                    .join("tests/fixtures/third_party/openmp_vv")
-                    .display()
-            ),
-        ];
-        args.extend(options.iter().map(|o| o.to_string()));
-        args.extend(sources.iter().map(|s| s.display().to_string()));
-        args.extend(["-o".into(), exe.display().to_string()]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let sh = xshell::Shell::new()?;
-        debian_root::chroot_cmd(&sh, self.root, &args)
-            .run()
-            .with_context(|| format!("clang-{LLVM} building {}", exe.display()))?;
-        indirect_programs::check_cubin(exe, SM)?;
-        Ok(())
-    }
-}
-
-/// The programs into `programs/`, with their manifest entries.
-fn add_programs(kit: &mut Kit, build: &Build) -> Result<()> {
+/// The programs into `programs/`, with their manifest entries: the LLVM 16 kit's
+/// standard programs ([`indirect_programs::STANDARD_GPU_PROGRAMS`]) and macro programs,
+/// each image checked ([`indirect_programs::check_cubin`]).
+fn add_programs(kit: &mut Kit, clang: Clang, config: &Path) -> Result<()> {
     util::section(&format!(
         "gpu-bundle --llvm {LLVM}: clang-{LLVM} programs for {SM} (the installed config, in the Debian 13 root)"
     ));
-    let fixtures = util::root().join("tests/fixtures");
+    let folder = kit.dir.join("programs");
+    std::fs::create_dir_all(&folder)?;
     let mut programs = Vec::new();
-    for p in STANDARD {
-        let exe = kit.path(&format!("programs/{}.{SM}", p.name))?;
-        let sources: Vec<PathBuf> = p.sources.iter().map(|s| fixtures.join(s)).collect();
-        build.compile(&sources, p.options, &exe)?;
+    for p in indirect_programs::STANDARD_GPU_PROGRAMS {
+        let built = p.build(clang, config, SM, &folder)?;
         programs.push(json!({
             "name": p.name,
-            "exe": relative(kit, &exe)?,
+            "exe": relative(kit, &built.path)?,
             "source": p.sources.join(" "),
             "checks": format!("standard OpenMP 5.1 declare target indirect (clang-{LLVM}, compiler plugin)"),
-            "expect": p.expect.0,
-            "expect_fallback": p.expect.1,
+            "expect": built.expect,
+            "expect_fallback": built.expect_fallback,
         }));
     }
     for p in gpu_programs::MACRO_PROGRAMS {
-        let exe = kit.path(&format!("programs/{}.{SM}", p.name))?;
-        build.compile(&[util::root().join(p.source)], &["-O2"], &exe)?;
+        let exe = folder.join(format!("{}.{SM}", p.name));
+        let mut args = indirect_programs::cuda_args(SM)?;
+        args.push("-O2".into());
+        indirect_programs::compile_with(
+            clang,
+            config,
+            &args,
+            &[util::root().join(p.source)],
+            &exe,
+        )?;
+        indirect_programs::check_cubin(&exe, SM)?;
         programs.push(json!({
             "name": p.name,
             "exe": relative(kit, &exe)?,
