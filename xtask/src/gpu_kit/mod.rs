@@ -72,22 +72,19 @@ fn build_dir() -> PathBuf {
 }
 
 pub fn main(args: Args) -> Result<()> {
-    let llvm = match args.llvm {
-        16 => None,
-        18 => Some(()),
-        other => bail!("no GPU kit for LLVM {other}: 16 or 18"),
-    };
     if args.bare_root {
-        let proof = match llvm {
-            None => bare_root::prove()?,
-            Some(()) => llvm18::prove()?,
+        let proof = match args.llvm {
+            16 => bare_root::prove()?,
+            18 => llvm18::prove()?,
+            other => bail!("no GPU kit for LLVM {other}: 16 or 18"),
         };
         println!("{}", proof.report());
         return Ok(());
     }
-    let kit = match llvm {
-        None => build_kit()?,
-        Some(()) => llvm18::build_kit()?,
+    let kit = match args.llvm {
+        16 => build_kit()?,
+        18 => llvm18::build_kit()?,
+        other => bail!("no GPU kit for LLVM {other}: 16 or 18"),
     };
     println!("GPU kit in {}", kit.display());
     println!("on a GPU machine: bash run.sh --results DIR   (then --part 2)");
