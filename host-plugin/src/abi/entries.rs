@@ -6,7 +6,8 @@ use std::ffi::CStr;
 
 /// One of libomptarget's host entries, read in place: its array lives in the host binary
 /// as long as the image is registered, so a load copies none of its entries.
-/// Only [`super::host_entries`] makes these, after checking what the accessors rely on.
+/// Only `host_entries` ([`super::images`]) makes these, after checking what the accessors
+/// rely on.
 #[repr(transparent)]
 pub(super) struct LibomptargetEntry(pub(super) TgtOffloadEntry);
 
