@@ -31,6 +31,7 @@ const LEAVES: &[&str] = &[
     "own_file",
     "prefetch",
     "symbols",
+    "symbols::gnu_hash",
 ];
 
 const VENDORS: &[&str] = &[
