@@ -118,7 +118,8 @@ fn phases_once(bytes: &[u8], entries: &[HostOffloadEntry]) -> Result<[Duration; 
     let symbols = symbols
         .map_err(|e| e.to_string())?
         .ok_or("the host backend inspects every image")?;
-    let (module, dlopen) = timed(|| backend.load_image(0, bytes, None));
+    let device = backend.device(0);
+    let (module, dlopen) = timed(|| device.load_image(bytes, None));
     let module = module.map_err(|e| e.to_string())?;
     let bias = module
         .load_bias()
@@ -141,7 +142,7 @@ fn phases_once(bytes: &[u8], entries: &[HostOffloadEntry]) -> Result<[Duration; 
                 }
                 let mut word = [0u8; 8];
                 // SAFETY: the address of an 8-byte global inside the loaded image.
-                unsafe { backend.read(0, bias.wrapping_add(sym.value), &mut word) }
+                unsafe { device.read(bias.wrapping_add(sym.value), &mut word) }
                     .map_err(|e| e.to_string())?;
                 rows.push(FptrMapEntry {
                     host_ptr: e.host_addr,
@@ -157,7 +158,7 @@ fn phases_once(bytes: &[u8], entries: &[HostOffloadEntry]) -> Result<[Duration; 
             .map_err(|e| e.to_string())
     });
     let table = table?;
-    let memory = DeviceMemory::new(std::sync::Arc::new(HostBackend), 0);
+    let memory = DeviceMemory::new(HostBackend.device(0));
     let (uploaded, upload) = timed(|| -> Result<DeviceBuffer, String> {
         let err = |e: host_plugin::BackendError| e.to_string();
         let map_p = module.global(TABLE_C).map_err(err)?;

@@ -1,13 +1,13 @@
 //! One device, as nextgen's `GenericDeviceTy` sees it: the generic per-device state and
 //! rules (the images loaded on it with their indirect tables, its kernel registry, its
-//! allocations, copies, queues and events), over the vendor's hooks ([`Backend`], called
-//! with this device's index). libomptarget's calls for a device go to its `Device`
+//! allocations, copies, queues and events), over the vendor's object for the device
+//! ([`BackendDevice`]). libomptarget's calls for a device go to its `Device`
 //! through [`crate::Plugin::device`]; what spans devices stays on the `Plugin`. Loading
 //! an image is [`crate::load`]'s sequence; this module keeps what it registers.
 
 use crate::backend::{
-    AllocKind, Backend, DeviceAddr, DeviceLimit, EventHandle, InteropHandles, LaunchRequest,
-    LoadedModule, QueueHandle,
+    AllocKind, Backend, BackendDevice, DeviceAddr, DeviceLimit, EventHandle, InteropHandles,
+    LaunchRequest, LoadedModule, QueueHandle,
 };
 use crate::device_memory::{DeviceBuffer, DeviceMemory};
 use crate::device_settings::{DeviceSettings, HEAP_SIZE_ENV, STACK_SIZE_ENV};
@@ -43,14 +43,19 @@ pub struct Device {
     /// The device's number: libomptarget's, which is also the vendor's index.
     index: usize,
     kind: PluginKind,
-    /// Declared before the backend so the images unload before the last reference to
-    /// the backend drops (a GPU backend releases its contexts then).
+    /// Declared before the vendor's device so the images unload before it drops (a GPU
+    /// releases its context then).
     images: Mutex<Vec<LoadedImage>>,
     /// Every kernel of the images loaded here, with what its launches need: launches
     /// are checked against it, so a stale or made-up address fails instead of jumping
     /// anywhere.
     kernels: RwLock<KernelRegistry>,
+    /// The vendor's device kind: what is asked of every device alike (how it reads
+    /// images, its kernels' default mode).
     backend: Arc<dyn Backend>,
+    /// The vendor's object for this device: every per-device call goes to it. Declared
+    /// after the images, so they unload before it drops (a GPU releases its context then).
+    vendor: Arc<dyn BackendDevice>,
     /// The most threads a load resolves its entries on ([`crate::Plugin::set_load_threads`]).
     load_thread_cap: usize,
     /// libomptarget's settings for the device ([`crate::device_settings`]): read and
@@ -65,11 +70,13 @@ pub struct Device {
 }
 
 impl Device {
-    /// Device `index` of `backend`; its loads resolve on at most `load_thread_cap` threads.
+    /// Device `index` of `backend`, `vendor` its object there; its loads resolve on at
+    /// most `load_thread_cap` threads.
     pub(crate) fn new(
         index: usize,
         kind: PluginKind,
         backend: Arc<dyn Backend>,
+        vendor: Arc<dyn BackendDevice>,
         load_thread_cap: usize,
     ) -> Self {
         Device {
@@ -78,6 +85,7 @@ impl Device {
             images: Mutex::default(),
             kernels: RwLock::default(),
             backend,
+            vendor,
             load_thread_cap,
             settings: OnceLock::new(),
             limits_set: Mutex::new(false),
@@ -110,11 +118,6 @@ impl Device {
         self.index as i32
     }
 
-    /// The vendor's index of this device (what its hooks take).
-    pub(crate) fn index(&self) -> usize {
-        self.index
-    }
-
     pub(crate) fn kind(&self) -> PluginKind {
         self.kind
     }
@@ -123,9 +126,14 @@ impl Device {
         self.backend.as_ref()
     }
 
+    /// The vendor's object for this device.
+    pub(crate) fn vendor(&self) -> &dyn BackendDevice {
+        self.vendor.as_ref()
+    }
+
     /// This device's memory, for the plugin's own buffers.
     pub(crate) fn memory(&self) -> DeviceMemory {
-        DeviceMemory::new(Arc::clone(&self.backend), self.index)
+        DeviceMemory::new(Arc::clone(&self.vendor))
     }
 
     pub(crate) fn load_thread_cap(&self) -> usize {
@@ -171,8 +179,8 @@ impl Device {
                 *self.settings.get_or_init(|| from_env)
             }
         };
-        self.backend
-            .init_device(self.index)
+        self.vendor
+            .init()
             .map_err(backend_err(self.id(), "initialising"))?;
         let mut limits_set = lock(&self.limits_set);
         if !*limits_set {
@@ -193,12 +201,12 @@ impl Device {
         let Some(bytes) = bytes else {
             return Ok(());
         };
-        let applies =
-            self.backend
-                .set_limit(self.index, limit, bytes)
-                .map_err(backend_err_with(self.id(), || {
-                    format!("setting {variable}={bytes}")
-                }))?;
+        let applies = self
+            .vendor
+            .set_limit(limit, bytes)
+            .map_err(backend_err_with(self.id(), || {
+                format!("setting {variable}={bytes}")
+            }))?;
         diag::debug(|| {
             let device = self.id();
             match applies {
@@ -213,8 +221,8 @@ impl Device {
 
     /// The device's handles for OpenMP interop (`__tgt_rtl_init_device_info`).
     pub fn interop_handles(&self) -> Result<InteropHandles, PluginError> {
-        self.backend
-            .interop_handles(self.index)
+        self.vendor
+            .interop_handles()
             .map_err(backend_err(self.id(), "reading its interop handles"))
     }
 
@@ -400,6 +408,13 @@ impl Device {
         Ok(patched)
     }
 
+    /// What `__tgt_rtl_print_device_info` prints: the backend's facts about the device.
+    pub fn info_lines(&self) -> Vec<String> {
+        self.vendor.device_info()
+    }
+}
+
+impl Device {
     /// The record of a kernel of an image loaded here.
     pub(crate) fn loaded_kernel(&self, kernel: DeviceAddr) -> Result<KernelRecord, PluginError> {
         let record = self
@@ -549,11 +564,19 @@ impl Device {
         });
         // SAFETY: `kernel` is a kernel of an image loaded on this device (its record was
         // found); the caller vouches for the arguments and the queue.
-        unsafe { self.backend.launch(self.index, kernel, args, shape, queue) }.map_err(
-            backend_err_with(self.id(), || format!("kernel {kernel:#x}")),
-        )
+        unsafe {
+            match queue {
+                None => self.vendor.launch(kernel, args, shape),
+                Some(queue) => self.vendor.launch_on(kernel, args, shape, queue),
+            }
+        }
+        .map_err(backend_err_with(self.id(), || {
+            format!("kernel {kernel:#x}")
+        }))
     }
+}
 
+impl Device {
     /// Allocate memory of one of LLVM 16's kinds (device, pinned host, managed), freed
     /// when the buffer is dropped ([`DeviceBuffer::into_raw`] hands it over instead).
     pub fn alloc(&self, size: usize, kind: AllocKind) -> Result<DeviceBuffer, PluginError> {
@@ -568,7 +591,7 @@ impl Device {
     /// `addr` came from `alloc` on this device and is dead.
     pub unsafe fn free(&self, addr: DeviceAddr) -> Result<(), PluginError> {
         // SAFETY: forwarded caller contract.
-        unsafe { self.backend.free(self.index, addr) }.map_err(backend_err(self.id(), "freeing"))
+        unsafe { self.vendor.free(addr) }.map_err(backend_err(self.id(), "freeing"))
     }
 
     /// Copy host bytes to the device, to completion.
@@ -577,7 +600,7 @@ impl Device {
     /// `dst .. dst + src.len()` is device memory of this device.
     pub unsafe fn write(&self, dst: DeviceAddr, src: &[u8]) -> Result<(), PluginError> {
         // SAFETY: forwarded caller contract.
-        unsafe { self.backend.write(self.index, dst, src) }
+        unsafe { self.vendor.write(dst, src) }
             .map_err(backend_err(self.id(), "copying to the device"))
     }
 
@@ -587,10 +610,33 @@ impl Device {
     /// `src .. src + dst.len()` is device memory of this device.
     pub unsafe fn read(&self, src: DeviceAddr, dst: &mut [u8]) -> Result<(), PluginError> {
         // SAFETY: forwarded caller contract.
-        unsafe { self.backend.read(self.index, src, dst) }
+        unsafe { self.vendor.read(src, dst) }
             .map_err(backend_err(self.id(), "copying from the device"))
     }
 
+    /// `__tgt_rtl_data_lock`: page-lock host memory for fast copies; the address the
+    /// device reaches it at.
+    ///
+    /// # Safety
+    /// `ptr .. ptr + len` is host memory that stays allocated until it is unlocked.
+    pub unsafe fn lock_host(&self, ptr: *mut u8, len: usize) -> Result<*mut u8, PluginError> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.vendor.lock_host(ptr, len) }.map_err(backend_err_with(self.id(), || {
+            format!("locking {len} host bytes at {ptr:?}")
+        }))
+    }
+
+    /// `__tgt_rtl_data_unlock`: undo [`Device::lock_host`].
+    pub fn unlock_host(&self, ptr: *mut u8) -> Result<(), PluginError> {
+        self.vendor
+            .unlock_host(ptr)
+            .map_err(backend_err_with(self.id(), || {
+                format!("unlocking host memory at {ptr:?}")
+            }))
+    }
+}
+
+impl Device {
     /// [`Device::write`] on the async info's queue (created on first use), or to
     /// completion where the device has no queues.
     ///
@@ -611,7 +657,7 @@ impl Device {
             return unsafe { self.write(dst, src) };
         };
         // SAFETY: forwarded caller contract; `queue` is this device's.
-        unsafe { self.backend.write_async(self.index, dst, src, len, queue) }
+        unsafe { self.vendor.write_async(dst, src, len, queue) }
             .map_err(backend_err(self.id(), "queueing a copy to the device"))
     }
 
@@ -635,7 +681,7 @@ impl Device {
             return unsafe { self.read(src, dst) };
         };
         // SAFETY: forwarded caller contract; `queue` is this device's.
-        unsafe { self.backend.read_async(self.index, src, dst, len, queue) }
+        unsafe { self.vendor.read_async(src, dst, len, queue) }
             .map_err(backend_err(self.id(), "queueing a copy from the device"))
     }
 
@@ -662,10 +708,8 @@ impl Device {
         // SAFETY: forwarded caller contract; `queue` is this device's.
         unsafe {
             match queue {
-                Some(q) => self
-                    .backend
-                    .copy_async(self.index, src, to.index, dst, len, q),
-                None => self.backend.copy(self.index, src, to.index, dst, len),
+                Some(q) => self.vendor.copy_async(src, to.vendor.as_ref(), dst, len, q),
+                None => self.vendor.copy(src, to.vendor.as_ref(), dst, len),
             }
         }
         .map_err(backend_err_with(self.id(), what))
@@ -673,18 +717,18 @@ impl Device {
 
     /// Wait until everything asked of the device is done.
     pub fn synchronize(&self) -> Result<(), PluginError> {
-        self.backend
-            .synchronize(self.index)
+        self.vendor
+            .synchronize()
             .map_err(backend_err(self.id(), "synchronizing"))
     }
 
     /// The async info's queue, created on first use and kept in `info`; None where the
     /// device has no queues (everything then completes before it returns).
-    fn queue(&self, info: &mut AsyncInfo) -> Result<Option<QueueHandle>, PluginError> {
+    pub(super) fn queue(&self, info: &mut AsyncInfo) -> Result<Option<QueueHandle>, PluginError> {
         if info.queue.is_none() {
             info.queue = self
-                .backend
-                .queue_create(self.index)
+                .vendor
+                .queue_create()
                 .map_err(backend_err(self.id(), "creating a queue"))?;
         }
         Ok(info.queue)
@@ -711,8 +755,8 @@ impl Device {
             return self.synchronize();
         };
         let done = self
-            .backend
-            .queue_done(self.index, queue)
+            .vendor
+            .queue_done(queue)
             .map_err(backend_err_with(self.id(), || {
                 format!("querying queue {queue:#x}")
             }))?;
@@ -724,8 +768,8 @@ impl Device {
     }
 
     fn finish_queue(&self, queue: QueueHandle) -> Result<(), PluginError> {
-        self.backend
-            .queue_finish(self.index, queue)
+        self.vendor
+            .queue_finish(queue)
             .map_err(backend_err_with(self.id(), || {
                 format!("finishing queue {queue:#x}")
             }))
@@ -735,8 +779,8 @@ impl Device {
     /// before it returns and there is nothing to wait for.
     pub fn event_create(&self) -> Result<EventHandle, PluginError> {
         let event = self
-            .backend
-            .event_create(self.index)
+            .vendor
+            .event_create()
             .map_err(backend_err(self.id(), "creating an event"))?;
         Ok(event.unwrap_or_else(token_event))
     }
@@ -755,8 +799,8 @@ impl Device {
             Some(info) => self.queue(info)?,
             None => None,
         };
-        self.backend
-            .event_record(self.index, event, queue)
+        self.vendor
+            .event_record(event, queue)
             .map_err(backend_err(self.id(), "recording an event"))
     }
 
@@ -774,8 +818,8 @@ impl Device {
             Some(info) => self.queue(info)?,
             None => None,
         };
-        self.backend
-            .event_wait(self.index, event, queue)
+        self.vendor
+            .event_wait(event, queue)
             .map_err(backend_err(self.id(), "waiting for an event"))
     }
 
@@ -783,8 +827,8 @@ impl Device {
         if event == token_event() {
             return Ok(());
         }
-        self.backend
-            .event_sync(self.index, event)
+        self.vendor
+            .event_sync(event)
             .map_err(backend_err(self.id(), "synchronizing an event"))
     }
 
@@ -792,36 +836,9 @@ impl Device {
         if event == token_event() {
             return Ok(());
         }
-        self.backend
-            .event_destroy(self.index, event)
+        self.vendor
+            .event_destroy(event)
             .map_err(backend_err(self.id(), "destroying an event"))
-    }
-
-    /// `__tgt_rtl_data_lock`: page-lock host memory for fast copies; the address the
-    /// device reaches it at.
-    ///
-    /// # Safety
-    /// `ptr .. ptr + len` is host memory that stays allocated until it is unlocked.
-    pub unsafe fn lock_host(&self, ptr: *mut u8, len: usize) -> Result<*mut u8, PluginError> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.backend.lock_host(self.index, ptr, len) }
-            .map_err(backend_err_with(self.id(), || {
-                format!("locking {len} host bytes at {ptr:?}")
-            }))
-    }
-
-    /// `__tgt_rtl_data_unlock`: undo [`Device::lock_host`].
-    pub fn unlock_host(&self, ptr: *mut u8) -> Result<(), PluginError> {
-        self.backend
-            .unlock_host(self.index, ptr)
-            .map_err(backend_err_with(self.id(), || {
-                format!("unlocking host memory at {ptr:?}")
-            }))
-    }
-
-    /// What `__tgt_rtl_print_device_info` prints: the backend's facts about the device.
-    pub fn info_lines(&self) -> Vec<String> {
-        self.backend.device_info(self.index)
     }
 }
 
@@ -846,6 +863,7 @@ pub fn token_event() -> EventHandle {
 mod tests {
     use super::*;
     use crate::backend::host;
+    use crate::backend::{AllocKind, DeviceAddr, LaunchRequest, QueueHandle};
     use crate::launch_shape::Shape;
     use crate::BackendError;
 
@@ -876,36 +894,43 @@ mod tests {
         fn device_count(&self) -> usize {
             1
         }
-        fn init_device(&self, _: usize) -> Result<(), BackendError> {
+        fn device(&self, _: usize) -> Arc<dyn BackendDevice> {
+            unreachable!("the tests make the device themselves")
+        }
+    }
+
+    impl BackendDevice for QueueBackend {
+        fn index(&self) -> usize {
+            0
+        }
+        fn init(&self) -> Result<(), BackendError> {
             Ok(())
         }
         fn load_image(
             &self,
-            _: usize,
             _: &[u8],
             _: Option<crate::backend::StagedImage>,
         ) -> Result<Box<dyn LoadedModule>, BackendError> {
             Err(BackendError::Load("no images here".into()))
         }
-        fn alloc(&self, _: usize, _: usize, _: AllocKind) -> Result<DeviceAddr, BackendError> {
+        fn alloc(&self, _: usize, _: AllocKind) -> Result<DeviceAddr, BackendError> {
             Err(BackendError::OutOfMemory(0))
         }
-        unsafe fn free(&self, _: usize, _: DeviceAddr) -> Result<(), BackendError> {
+        unsafe fn free(&self, _: DeviceAddr) -> Result<(), BackendError> {
             Ok(())
         }
-        unsafe fn write(&self, _: usize, _: DeviceAddr, _: &[u8]) -> Result<(), BackendError> {
+        unsafe fn write(&self, _: DeviceAddr, _: &[u8]) -> Result<(), BackendError> {
             self.record("write".into());
             Ok(())
         }
-        unsafe fn read(&self, _: usize, _: DeviceAddr, _: &mut [u8]) -> Result<(), BackendError> {
+        unsafe fn read(&self, _: DeviceAddr, _: &mut [u8]) -> Result<(), BackendError> {
             self.record("read".into());
             Ok(())
         }
         unsafe fn copy(
             &self,
-            _: usize,
             _: DeviceAddr,
-            _: usize,
+            _: &dyn BackendDevice,
             _: DeviceAddr,
             _: usize,
         ) -> Result<(), BackendError> {
@@ -914,37 +939,43 @@ mod tests {
         }
         unsafe fn launch(
             &self,
-            _: usize,
             kernel: DeviceAddr,
             _: &[DeviceAddr],
             shape: Option<Shape>,
-            queue: Option<QueueHandle>,
         ) -> Result<(), BackendError> {
-            let queue = queue.map_or("to completion".into(), |q| format!("on {q:#x}"));
-            self.record(format!("launch {kernel:#x} {shape:?} {queue}"));
+            self.record(format!("launch {kernel:#x} {shape:?} to completion"));
             Ok(())
         }
-        fn synchronize(&self, _: usize) -> Result<(), BackendError> {
+        unsafe fn launch_on(
+            &self,
+            kernel: DeviceAddr,
+            _: &[DeviceAddr],
+            shape: Option<Shape>,
+            queue: QueueHandle,
+        ) -> Result<(), BackendError> {
+            self.record(format!("launch {kernel:#x} {shape:?} on {queue:#x}"));
+            Ok(())
+        }
+        fn synchronize(&self) -> Result<(), BackendError> {
             self.record("synchronize".into());
             Ok(())
         }
-        fn device_info(&self, _: usize) -> Vec<String> {
+        fn device_info(&self) -> Vec<String> {
             vec!["a recording backend".into()]
         }
-        fn queue_create(&self, _: usize) -> Result<Option<QueueHandle>, BackendError> {
+        fn queue_create(&self) -> Result<Option<QueueHandle>, BackendError> {
             self.record("queue_create".into());
             Ok(Some(QUEUE))
         }
-        fn queue_finish(&self, _: usize, queue: QueueHandle) -> Result<(), BackendError> {
+        fn queue_finish(&self, queue: QueueHandle) -> Result<(), BackendError> {
             self.record(format!("queue_finish {queue:#x}"));
             Ok(())
         }
-        fn queue_done(&self, _: usize, _: QueueHandle) -> Result<bool, BackendError> {
+        fn queue_done(&self, _: QueueHandle) -> Result<bool, BackendError> {
             Ok(self.done.load(std::sync::atomic::Ordering::SeqCst))
         }
         unsafe fn write_async(
             &self,
-            _: usize,
             _: DeviceAddr,
             _: *const u8,
             _: usize,
@@ -955,7 +986,6 @@ mod tests {
         }
         unsafe fn read_async(
             &self,
-            _: usize,
             _: DeviceAddr,
             _: *mut u8,
             _: usize,
@@ -966,9 +996,8 @@ mod tests {
         }
         unsafe fn copy_async(
             &self,
-            _: usize,
             _: DeviceAddr,
-            _: usize,
+            _: &dyn BackendDevice,
             _: DeviceAddr,
             _: usize,
             queue: QueueHandle,
@@ -979,8 +1008,8 @@ mod tests {
     }
 
     /// Device 0 of `backend`, with one kernel (no exec mode, no limits: run once).
-    fn device_with_kernel(backend: Arc<dyn Backend>) -> Device {
-        let device = Device::new(0, PluginKind::Cuda, backend, 1);
+    fn device_with_kernel(backend: Arc<QueueBackend>) -> Device {
+        let device = Device::new(0, PluginKind::Cuda, backend.clone(), backend, 1);
         device.kernels.write().unwrap().insert(
             KERNEL,
             KernelRecord {
@@ -1063,7 +1092,8 @@ mod tests {
     /// leave the info empty, and events are tokens no backend call sees.
     #[test]
     fn without_queues_async_calls_complete_at_once_and_events_are_tokens() {
-        let device = Device::new(0, PluginKind::X86_64, Arc::new(host::HostBackend), 1);
+        let backend = Arc::new(host::HostBackend);
+        let device = Device::new(0, PluginKind::X86_64, backend.clone(), backend.device(0), 1);
         let mut info = AsyncInfo::default();
         let source = [7u8; 4];
         let mut target = [0u8; 4];

@@ -11,7 +11,7 @@
 //!
 //! The layouts and names are offload-formats' ([`offload_formats::device_runtime`]).
 
-use crate::backend::{Backend, BackendError, DeviceAddr, LoadedModule};
+use crate::backend::{BackendDevice, BackendError, DeviceAddr, LoadedModule};
 
 /// Which LLVM's device environment an image's runtime reads.
 pub use offload_formats::device_runtime::DeviceEnvironmentLayout as Layout;
@@ -69,9 +69,9 @@ impl Installed {
 /// Write the environment into a freshly loaded image, if its device runtime has one (an
 /// image without LLVM's device runtime has none, and needs none).
 pub fn install(
-    backend: &dyn Backend,
+    device: &dyn BackendDevice,
+    device_count: usize,
     module: &dyn LoadedModule,
-    device: usize,
     dynamic_memory: u32,
 ) -> Result<Option<Installed>, BackendError> {
     let Some((name, size)) = NAMES
@@ -89,14 +89,14 @@ pub fn install(
     let addr = module.global(name)?;
     let bytes = contents(
         layout,
-        backend.device_count() as u32,
-        device as u32,
+        device_count as u32,
+        device.index() as u32,
         dynamic_memory,
-        backend.device_facts(device),
+        device.device_facts(),
     );
     // SAFETY: `addr` is the address the module gives for its own global, whose size it
-    // just reported as the layout's: device memory of `device` that holds all of `bytes`.
-    unsafe { backend.write(device, addr, &bytes) }?;
+    // just reported as the layout's: memory of `device` that holds all of `bytes`.
+    unsafe { device.write(addr, &bytes) }?;
     Ok(Some(Installed { layout, addr }))
 }
 

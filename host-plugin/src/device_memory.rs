@@ -3,7 +3,7 @@
 //! hand-over can leak it. [`DeviceBuffer::into_raw`] gives up ownership where the C ABI
 //! hands memory to libomptarget (`__tgt_rtl_data_alloc`), which frees it by address.
 
-use crate::backend::{AllocKind, Backend, BackendError, DeviceAddr};
+use crate::backend::{AllocKind, BackendDevice, BackendError, DeviceAddr};
 use crate::diag;
 use std::sync::Arc;
 
@@ -11,28 +11,27 @@ use std::sync::Arc;
 /// from and where they go back to.
 #[derive(Clone)]
 pub struct DeviceMemory {
-    backend: Arc<dyn Backend>,
-    /// The vendor's index of the device.
-    device: usize,
+    device: Arc<dyn BackendDevice>,
 }
 
 impl DeviceMemory {
-    pub fn new(backend: Arc<dyn Backend>, device: usize) -> Self {
-        DeviceMemory { backend, device }
+    pub fn new(device: Arc<dyn BackendDevice>) -> Self {
+        DeviceMemory { device }
     }
 
-    pub fn backend(&self) -> &dyn Backend {
-        self.backend.as_ref()
+    /// The vendor's object for the device.
+    pub fn vendor(&self) -> &dyn BackendDevice {
+        self.device.as_ref()
     }
 
-    /// The vendor's index of the device.
+    /// The device's number.
     pub fn device(&self) -> usize {
-        self.device
+        self.device.index()
     }
 
     /// `len` bytes of memory of `kind`, owned by the returned buffer.
     pub fn alloc(&self, len: usize, kind: AllocKind) -> Result<DeviceBuffer, BackendError> {
-        let addr = self.backend.alloc(self.device, len, kind)?;
+        let addr = self.device.alloc(len, kind)?;
         Ok(DeviceBuffer {
             memory: self.clone(),
             addr,
@@ -48,7 +47,7 @@ impl DeviceMemory {
     /// inside of an allocation).
     pub unsafe fn write(&self, dst: DeviceAddr, bytes: &[u8]) -> Result<(), BackendError> {
         // SAFETY: forwarded caller contract.
-        unsafe { self.backend.write(self.device, dst, bytes) }
+        unsafe { self.device.write(dst, bytes) }
     }
 
     /// Read `dst.len()` bytes at `src`.
@@ -57,7 +56,7 @@ impl DeviceMemory {
     /// `src .. src + dst.len()` is memory of this device.
     pub unsafe fn read(&self, src: DeviceAddr, dst: &mut [u8]) -> Result<(), BackendError> {
         // SAFETY: forwarded caller contract.
-        unsafe { self.backend.read(self.device, src, dst) }
+        unsafe { self.device.read(src, dst) }
     }
 }
 
@@ -75,7 +74,9 @@ impl std::fmt::Debug for DeviceBuffer {
         write!(
             f,
             "DeviceBuffer {{ device: {}, addr: {:#x}, len: {} }}",
-            self.memory.device, self.addr, self.len
+            self.memory.device(),
+            self.addr,
+            self.len
         )
     }
 }
@@ -118,7 +119,7 @@ impl DeviceBuffer {
         // SAFETY: the buffer owns the allocation (from `DeviceMemory::alloc` on this
         // device), which nothing is left to use: the buffer is consumed here, and with
         // `owned` cleared its Drop frees nothing a second time.
-        unsafe { self.memory.backend.free(self.memory.device, self.addr) }
+        unsafe { self.memory.device.free(self.addr) }
     }
 
     /// Give up ownership: the caller (libomptarget, through the C ABI) frees the
@@ -136,9 +137,9 @@ impl Drop for DeviceBuffer {
         }
         // SAFETY: the buffer owns the allocation (from `DeviceMemory::alloc` on this
         // device, neither freed nor handed out with `into_raw`), and it is going away.
-        let freed = unsafe { self.memory.backend.free(self.memory.device, self.addr) };
+        let freed = unsafe { self.memory.device.free(self.addr) };
         if let Err(e) = freed {
-            diag::debug(|| format!("device {}: freeing {self:?}: {e}", self.memory.device));
+            diag::debug(|| format!("device {}: freeing {self:?}: {e}", self.memory.device()));
         }
     }
 }

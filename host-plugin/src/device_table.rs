@@ -177,7 +177,7 @@ impl DeviceTable {
         };
         let placed = if !fptr_index::enabled() {
             Err("turned off by OMPTARGET_RS_FPTR_INDEX=0".to_string())
-        } else if memory.backend().host_memory().is_some() {
+        } else if memory.vendor().host_memory().is_some() {
             crate::host_index::build(memory, &self.rows)
         } else {
             build_and_copy_index(memory, &self.rows)

@@ -16,7 +16,7 @@ use crate::fptr_index::{self, Bucket, DeviceIndex, FptrIndex, PlacedIndex, BUCKE
 ///
 /// [`Backend::host_memory`]: crate::Backend::host_memory
 pub fn build(memory: &DeviceMemory, table: &[FptrMapEntry]) -> Result<PlacedIndex, String> {
-    if memory.backend().host_memory().is_none() {
+    if memory.vendor().host_memory().is_none() {
         return Err("device memory is not host memory".into());
     }
     let mut alloc_error = None;
@@ -101,6 +101,7 @@ impl AsMut<[Bucket]> for HostMemoryBuckets {
 mod tests {
     use super::*;
     use crate::backend::host::HostBackend;
+    use crate::backend::Backend;
     use crate::fptr_index::IndexView;
 
     fn table(n: u64) -> Vec<FptrMapEntry> {
@@ -115,7 +116,7 @@ mod tests {
     #[test]
     fn an_index_built_in_host_memory_answers_like_the_table_and_like_one_built_apart() {
         let table = table(5000);
-        let memory = DeviceMemory::new(std::sync::Arc::new(HostBackend), 0);
+        let memory = DeviceMemory::new(HostBackend.device(0));
         let placed = build(&memory, &table).unwrap();
         let (header, allocation) = (placed.index.header, placed.index.buckets.addr());
         assert!(header.buckets.is_multiple_of(BUCKET_BYTES as u64));
@@ -147,7 +148,7 @@ mod tests {
 
     #[test]
     fn tables_outside_the_contract_get_no_index() {
-        let memory = DeviceMemory::new(std::sync::Arc::new(HostBackend), 0);
+        let memory = DeviceMemory::new(HostBackend.device(0));
         let unsorted = [table(2)[1], table(2)[0]];
         let err = build(&memory, &unsorted).err().unwrap();
         assert!(err.contains("not sorted"), "{err}");

@@ -1,9 +1,9 @@
 //! Loading one image on one device, as one straight sequence (nextgen's `loadBinary`):
 //!
-//! 1. the device's code out of the image ([`Backend::device_code`](crate::Backend::device_code));
+//! 1. the device's code out of the image ([`BackendDevice::device_code`](crate::backend::BackendDevice::device_code));
 //! 2. its checks, with the backend's staging beside them ([`Backend::inspect_image`](crate::Backend::inspect_image),
-//!    [`Backend::stage_image`](crate::Backend::stage_image));
-//! 3. the backend loads it ([`Backend::load_image`](crate::Backend::load_image)) and, on a GPU, the device
+//!    [`BackendDevice::stage_image`](crate::backend::BackendDevice::stage_image));
+//! 3. the backend loads it ([`BackendDevice::load_image`](crate::backend::BackendDevice::load_image)) and, on a GPU, the device
 //!    environment is written ([`crate::device_env`]);
 //! 4. its entries resolve ([`crate::resolve`]);
 //! 5. the indirect function table is built from their rows and installed
@@ -98,10 +98,7 @@ impl Device {
             source,
         };
         // 1-3: the code, its checks and staging, the module.
-        let code = self
-            .backend()
-            .device_code(self.index(), image_bytes)
-            .map_err(load_err)?;
+        let code = self.vendor().device_code(image_bytes).map_err(load_err)?;
         let code = code.bytes();
         let (symbols, staged) = self.inspect_and_stage(code);
         let symbols = symbols.map_err(|source| PluginError::Image {
@@ -110,13 +107,13 @@ impl Device {
             source,
         })?;
         let module = staged
-            .and_then(|staged| self.backend().load_image(self.index(), code, staged))
+            .and_then(|staged| self.vendor().load_image(code, staged))
             .map_err(load_err)?;
         let environment = if self.kind().has_device_environment() {
             crate::device_env::install(
-                self.backend(),
+                self.vendor(),
+                self.backend().device_count(),
                 module.as_ref(),
-                self.index(),
                 self.settings().dynamic_shared_memory,
             )
             .map_err(load_err)?
@@ -186,7 +183,7 @@ impl Device {
     }
 
     /// The image's checks ([`Backend::inspect_image`](crate::Backend::inspect_image)) and the work the backend can do
-    /// on it meanwhile ([`Backend::stage_image`](crate::Backend::stage_image)): for an image of
+    /// on it meanwhile ([`BackendDevice::stage_image`](crate::backend::BackendDevice::stage_image)): for an image of
     /// [`STAGE_ALONGSIDE_BYTES`] or more, the staging runs on a second thread while the
     /// checks run (the host writes the image file; docs/BENCHMARKS.md 1d times the file
     /// write with dlopen at 0.45 and 48 ms, the checks at 0.17 and 18 ms, for 10k and 1M
@@ -200,18 +197,18 @@ impl Device {
         Result<Option<ImageSymbols<'i>>, ImageError>,
         Result<Option<StagedImage>, crate::BackendError>,
     ) {
-        let backend = self.backend();
+        let (backend, vendor) = (self.backend(), self.vendor());
         if image.len() < STAGE_ALONGSIDE_BYTES || self.load_thread_cap() <= 1 {
             let symbols = backend.inspect_image(image);
             let staged = match symbols {
-                Ok(_) => backend.stage_image(self.index(), image),
+                Ok(_) => vendor.stage_image(image),
                 Err(_) => Ok(None),
             };
             return (symbols, staged);
         }
         let (staged, symbols) = self.beside(
             true,
-            || backend.stage_image(self.index(), image),
+            || vendor.stage_image(image),
             || backend.inspect_image(image),
         );
         (symbols, staged)

@@ -28,7 +28,15 @@ impl Plugin {
         let backend: Arc<dyn Backend> = Arc::from(backend);
         let load_threads = default_load_thread_cap();
         let devices = (0..backend.device_count())
-            .map(|d| Device::new(d, kind, Arc::clone(&backend), load_threads))
+            .map(|d| {
+                Device::new(
+                    d,
+                    kind,
+                    Arc::clone(&backend),
+                    backend.device(d),
+                    load_threads,
+                )
+            })
             .collect();
         Plugin {
             kind,

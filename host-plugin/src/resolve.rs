@@ -190,12 +190,9 @@ impl<'a> EntryResolver<'a> {
                 // is not null and, where the image's symbols are known, lies inside
                 // one of its symbols with room for the whole vtable
                 // (check_device_vtable); the device vtable has the host one's layout.
-                unsafe {
-                    self.device
-                        .backend()
-                        .read(self.device.index(), device_vtable, &mut dev)
-                }
-                .map_err(|e| self.entry_err(entry, format!("reading the device vtable: {e}")))?;
+                unsafe { self.device.vendor().read(device_vtable, &mut dev) }.map_err(|e| {
+                    self.entry_err(entry, format!("reading the device vtable: {e}"))
+                })?;
                 let word_pairs =
                     fptr::vtable_word_pairs(name, entry.host_addr(), device_vtable, host.len());
                 rows.extend(

@@ -343,11 +343,16 @@ fn each_device_gets_only_code_it_can_run() {
     assert!(backend.accepts_image(&gfx1100));
 
     // Several code objects in one clang offload bundle: the backend loads the one for
-    // the device (the xnack- build on device 0, the gfx1100 one on device 1).
+    // the device (the xnack- build on device 0, the gfx1100 one on device 1): each
+    // device chooses its code object, then loads it, as the plugin core asks.
     let bundled = bundle(&["gfx90a:xnack+", "gfx90a:xnack-", "gfx1100"]);
     fake.clear_log();
-    let m0 = backend.load_image(0, &bundled, None).unwrap();
-    let m1 = backend.load_image(1, &bundled, None).unwrap();
+    let load_on = |index: usize| {
+        let device = backend.device(index);
+        let code = device.device_code(&bundled).unwrap();
+        device.load_image(code.bytes(), None).unwrap()
+    };
+    let (m0, m1) = (load_on(0), load_on(1));
     in_order(
         &fake.log(),
         &[

@@ -4,13 +4,13 @@
 
 use super::dlopen::{self, ImageFile};
 use super::{
-    ffi_call, AllocKind, Backend, BackendError, DeviceAddr, HandleKind, LoadedModule, QueueHandle,
+    ffi_call, AllocKind, Backend, BackendDevice, BackendError, DeviceAddr, LoadedModule,
     StagedImage,
 };
 use crate::launch_shape::Shape;
 use libloading::os::unix::Library;
 use std::ffi::{c_void, CStr};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 mod loadable;
 
@@ -32,6 +32,11 @@ pub const HOST_DEVICE_COUNT: usize = 4;
 
 #[derive(Default)]
 pub struct HostBackend;
+
+/// One of the host devices: they share the process, so a device is only its number.
+pub struct HostDevice {
+    index: usize,
+}
 
 struct HostModule {
     library: Library,
@@ -74,28 +79,33 @@ impl Backend for HostBackend {
         HOST_DEVICE_COUNT
     }
 
-    fn init_device(&self, _device: usize) -> Result<(), BackendError> {
+    fn device(&self, index: usize) -> Arc<dyn BackendDevice> {
+        Arc::new(HostDevice { index })
+    }
+}
+
+impl BackendDevice for HostDevice {
+    fn index(&self) -> usize {
+        self.index
+    }
+
+    fn init(&self) -> Result<(), BackendError> {
         Ok(())
     }
 
-    fn stage_image(
-        &self,
-        _device: usize,
-        image: &[u8],
-    ) -> Result<Option<StagedImage>, BackendError> {
-        Ok(Some(Box::new(ImageFile::write(image)?)))
+    fn stage_image(&self, code: &[u8]) -> Result<Option<StagedImage>, BackendError> {
+        Ok(Some(Box::new(ImageFile::write(code)?)))
     }
 
     fn load_image(
         &self,
-        _device: usize,
-        image: &[u8],
+        code: &[u8],
         staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
         let file = match staged.map(|s| s.downcast::<ImageFile>()) {
             Some(Ok(file)) => *file,
             // Not staged (or staged by something else): write it now.
-            _ => ImageFile::write(image)?,
+            _ => ImageFile::write(code)?,
         };
         let (library, load_bias) = dlopen::open(&file)?;
         Ok(Box::new(HostModule {
@@ -106,12 +116,7 @@ impl Backend for HostBackend {
     }
 
     /// Every kind is ordinary process memory: the host device and the host are one.
-    fn alloc(
-        &self,
-        _device: usize,
-        size: usize,
-        _kind: AllocKind,
-    ) -> Result<DeviceAddr, BackendError> {
+    fn alloc(&self, size: usize, _kind: AllocKind) -> Result<DeviceAddr, BackendError> {
         // SAFETY: malloc has no preconditions; a zero-size request asks for one byte so a
         // successful allocation is never null.
         let ptr = unsafe { libc::malloc(size.max(1)) };
@@ -127,30 +132,30 @@ impl Backend for HostBackend {
         Some(&super::HostMemory)
     }
 
-    unsafe fn free(&self, _device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
+    unsafe fn free(&self, addr: DeviceAddr) -> Result<(), BackendError> {
         // SAFETY: the caller promises `addr` came from `alloc` (malloc) and is dead.
         unsafe { libc::free(addr as *mut c_void) };
         Ok(())
     }
 
-    unsafe fn write(&self, _: usize, dst: DeviceAddr, src: &[u8]) -> Result<(), BackendError> {
+    unsafe fn write(&self, dst: DeviceAddr, src: &[u8]) -> Result<(), BackendError> {
         // SAFETY: the caller promises dst..dst+len is device (= process) memory; `src` is a
         // live slice; `copy` tolerates overlap.
         unsafe { std::ptr::copy(src.as_ptr(), dst as *mut u8, src.len()) };
         Ok(())
     }
 
-    unsafe fn read(&self, _: usize, src: DeviceAddr, dst: &mut [u8]) -> Result<(), BackendError> {
+    unsafe fn read(&self, src: DeviceAddr, dst: &mut [u8]) -> Result<(), BackendError> {
         // SAFETY: the caller promises src..src+len is device (= process) memory.
         unsafe { std::ptr::copy(src as *const u8, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
+    /// Every host device's memory is this process's: a copy to any of them is a move.
     unsafe fn copy(
         &self,
-        _: usize,
         src: DeviceAddr,
-        _: usize,
+        _to: &dyn BackendDevice,
         dst: DeviceAddr,
         len: usize,
     ) -> Result<(), BackendError> {
@@ -159,28 +164,23 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    /// A call on this thread: no geometry, and no queues (the host hands none out).
+    /// A call on this thread: no geometry (and no queues: the host hands none out).
     unsafe fn launch(
         &self,
-        device: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
         _shape: Option<Shape>,
-        queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
-        if let Some(queue) = queue {
-            return Err(super::unknown(HandleKind::Queue, device, queue));
-        }
         // SAFETY: forwarded caller contract.
         unsafe { ffi_call::call_kernel(kernel, args) }
     }
 
-    fn synchronize(&self, _device: usize) -> Result<(), BackendError> {
+    fn synchronize(&self) -> Result<(), BackendError> {
         // Every operation on the host device completes before it returns.
         Ok(())
     }
 
-    fn device_info(&self, device: usize) -> Vec<String> {
+    fn device_info(&self) -> Vec<String> {
         let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
         // SAFETY: sysconf has no preconditions.
         let (pages, page) = unsafe {
@@ -193,8 +193,9 @@ impl Backend for HostBackend {
             u64::try_from(pages.max(0)).unwrap_or(0) * u64::try_from(page.max(0)).unwrap_or(0);
         vec![
             format!(
-                "device {device} of {HOST_DEVICE_COUNT}: the host CPU (images run through \
-                 dlopen + libffi, in this process)"
+                "device {} of {HOST_DEVICE_COUNT}: the host CPU (images run through \
+                 dlopen + libffi, in this process)",
+                self.index
             ),
             format!("CPUs available to this process: {cpus}"),
             format!("memory: {} MiB (shared with the host)", memory >> 20),
@@ -257,7 +258,7 @@ mod tests {
     /// print_device_info's lines are facts of this machine, not a fixed sentence.
     #[test]
     fn device_info_names_the_device_and_counts_the_cpus() {
-        let lines = HostBackend.device_info(2);
+        let lines = HostBackend.device(2).device_info();
         assert!(
             lines[0].starts_with("device 2 of 4: the host CPU"),
             "{lines:?}"
@@ -276,11 +277,11 @@ mod tests {
 
     #[test]
     fn launches_pass_every_argument_in_order() {
-        let backend = HostBackend;
+        let device = HostBackend.device(0);
         // SAFETY: each function takes exactly the pointers passed, all live.
         unsafe {
-            backend
-                .launch(0, addr(no_args as *const ()), &[], None, None)
+            device
+                .launch(addr(no_args as *const ()), &[], None)
                 .unwrap();
             assert!(CALLED.load(Ordering::SeqCst));
 
@@ -296,7 +297,7 @@ mod tests {
             for _ in 0..2 {
                 *out_ptr = 0;
                 let kernel = addr(store_difference as *const ());
-                backend.launch(0, kernel, &args, None, None).unwrap();
+                device.launch(kernel, &args, None).unwrap();
                 assert_eq!(*out_ptr, 42);
             }
 
@@ -305,8 +306,8 @@ mod tests {
             let mut many = vec![sum_ptr as u64];
             many.extend(1..=19u64);
             assert!(many.len() > ffi_call::INLINE_ARGS);
-            backend
-                .launch(0, addr(weighted_sum as *const ()), &many, None, None)
+            device
+                .launch(addr(weighted_sum as *const ()), &many, None)
                 .unwrap();
             assert_eq!(*sum_ptr, (1..=19u64).map(|i| i * i).sum::<u64>());
         }

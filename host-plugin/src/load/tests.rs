@@ -2,7 +2,9 @@
 //! allocated for a failed load is freed (nothing leaks), and what a refused free left
 //! behind is the driver's alone.
 
-use crate::backend::{AllocKind, Backend, BackendError, DeviceAddr, LoadedModule, StagedImage};
+use crate::backend::{
+    AllocKind, Backend, BackendDevice, BackendError, DeviceAddr, LoadedModule, StagedImage,
+};
 use crate::host_entry::{HostOffloadEntry, FLAG_INDIRECT};
 use crate::{Plugin, PluginError, PluginKind};
 use device_rtl::symbols::{INDEX_C, TABLE_C, TABLE_SIZE_C};
@@ -165,8 +167,8 @@ impl Backend for FailingBackend {
     fn device_count(&self) -> usize {
         1
     }
-    fn init_device(&self, _device: usize) -> Result<(), BackendError> {
-        Ok(())
+    fn device(&self, _: usize) -> Arc<dyn BackendDevice> {
+        Arc::new(self.clone())
     }
     fn inspect_image<'a>(
         &self,
@@ -174,9 +176,17 @@ impl Backend for FailingBackend {
     ) -> Result<Option<crate::image::ImageSymbols<'a>>, crate::image::ImageError> {
         Ok(None)
     }
+}
+
+impl BackendDevice for FailingBackend {
+    fn index(&self) -> usize {
+        0
+    }
+    fn init(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
     fn load_image(
         &self,
-        _device: usize,
         _image: &[u8],
         _staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
@@ -193,18 +203,13 @@ impl Backend for FailingBackend {
             backend: self.clone(),
         }))
     }
-    fn alloc(
-        &self,
-        _device: usize,
-        size: usize,
-        _kind: AllocKind,
-    ) -> Result<DeviceAddr, BackendError> {
+    fn alloc(&self, size: usize, _kind: AllocKind) -> Result<DeviceAddr, BackendError> {
         let mut memory = self.memory.lock().unwrap();
         let addr = memory.place(size);
         memory.allocations.insert(addr);
         Ok(addr)
     }
-    unsafe fn free(&self, _device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
+    unsafe fn free(&self, addr: DeviceAddr) -> Result<(), BackendError> {
         if self.fail.lock().unwrap().free_of.contains(&addr) {
             return Err(refused("free"));
         }
@@ -217,12 +222,7 @@ impl Backend for FailingBackend {
         memory.ranges.remove(&addr);
         Ok(())
     }
-    unsafe fn write(
-        &self,
-        _device: usize,
-        dst: DeviceAddr,
-        src: &[u8],
-    ) -> Result<(), BackendError> {
+    unsafe fn write(&self, dst: DeviceAddr, src: &[u8]) -> Result<(), BackendError> {
         let fail = self.fail.lock().unwrap().clone();
         let mut memory = self.memory.lock().unwrap();
         let (start, at) = memory
@@ -238,12 +238,7 @@ impl Backend for FailingBackend {
         memory.ranges.get_mut(&start).unwrap()[at..at + src.len()].copy_from_slice(src);
         Ok(())
     }
-    unsafe fn read(
-        &self,
-        _device: usize,
-        src: DeviceAddr,
-        dst: &mut [u8],
-    ) -> Result<(), BackendError> {
+    unsafe fn read(&self, src: DeviceAddr, dst: &mut [u8]) -> Result<(), BackendError> {
         let mut memory = self.memory.lock().unwrap();
         let (start, at) = memory
             .range_of(src, dst.len())
@@ -253,9 +248,8 @@ impl Backend for FailingBackend {
     }
     unsafe fn copy(
         &self,
-        _: usize,
         _: DeviceAddr,
-        _: usize,
+        _: &dyn BackendDevice,
         _: DeviceAddr,
         _: usize,
     ) -> Result<(), BackendError> {
@@ -263,20 +257,16 @@ impl Backend for FailingBackend {
     }
     unsafe fn launch(
         &self,
-        _: usize,
         _: DeviceAddr,
         _: &[DeviceAddr],
         _: Option<crate::launch_shape::Shape>,
-        _: Option<crate::backend::QueueHandle>,
     ) -> Result<(), BackendError> {
         Err(refused("launch"))
     }
-    fn device_info(&self, device: usize) -> Vec<String> {
-        vec![format!(
-            "device {device}: a map of byte ranges that fails on cue"
-        )]
+    fn device_info(&self) -> Vec<String> {
+        vec!["device 0: a map of byte ranges that fails on cue".into()]
     }
-    fn synchronize(&self, _device: usize) -> Result<(), BackendError> {
+    fn synchronize(&self) -> Result<(), BackendError> {
         Ok(())
     }
 }

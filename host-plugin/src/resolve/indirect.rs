@@ -43,12 +43,8 @@ impl<'a> EntryResolver<'a> {
         let mut word = [0u8; 8];
         // SAFETY: callers pass the address of an image global whose ELF symbol size was
         // checked to be 8 bytes.
-        unsafe {
-            self.device
-                .backend()
-                .read(self.device.index(), addr, &mut word)
-        }
-        .map_err(|e| self.entry_err(entry, format!("reading its device global: {e}")))?;
+        unsafe { self.device.vendor().read(addr, &mut word) }
+            .map_err(|e| self.entry_err(entry, format!("reading its device global: {e}")))?;
         Ok(u64::from_ne_bytes(word))
     }
 

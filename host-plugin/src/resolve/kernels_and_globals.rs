@@ -104,11 +104,7 @@ impl<'a> EntryResolver<'a> {
             let mut value = [0u8; 1];
             // SAFETY: `addr` is the device address of a global of this image whose size
             // was just checked to be 1 byte.
-            unsafe {
-                self.device
-                    .backend()
-                    .read(self.device.index(), addr, &mut value)
-            }?;
+            unsafe { self.device.vendor().read(addr, &mut value) }?;
             Ok(value[0])
         };
         launch_shape::read_exec_mode(entry.name(), global, read_byte, BackendError::Load)
@@ -144,12 +140,8 @@ impl<'a> EntryResolver<'a> {
         let mut configuration = [0u8; env::CONFIGURATION_BYTES];
         // SAFETY: `addr` is the device address of this image's global of `env::SIZE`
         // bytes (checked above), more than the configuration read from its start.
-        unsafe {
-            self.device
-                .backend()
-                .read(self.device.index(), addr, &mut configuration)
-        }
-        .map_err(|e| self.entry_err(entry, format!("reading {shown}: {e}")))?;
+        unsafe { self.device.vendor().read(addr, &mut configuration) }
+            .map_err(|e| self.entry_err(entry, format!("reading {shown}: {e}")))?;
         let (mode, buffer) = env::parse(&configuration);
         let mode = ExecMode::from_raw(mode).ok_or_else(|| {
             self.entry_err(

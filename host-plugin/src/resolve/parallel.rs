@@ -137,7 +137,7 @@ impl<'a> EntryResolver<'a> {
             return;
         };
         symbols.dynamic_batch(names, found);
-        let host = self.device.backend().host_memory();
+        let host = self.device.vendor().host_memory();
         for (entry, sym) in batch.iter().zip(found.iter()) {
             let holds_pointer = matches!(
                 entry.kind(),

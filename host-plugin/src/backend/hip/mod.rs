@@ -27,8 +27,8 @@ pub mod result;
 pub mod sys;
 
 use super::{
-    AllocKind, Backend, BackendError, DeviceAddr, DeviceCode, DeviceLimit, HandleKind,
-    InteropHandles, LoadedModule, QueueHandle, StagedImage,
+    AllocKind, Backend, BackendDevice, BackendError, DeviceAddr, DeviceCode, DeviceLimit,
+    InteropHandles, LoadedModule, StagedImage,
 };
 use crate::diag;
 use crate::launch_shape::{Limits, Shape};
@@ -47,7 +47,7 @@ pub const HIP_LIBRARY_ENV: &str = "OMPTARGET_RS_HIP_LIBRARY";
 /// The sonames tried, in order, when the variable is not set.
 pub const DEFAULT_HIP_LIBRARIES: &[&str] = &["libamdhip64.so", "libamdhip64.so.6"];
 
-/// The geometry of `launch` for a plain kernel: the [`Backend`] contract is "run the
+/// The geometry of `launch` for a plain kernel: the [`BackendDevice`] contract is "run the
 /// kernel once", as the host backend does, so one work-group of one work-item.
 const ONCE_GRID: [u32; 3] = [1, 1, 1];
 const ONCE_BLOCK: [u32; 3] = [1, 1, 1];
@@ -189,39 +189,39 @@ impl HipBackend {
                 .is_some_and(|id| code_object::select(&objects, id).is_ok())
         })
     }
+}
 
-    fn runtime(&self) -> Result<&Runtime, BackendError> {
-        self.runtime
-            .as_ref()
-            .ok_or(BackendError::NoDevices("amdgpu"))
+/// One HIP device: its ordinal, made current on this thread before each call.
+pub struct HipGpu {
+    ordinal: usize,
+    /// How many devices the runtime has (for what `print_device_info` says).
+    of: usize,
+    api: Arc<HipApi>,
+    info: HipDevice,
+}
+
+impl HipGpu {
+    /// The runtime with this device made current on this thread.
+    fn current(&self) -> Result<&Arc<HipApi>, BackendError> {
+        device::set(&self.api, self.ordinal).map_err(driver_failed)?;
+        Ok(&self.api)
     }
 
-    /// The runtime with `device` made current on this thread.
-    fn on_device(&self, device: usize) -> Result<&Arc<HipApi>, BackendError> {
-        let rt = self.runtime()?;
-        if device >= rt.devices.len() {
-            return Err(BackendError::NoDevices("amdgpu"));
-        }
-        device::set(&rt.api, device).map_err(driver_failed)?;
-        Ok(&rt.api)
-    }
-
-    /// Launch with the given geometry and wait for the kernel (the [`Backend`] contract
-    /// is "run to completion").
+    /// Launch with the given geometry and wait for the kernel (the [`BackendDevice`]
+    /// contract is "run to completion").
     ///
     /// # Safety
-    /// `kernel` is a kernel (hipFunction_t) of an image loaded on `device` taking
+    /// `kernel` is a kernel (hipFunction_t) of an image loaded on this device taking
     /// `args.len()` pointers.
     unsafe fn launch_with(
         &self,
-        device: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
         grid: [u32; 3],
         block: [u32; 3],
         shared_memory: u32,
     ) -> Result<(), BackendError> {
-        let api = self.on_device(device)?;
+        let api = self.current()?;
         // Pointer arguments packed back to back, 8-byte aligned, as the kernel's
         // parameter segment lays them out.
         let mut packed: Vec<u8> = args.iter().flat_map(|a| a.to_ne_bytes()).collect();
@@ -457,26 +457,40 @@ impl Backend for HipBackend {
         self.devices().len()
     }
 
-    fn init_device(&self, device: usize) -> Result<(), BackendError> {
-        self.on_device(device).map(|_| ())
+    /// Device `index` of the runtime (the plugin asks only below the device count, which
+    /// is 0 without a runtime).
+    fn device(&self, index: usize) -> Arc<dyn BackendDevice> {
+        let runtime = self
+            .runtime
+            .as_ref()
+            .expect("HIP devices exist only with a runtime");
+        Arc::new(HipGpu {
+            ordinal: index,
+            of: runtime.devices.len(),
+            api: Arc::clone(&runtime.api),
+            info: runtime.devices[index].clone(),
+        })
     }
 
     fn is_valid_image(&self, image: &[u8]) -> bool {
         self.accepts_image(image)
     }
+}
+
+impl BackendDevice for HipGpu {
+    fn index(&self) -> usize {
+        self.ordinal
+    }
+
+    fn init(&self) -> Result<(), BackendError> {
+        self.current().map(drop)
+    }
 
     /// The code object for the device's target ID, out of a bare code object or a
     /// container of several (a clang offload bundle).
-    fn device_code<'a>(
-        &self,
-        device: usize,
-        image: &'a [u8],
-    ) -> Result<DeviceCode<'a>, BackendError> {
-        let rt = self.runtime()?;
-        let info = rt
-            .devices
-            .get(device)
-            .ok_or(BackendError::NoDevices("amdgpu"))?;
+    fn device_code<'a>(&self, image: &'a [u8]) -> Result<DeviceCode<'a>, BackendError> {
+        let device = self.ordinal;
+        let info = &self.info;
         let device_id = info.target_id.as_ref().ok_or_else(|| {
             BackendError::Load(format!(
                 "device {device}: unknown target ID ({}), cannot choose a code object",
@@ -500,36 +514,28 @@ impl Backend for HipBackend {
         Ok(DeviceCode::from(chosen.bytes.clone()))
     }
 
+    /// `code` is the code object [`BackendDevice::device_code`] chose: loaded as it is.
     fn load_image(
         &self,
-        device: usize,
-        image: &[u8],
+        code: &[u8],
         _staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
-        let code = self.device_code(device, image)?;
-        let bytes = code.bytes();
-        let symbols = dynamic_symbols(bytes)?;
-        let api = self.on_device(device)?;
-        let limits = self.runtime()?.devices[device].limits;
-        let handle = module::load_data(api, bytes).map_err(driver_failed)?;
+        let symbols = dynamic_symbols(code)?;
+        let api = self.current()?;
+        let handle = module::load_data(api, code).map_err(driver_failed)?;
         Ok(Box::new(HipModule {
             api: Arc::clone(api),
-            device,
+            device: self.ordinal,
             handle: handle as usize,
             symbols,
-            limits,
+            limits: self.info.limits,
         }))
     }
 
     /// Device memory for every kind, as before pinned and managed memory were asked of
     /// HIP here.
-    fn alloc(
-        &self,
-        device: usize,
-        size: usize,
-        _kind: AllocKind,
-    ) -> Result<DeviceAddr, BackendError> {
-        let api = self.on_device(device)?;
+    fn alloc(&self, size: usize, _kind: AllocKind) -> Result<DeviceAddr, BackendError> {
+        let api = self.current()?;
         // A zero-size request asks for one byte so a successful allocation is non-null.
         match memory::malloc(api, size.max(1)) {
             Ok(0) => Err(BackendError::OutOfMemory(size)),
@@ -539,72 +545,62 @@ impl Backend for HipBackend {
         }
     }
 
-    unsafe fn free(&self, device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
-        let api = self.on_device(device)?;
+    unsafe fn free(&self, addr: DeviceAddr) -> Result<(), BackendError> {
+        let api = self.current()?;
         // SAFETY: forwarded caller contract (`addr` came from `alloc` and is dead).
         unsafe { memory::free(api, addr) }.map_err(driver_failed)
     }
 
-    unsafe fn write(&self, device: usize, dst: DeviceAddr, src: &[u8]) -> Result<(), BackendError> {
+    unsafe fn write(&self, dst: DeviceAddr, src: &[u8]) -> Result<(), BackendError> {
         if src.is_empty() {
             return Ok(());
         }
-        let api = self.on_device(device)?;
+        let api = self.current()?;
         // SAFETY: forwarded caller contract (dst..dst+len is this device's memory).
         unsafe { memory::copy_to_device(api, dst, src) }.map_err(driver_failed)
     }
 
-    unsafe fn read(
-        &self,
-        device: usize,
-        src: DeviceAddr,
-        dst: &mut [u8],
-    ) -> Result<(), BackendError> {
+    unsafe fn read(&self, src: DeviceAddr, dst: &mut [u8]) -> Result<(), BackendError> {
         if dst.is_empty() {
             return Ok(());
         }
-        let api = self.on_device(device)?;
+        let api = self.current()?;
         // SAFETY: forwarded caller contract (src..src+len is this device's memory).
         unsafe { memory::copy_to_host(api, dst, src) }.map_err(driver_failed)
     }
 
     unsafe fn copy(
         &self,
-        src_device: usize,
         src: DeviceAddr,
-        dst_device: usize,
+        to: &dyn BackendDevice,
         dst: DeviceAddr,
         len: usize,
     ) -> Result<(), BackendError> {
         if len == 0 {
             return Ok(());
         }
-        self.on_device(src_device)?;
-        let api = self.on_device(dst_device)?;
+        let to = super::peer::<HipGpu>(to)?;
+        self.current()?;
+        let api = to.current()?;
         // SAFETY: forwarded caller contract (both ranges are memory of their devices).
         unsafe {
-            if src_device == dst_device {
+            if to.ordinal == self.ordinal {
                 memory::copy_on_device(api, dst, src, len)
             } else {
-                memory::copy_peer(api, dst, dst_device, src, src_device, len)
+                memory::copy_peer(api, dst, to.ordinal, src, self.ordinal, len)
             }
         }
         .map_err(driver_failed)
     }
 
     /// With a shape, its grid; without, once: one work-group of one work-item. Waited
-    /// for: this backend hands out no queues.
+    /// for (and no queues: this backend hands none out).
     unsafe fn launch(
         &self,
-        device: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
         shape: Option<Shape>,
-        queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
-        if let Some(queue) = queue {
-            return Err(super::unknown(HandleKind::Queue, device, queue));
-        }
         let (grid, block, shared) = shape.map_or((ONCE_GRID, ONCE_BLOCK, 0), |shape| {
             (
                 [shape.blocks, 1, 1],
@@ -613,22 +609,17 @@ impl Backend for HipBackend {
             )
         });
         // SAFETY: forwarded caller contract.
-        unsafe { self.launch_with(device, kernel, args, grid, block, shared) }
+        unsafe { self.launch_with(kernel, args, grid, block, shared) }
     }
 
-    fn synchronize(&self, device: usize) -> Result<(), BackendError> {
-        let api = self.on_device(device)?;
+    fn synchronize(&self) -> Result<(), BackendError> {
+        let api = self.current()?;
         device::synchronize(api).map_err(driver_failed)
     }
 
     /// hipDeviceSetLimit on the device; a runtime without it refuses the setting.
-    fn set_limit(
-        &self,
-        device: usize,
-        limit: DeviceLimit,
-        bytes: usize,
-    ) -> Result<bool, BackendError> {
-        let api = self.on_device(device)?;
+    fn set_limit(&self, limit: DeviceLimit, bytes: usize) -> Result<bool, BackendError> {
+        let api = self.current()?;
         let (limit, name) = match limit {
             DeviceLimit::StackSize => (sys::HIP_LIMIT_STACK_SIZE, "hipLimitStackSize"),
             DeviceLimit::HeapSize => (sys::HIP_LIMIT_MALLOC_HEAP_SIZE, "hipLimitMallocHeapSize"),
@@ -642,22 +633,20 @@ impl Backend for HipBackend {
     }
 
     /// HIP has no contexts: the device is its ordinal.
-    fn interop_handles(&self, device: usize) -> Result<InteropHandles, BackendError> {
-        self.on_device(device)?;
+    fn interop_handles(&self) -> Result<InteropHandles, BackendError> {
+        self.current()?;
         Ok(InteropHandles {
             context: 0,
-            device: device as u64,
+            device: self.ordinal as u64,
         })
     }
 
-    fn device_info(&self, device: usize) -> Vec<String> {
-        let Some(info) = self.runtime.as_ref().and_then(|rt| rt.devices.get(device)) else {
-            return vec![format!("device {device}: no HIP runtime or no such device")];
-        };
+    fn device_info(&self) -> Vec<String> {
+        let info = &self.info;
         vec![
             format!(
-                "device {device} of {}: an AMD GPU through HIP (libamdhip64)",
-                self.device_count()
+                "device {} of {}: an AMD GPU through HIP (libamdhip64)",
+                self.ordinal, self.of
             ),
             match &info.arch_name {
                 Ok(name) => format!("gcnArchName: {name}"),

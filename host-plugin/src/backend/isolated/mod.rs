@@ -27,8 +27,7 @@ pub mod server;
 
 use super::dlopen;
 use super::{
-    AllocKind, Backend, BackendError, DeviceAddr, HandleKind, LoadedModule, QueueHandle,
-    StagedImage,
+    AllocKind, Backend, BackendDevice, BackendError, DeviceAddr, LoadedModule, StagedImage,
 };
 use crate::diag;
 use crate::launch_shape::Shape;
@@ -62,7 +61,29 @@ const REQUIRES_UNIFIED_SHARED_MEMORY: i64 = 0x008;
 /// The backend: the device process is started on the first device's use.
 #[derive(Default)]
 pub struct IsolatedBackend {
+    process: Arc<ProcessOnFirstUse>,
+}
+
+/// The device process every isolated device shares, started on the first use of any.
+#[derive(Default)]
+struct ProcessOnFirstUse {
     started: OnceLock<Result<Arc<Isolated>, String>>,
+}
+
+impl ProcessOnFirstUse {
+    /// The running device, started on first use.
+    fn running(&self) -> Result<&Arc<Isolated>, BackendError> {
+        self.started
+            .get_or_init(|| Isolated::start().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| BackendError::Load(e.clone()))
+    }
+}
+
+/// One of the isolated devices: its number, over the process they share.
+pub struct IsolatedDevice {
+    index: usize,
+    process: Arc<ProcessOnFirstUse>,
 }
 
 /// A running isolated device: its window, memory and process.
@@ -94,12 +115,9 @@ impl IsolatedBackend {
         Self::default()
     }
 
-    /// The running device, started on first use.
-    pub fn device(&self) -> Result<&Arc<Isolated>, BackendError> {
-        self.started
-            .get_or_init(|| Isolated::start().map_err(|e| e.to_string()))
-            .as_ref()
-            .map_err(|e| BackendError::Load(e.clone()))
+    /// The running device process, started on first use.
+    pub fn running(&self) -> Result<&Arc<Isolated>, BackendError> {
+        self.process.running()
     }
 }
 
@@ -429,8 +447,11 @@ impl Backend for IsolatedBackend {
         super::host::HOST_DEVICE_COUNT
     }
 
-    fn init_device(&self, _device: usize) -> Result<(), BackendError> {
-        self.device().map(drop)
+    fn device(&self, index: usize) -> Arc<dyn BackendDevice> {
+        Arc::new(IsolatedDevice {
+            index,
+            process: Arc::clone(&self.process),
+        })
     }
 
     fn unsupported_requirements(&self, flags: i64) -> Option<String> {
@@ -441,26 +462,31 @@ impl Backend for IsolatedBackend {
                 .to_owned()
         })
     }
+}
 
-    fn stage_image(
-        &self,
-        _device: usize,
-        image: &[u8],
-    ) -> Result<Option<StagedImage>, BackendError> {
-        let (fd, name) = image_descriptor(image)?;
+impl BackendDevice for IsolatedDevice {
+    fn index(&self) -> usize {
+        self.index
+    }
+
+    fn init(&self) -> Result<(), BackendError> {
+        self.process.running().map(drop)
+    }
+
+    fn stage_image(&self, code: &[u8]) -> Result<Option<StagedImage>, BackendError> {
+        let (fd, name) = image_descriptor(code)?;
         Ok(Some(Box::new(StagedDescriptor(fd, name))))
     }
 
     fn load_image(
         &self,
-        _device: usize,
-        image: &[u8],
+        code: &[u8],
         staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
-        let device = Arc::clone(self.device()?);
+        let device = Arc::clone(self.process.running()?);
         let (fd, name) = match staged.map(|s| s.downcast::<StagedDescriptor>()) {
             Some(Ok(s)) => (s.0, s.1),
-            _ => image_descriptor(image)?,
+            _ => image_descriptor(code)?,
         };
         let reply = device.process.request(&Request::Load, Some(fd.as_fd()))?;
         let Reply::Loaded { module, load_bias } = reply else {
@@ -475,21 +501,18 @@ impl Backend for IsolatedBackend {
         }))
     }
 
-    fn alloc(
-        &self,
-        _device: usize,
-        size: usize,
-        kind: AllocKind,
-    ) -> Result<DeviceAddr, BackendError> {
+    fn alloc(&self, size: usize, kind: AllocKind) -> Result<DeviceAddr, BackendError> {
         match kind {
-            AllocKind::Default | AllocKind::Device => self.device()?.device_memory.alloc(size),
+            AllocKind::Default | AllocKind::Device => {
+                self.process.running()?.device_memory.alloc(size)
+            }
             // As a GPU's pinned and managed memory: one address, used by both sides.
-            AllocKind::Host | AllocKind::Shared => self.device()?.host_memory.alloc(size),
+            AllocKind::Host | AllocKind::Shared => self.process.running()?.host_memory.alloc(size),
         }
     }
 
-    unsafe fn free(&self, _device: usize, addr: DeviceAddr) -> Result<(), BackendError> {
-        let device = self.device()?;
+    unsafe fn free(&self, addr: DeviceAddr) -> Result<(), BackendError> {
+        let device = self.process.running()?;
         if device.host_memory.view(addr, 1).is_some() {
             device.host_memory.free(addr)
         } else {
@@ -497,23 +520,24 @@ impl Backend for IsolatedBackend {
         }
     }
 
-    unsafe fn write(&self, _: usize, dst: DeviceAddr, src: &[u8]) -> Result<(), BackendError> {
-        self.device()?.write(dst, src)
+    unsafe fn write(&self, dst: DeviceAddr, src: &[u8]) -> Result<(), BackendError> {
+        self.process.running()?.write(dst, src)
     }
 
-    unsafe fn read(&self, _: usize, src: DeviceAddr, dst: &mut [u8]) -> Result<(), BackendError> {
-        self.device()?.read(src, dst)
+    unsafe fn read(&self, src: DeviceAddr, dst: &mut [u8]) -> Result<(), BackendError> {
+        self.process.running()?.read(src, dst)
     }
 
+    /// The isolated devices share one process and its memory: a copy to any of them
+    /// stays in it.
     unsafe fn copy(
         &self,
-        _: usize,
         src: DeviceAddr,
-        _: usize,
+        _to: &dyn BackendDevice,
         dst: DeviceAddr,
         len: usize,
     ) -> Result<(), BackendError> {
-        let device = self.device()?;
+        let device = self.process.running()?;
         if let (Some(from), Some(to)) = (device.view(src, len), device.view(dst, len)) {
             // SAFETY: both are the host's views of device ranges inside the arena.
             unsafe { std::ptr::copy(from, to, len) };
@@ -524,20 +548,15 @@ impl Backend for IsolatedBackend {
         device.write(dst, &bytes)
     }
 
-    /// A call in the device process, waited for: no geometry, and no queues (none are
+    /// A call in the device process, waited for: no geometry (and no queues: none are
     /// handed out).
     unsafe fn launch(
         &self,
-        index: usize,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
         _shape: Option<Shape>,
-        queue: Option<QueueHandle>,
     ) -> Result<(), BackendError> {
-        if let Some(queue) = queue {
-            return Err(super::unknown(HandleKind::Queue, index, queue));
-        }
-        let device = self.device()?;
+        let device = self.process.running()?;
         if diag::debug_enabled() {
             check_host_unreachable(device);
         }
@@ -556,22 +575,23 @@ impl Backend for IsolatedBackend {
         }
     }
 
-    fn synchronize(&self, _device: usize) -> Result<(), BackendError> {
+    fn synchronize(&self) -> Result<(), BackendError> {
         // Every request completes before it returns.
         Ok(())
     }
 
-    fn device_info(&self, device: usize) -> Vec<String> {
-        let state = match self.started.get() {
+    fn device_info(&self) -> Vec<String> {
+        let state = match self.process.started.get() {
             None => "not started yet (it starts on first use)".to_string(),
             Some(Ok(d)) => format!("running as process {}", d.process.pid()),
             Some(Err(e)) => format!("failed to start: {e}"),
         };
         vec![
             format!(
-                "device {device} of {}: the host CPU in a process of its own \
+                "device {} of {}: the host CPU in a process of its own \
                  ({ISOLATED_ENV}), shared by the devices: host addresses fault there, as \
                  on a discrete GPU",
+                self.index,
                 super::host::HOST_DEVICE_COUNT
             ),
             format!("device process: {state}"),
