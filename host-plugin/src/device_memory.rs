@@ -101,7 +101,7 @@ impl DeviceBuffer {
             .checked_add(bytes.len())
             .is_some_and(|end| end <= self.len);
         if !fits {
-            return Err(BackendError::Load(format!(
+            return Err(BackendError::Bounds(format!(
                 "internal error: writing {} bytes at offset {at} of a {}-byte device buffer",
                 bytes.len(),
                 self.len

@@ -21,9 +21,25 @@ pub enum BackendError {
         device: usize,
         handle: u64,
     },
-    /// The image or a symbol of it cannot be used (the plugin's own checks).
+    /// The image or a symbol of it cannot be used: the plugin's own checks, or the
+    /// loader's refusal.
     #[error("{0}")]
     Load(String),
+    /// A range outside the memory it must lie in (an allocation, the device's memory),
+    /// refused before any copy.
+    #[error("{0}")]
+    Bounds(String),
+    /// A copy between the host and device memory failed where it was made (the
+    /// isolated device's process memory).
+    #[error("{0}")]
+    Transfer(String),
+    /// The isolated device's process: it could not start, has ended, or refused a
+    /// request with its own reason.
+    #[error("{0}")]
+    DeviceProcess(String),
+    /// An answer of the isolated device's process that does not fit the request.
+    #[error("{0}")]
+    Protocol(String),
     #[error("symbol `{0}` not found in the image")]
     MissingSymbol(String),
     #[error("out of device memory allocating {0} bytes")]

@@ -227,7 +227,7 @@ impl BackendDevice for FailingBackend {
         let mut memory = self.memory.lock().unwrap();
         let (start, at) = memory
             .range_of(dst, src.len())
-            .ok_or_else(|| BackendError::Load(format!("write outside memory at {dst:#x}")))?;
+            .ok_or_else(|| BackendError::Bounds(format!("write outside memory at {dst:#x}")))?;
         let into_allocation = memory.allocations.contains(&start);
         let to_global = fail
             .write_to_global
@@ -242,7 +242,7 @@ impl BackendDevice for FailingBackend {
         let mut memory = self.memory.lock().unwrap();
         let (start, at) = memory
             .range_of(src, dst.len())
-            .ok_or_else(|| BackendError::Load(format!("read outside memory at {src:#x}")))?;
+            .ok_or_else(|| BackendError::Bounds(format!("read outside memory at {src:#x}")))?;
         dst.copy_from_slice(&memory.ranges[&start][at..at + dst.len()]);
         Ok(())
     }

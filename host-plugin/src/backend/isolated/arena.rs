@@ -182,7 +182,7 @@ impl Arena {
         let offset = addr.wrapping_sub(self.device_base);
         let mut blocks = crate::locking::lock(&self.blocks);
         let (start, end) = blocks.free(offset).ok_or_else(|| {
-            BackendError::Load(format!("{addr:#x} is not an allocation of this device"))
+            BackendError::Bounds(format!("{addr:#x} is not an allocation of this device"))
         })?;
         if blocks.over_retained() && end - start >= RELEASE_PAGES_FROM {
             self.release_pages(start, end);

@@ -76,7 +76,7 @@ impl ProcessOnFirstUse {
         self.started
             .get_or_init(|| Isolated::start().map_err(|e| e.to_string()))
             .as_ref()
-            .map_err(|e| BackendError::Load(e.clone()))
+            .map_err(|e| BackendError::DeviceProcess(e.clone()))
     }
 }
 
@@ -125,7 +125,9 @@ impl Isolated {
     fn start() -> Result<Arc<Isolated>, BackendError> {
         let io = |what: &str| {
             let what = what.to_owned();
-            move |e: std::io::Error| BackendError::Load(format!("isolated device: {what}: {e}"))
+            move |e: std::io::Error| {
+                BackendError::DeviceProcess(format!("isolated device: {what}: {e}"))
+            }
         };
         let window = Window::reserve(WINDOW_BYTES).map_err(io("reserving its address window"))?;
         let layout = Layout {
@@ -175,7 +177,7 @@ impl Isolated {
         let range = (buffer as u64, buffer as u64 + len as u64);
         let device = [self.layout.device_memory(), self.layout.device_free()];
         if len > 0 && device.iter().any(|&d| address_space::overlap(range, d)) {
-            return Err(BackendError::Load(format!(
+            return Err(BackendError::Bounds(format!(
                 "the host buffer {:#x} ({len} bytes) is a device address of the \
                  isolated device, not host memory (a device pointer used as a host one)",
                 range.0
@@ -302,13 +304,13 @@ fn refused(e: &std::io::Error) -> bool {
 }
 
 fn copy_err(what: &str, addr: DeviceAddr, e: std::io::Error) -> BackendError {
-    BackendError::Load(format!("{what} device address {addr:#x}: {e}"))
+    BackendError::Transfer(format!("{what} device address {addr:#x}: {e}"))
 }
 
 fn unexpected(reply: Reply) -> BackendError {
     match reply {
-        Reply::Failed { message, .. } => BackendError::Load(message),
-        other => BackendError::Load(format!("unexpected answer from the device: {other:?}")),
+        Reply::Failed { message, .. } => BackendError::DeviceProcess(message),
+        other => BackendError::Protocol(format!("unexpected answer from the device: {other:?}")),
     }
 }
 

@@ -103,7 +103,7 @@ fn high_duplicate(fd: BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
 }
 
 fn start_err(what: impl std::fmt::Display) -> BackendError {
-    BackendError::Load(format!("starting the isolated device process: {what}"))
+    BackendError::DeviceProcess(format!("starting the isolated device process: {what}"))
 }
 
 impl DeviceProcess {
@@ -402,7 +402,7 @@ impl DeviceProcess {
 }
 
 fn ended(why: &str) -> BackendError {
-    BackendError::Load(format!("the isolated device process has ended: {why}"))
+    BackendError::DeviceProcess(format!("the isolated device process has ended: {why}"))
 }
 
 /// The ranges of this process (`host_maps`) that hold something a device access could
