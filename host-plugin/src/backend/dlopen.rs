@@ -84,7 +84,7 @@ const MEMORY_FILE_MIN_BYTES: usize = 8 << 20;
 
 /// `image` in an anonymous memory file named `name` (/proc/PID/maps shows the name),
 /// close-on-exec. None where memfd_create is missing.
-pub(crate) fn memory_file(name: &str, image: &[u8]) -> Result<Option<OwnedFd>, BackendError> {
+fn memory_file(name: &str, image: &[u8]) -> Result<Option<OwnedFd>, BackendError> {
     let c_name = CString::new(name).map_err(|e| BackendError::Load(e.to_string()))?;
     // SAFETY: memfd_create reads the NUL-terminated name and returns a new descriptor
     // (or -1), which is owned right below and by nothing else.
@@ -107,6 +107,25 @@ fn write_image_disk(name: &str, image: &[u8]) -> Result<ImageFile, BackendError>
         .open(file.path())
         .and_then(|mut f| f.write_all(image))?;
     Ok(file)
+}
+
+/// An image in a file the device process can be handed: a memory file, or (where there
+/// is no memfd) an unlinked temp file; with the name the device's mappings show (the
+/// isolated device process opens it through its descriptor).
+pub(crate) fn image_descriptor(image: &[u8]) -> Result<(OwnedFd, String), BackendError> {
+    let name = unique_image_name();
+    if let Some(fd) = memory_file(&name, image)? {
+        return Ok((fd, name));
+    }
+    let path = std::env::temp_dir().join(&name);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    let _ = std::fs::remove_file(&path);
+    std::io::Write::write_all(&mut file, image)?;
+    Ok((file.into(), name))
 }
 
 /// The public head of glibc's `struct link_map` (<link.h>); the loader's private fields

@@ -102,10 +102,10 @@ impl BackendDevice for HostDevice {
         code: &[u8],
         staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
-        let file = match staged.map(|s| s.downcast::<ImageFile>()) {
-            Some(Ok(file)) => *file,
+        let file = match super::take_staged::<ImageFile>(staged) {
+            Some(file) => file,
             // Not staged (or staged by something else): write it now.
-            _ => ImageFile::write(code)?,
+            None => ImageFile::write(code)?,
         };
         let (library, load_bias) = dlopen::open(&file)?;
         Ok(Box::new(HostModule {

@@ -151,6 +151,13 @@ pub trait LoadedModule: Send + Sync {
 /// undoes the preparation.
 pub type StagedImage = Box<dyn std::any::Any + Send>;
 
+/// What a vendor staged, if it was of the type it stages.
+pub fn take_staged<T: 'static>(staged: Option<StagedImage>) -> Option<T> {
+    staged
+        .and_then(|staged| staged.downcast::<T>().ok())
+        .map(|staged| *staged)
+}
+
 /// A device kind, as a whole: its devices and the images it takes. One implementation
 /// per vendor; each hands out one [`BackendDevice`] per device, which takes every
 /// per-device call.

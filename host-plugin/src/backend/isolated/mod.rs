@@ -412,24 +412,6 @@ impl Drop for IsolatedModule {
     }
 }
 
-/// An image in a file the device process can be handed: a memory file, or (where there
-/// is no memfd) an unlinked temp file; with the name the device's mappings show.
-fn image_descriptor(image: &[u8]) -> Result<(OwnedFd, String), BackendError> {
-    let name = dlopen::unique_image_name();
-    if let Some(fd) = dlopen::memory_file(&name, image)? {
-        return Ok((fd, name));
-    }
-    let path = std::env::temp_dir().join(&name);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
-    let _ = std::fs::remove_file(&path);
-    std::io::Write::write_all(&mut file, image)?;
-    Ok((file.into(), name))
-}
-
 /// An image staged for loading (its file, written while the checks ran).
 struct StagedDescriptor(OwnedFd, String);
 
@@ -476,7 +458,7 @@ impl BackendDevice for IsolatedDevice {
     }
 
     fn stage_image(&self, code: &[u8]) -> Result<Option<StagedImage>, BackendError> {
-        let (fd, name) = image_descriptor(code)?;
+        let (fd, name) = dlopen::image_descriptor(code)?;
         Ok(Some(Box::new(StagedDescriptor(fd, name))))
     }
 
@@ -486,9 +468,10 @@ impl BackendDevice for IsolatedDevice {
         staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
         let device = Arc::clone(self.process.running()?);
-        let (fd, name) = match staged.map(|s| s.downcast::<StagedDescriptor>()) {
-            Some(Ok(s)) => (s.0, s.1),
-            _ => image_descriptor(code)?,
+        let (fd, name) = match super::take_staged::<StagedDescriptor>(staged) {
+            Some(StagedDescriptor(fd, name)) => (fd, name),
+            // Not staged (or staged by something else): write it now.
+            None => dlopen::image_descriptor(code)?,
         };
         let reply = device.process.request(&Request::Load, Some(fd.as_fd()))?;
         let Reply::Loaded { module, load_bias } = reply else {
