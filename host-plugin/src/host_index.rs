@@ -1,9 +1,9 @@
 //! The fptr index built in place where device memory is this process's own (the host
-//! device, [`Backend::host_memory`]): in a device allocation directly, so no second
+//! device, [`BackendDevice::host_memory`]): in a device allocation directly, so no second
 //! copy is made and written (for an index of a million entries, 20 MB). Elsewhere the
 //! index is built apart and copied ([`crate::device_table`]).
 //!
-//! [`Backend::host_memory`]: crate::Backend::host_memory
+//! [`BackendDevice::host_memory`]: crate::backend::BackendDevice::host_memory
 
 use crate::backend::{AllocKind, BackendError};
 use crate::device_memory::{DeviceBuffer, DeviceMemory};
@@ -11,10 +11,10 @@ use crate::fptr::FptrMapEntry;
 use crate::fptr_index::{self, Bucket, DeviceIndex, FptrIndex, PlacedIndex, BUCKET_BYTES};
 
 /// The index of the sorted, duplicate-free `table`, built in a buffer of `memory`,
-/// which must be this process's own ([`Backend::host_memory`]; else an error). Nothing
+/// which must be this process's own ([`BackendDevice::host_memory`]; else an error). Nothing
 /// stays allocated on failure; the error says why, for the log.
 ///
-/// [`Backend::host_memory`]: crate::Backend::host_memory
+/// [`BackendDevice::host_memory`]: crate::backend::BackendDevice::host_memory
 pub fn build(memory: &DeviceMemory, table: &[FptrMapEntry]) -> Result<PlacedIndex, String> {
     if memory.vendor().host_memory().is_none() {
         return Err("device memory is not host memory".into());

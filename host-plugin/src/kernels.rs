@@ -29,9 +29,9 @@ pub struct KernelRecord {
 /// What the vendor is asked to do for a launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LaunchPlan {
-    /// Run the kernel once ([`crate::Backend::launch`] without a shape).
+    /// Run the kernel once ([`crate::backend::BackendDevice::launch`] without a shape).
     Once,
-    /// Launch it with this shape ([`crate::Backend::launch`] with it).
+    /// Launch it with this shape ([`crate::backend::BackendDevice::launch`] with it).
     Shaped(ExecMode, Shape),
 }
 

@@ -26,7 +26,7 @@ use std::ffi::CStr;
 /// An address in a device's address space (on the host backend, a process address).
 pub type DeviceAddr = u64;
 
-/// A capability a backend may offer ([`Backend::host_memory`]): device memory that is
+/// A capability a backend may offer ([`BackendDevice::host_memory`]): device memory that is
 /// this process's own (the host device). The core then builds what it writes for the
 /// device in place ([`crate::host_index`]) and prefetches globals it is about to read.
 #[derive(Debug)]
@@ -147,7 +147,7 @@ pub trait LoadedModule: Send + Sync {
 }
 
 /// What a backend prepared for an image before its checks finished
-/// ([`Backend::stage_image`]), handed back to [`Backend::load_image`]; dropping it
+/// ([`BackendDevice::stage_image`]), handed back to [`BackendDevice::load_image`]; dropping it
 /// undoes the preparation.
 pub type StagedImage = Box<dyn std::any::Any + Send>;
 

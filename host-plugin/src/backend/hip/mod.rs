@@ -360,7 +360,7 @@ impl LoadedModule for HipModule {
         Ok(addr)
     }
 
-    /// A kernel's `hipFunction_t` (what [`HipBackend::launch`] takes).
+    /// A kernel's `hipFunction_t` (what [`HipGpu::launch`](crate::backend::BackendDevice::launch) takes).
     fn function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
         let missing = || BackendError::MissingSymbol(name.to_string_lossy().into_owned());
         // HIP would also answer for a name that is no kernel (hipErrorNotFound), but
