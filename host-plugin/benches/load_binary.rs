@@ -119,7 +119,7 @@ fn phases_once(bytes: &[u8], entries: &[HostOffloadEntry]) -> Result<[Duration; 
         .map_err(|e| e.to_string())?
         .ok_or("the host backend inspects every image")?;
     let device = backend.device(0);
-    let (module, dlopen) = timed(|| device.load_image(bytes, None));
+    let (module, dlopen) = timed(|| device.load_image(bytes, Some(&symbols), None));
     let module = module.map_err(|e| e.to_string())?;
     let bias = module
         .load_bias()

@@ -107,7 +107,7 @@ impl Device {
             source,
         })?;
         let module = staged
-            .and_then(|staged| self.vendor().load_image(code, staged))
+            .and_then(|staged| self.vendor().load_image(code, symbols.as_ref(), staged))
             .map_err(load_err)?;
         let environment = if self.kind().has_device_environment() {
             crate::device_env::install(

@@ -265,6 +265,19 @@ impl<'a> ImageSymbols<'a> {
         }
     }
 
+    /// Every exported definition of the dynamic symbol table, with its name (for a
+    /// vendor whose loaded module answers names from its own map: HIP).
+    pub fn dynamic_definitions(&self) -> Vec<(&'a [u8], Symbol)> {
+        match &self.dynamic {
+            Dynamic::Hashed(hash) => hash
+                .symbols
+                .iter()
+                .filter_map(|sym| Some((hash.name_of(sym)?, exported(sym)?)))
+                .collect(),
+            Dynamic::Map(map) => map.iter().map(|(name, sym)| (*name, *sym)).collect(),
+        }
+    }
+
     /// The exported definition of `name`, as the dynamic loader finds it by name.
     pub fn dynamic(&self, name: &[u8]) -> Option<Symbol> {
         self.dynamic_hashed(name, gnu_hash(name))

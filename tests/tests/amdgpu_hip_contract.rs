@@ -350,7 +350,10 @@ fn each_device_gets_only_code_it_can_run() {
     let load_on = |index: usize| {
         let device = backend.device(index);
         let code = device.device_code(&bundled).unwrap();
-        device.load_image(code.bytes(), None).unwrap()
+        let symbols = backend.inspect_image(code.bytes()).unwrap();
+        device
+            .load_image(code.bytes(), symbols.as_ref(), None)
+            .unwrap()
     };
     let (m0, m1) = (load_on(0), load_on(1));
     in_order(

@@ -100,6 +100,7 @@ impl BackendDevice for HostDevice {
     fn load_image(
         &self,
         code: &[u8],
+        _symbols: Option<&crate::symbols::ImageSymbols<'_>>,
         staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
         let file = match super::take_staged::<ImageFile>(staged) {

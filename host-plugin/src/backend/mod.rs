@@ -240,12 +240,15 @@ pub trait BackendDevice: AsAny + Send + Sync {
     fn stage_image(&self, _code: &[u8]) -> Result<Option<StagedImage>, BackendError> {
         Ok(None)
     }
-    /// Load the device code ([`BackendDevice::device_code`]); `staged` is what
-    /// [`BackendDevice::stage_image`] returned for it (None: not staged, the backend
-    /// does the work itself).
+    /// Load the device code ([`BackendDevice::device_code`]); `symbols` are its symbol
+    /// tables as [`Backend::inspect_image`] parsed them (None where it reads none: a
+    /// vendor that needs them asks its loaded module instead of parsing them again);
+    /// `staged` is what [`BackendDevice::stage_image`] returned for it (None: not
+    /// staged, the backend does the work itself).
     fn load_image(
         &self,
         code: &[u8],
+        symbols: Option<&crate::symbols::ImageSymbols<'_>>,
         staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError>;
 

@@ -48,6 +48,7 @@ impl BackendDevice for QueueBackend {
     fn load_image(
         &self,
         _: &[u8],
+        _: Option<&crate::symbols::ImageSymbols<'_>>,
         _: Option<crate::backend::StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
         Err(BackendError::Load("no images here".into()))

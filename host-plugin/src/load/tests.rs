@@ -188,6 +188,7 @@ impl BackendDevice for FailingBackend {
     fn load_image(
         &self,
         _image: &[u8],
+        _symbols: Option<&crate::symbols::ImageSymbols<'_>>,
         _staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
         let mut memory = self.memory.lock().unwrap();

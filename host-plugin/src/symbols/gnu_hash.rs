@@ -97,6 +97,13 @@ impl<'a> GnuHash<'a> {
         }))
     }
 
+    /// The name of `sym` (one of this table's symbols), if its string is in bounds.
+    pub(super) fn name_of(&self, sym: &Sym64<LE>) -> Option<&'a [u8]> {
+        let rest = self.strings.get(sym.st_name(LE) as usize..)?;
+        let len = rest.iter().position(|&b| b == 0)?;
+        Some(&rest[..len])
+    }
+
     fn word(&self, at: usize) -> Option<u32> {
         let b = self.bytes.get(at..at.checked_add(4)?)?;
         Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))

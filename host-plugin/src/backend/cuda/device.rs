@@ -188,6 +188,7 @@ impl BackendDevice for CudaDevice {
     fn load_image(
         &self,
         bytes: &[u8],
+        _symbols: Option<&crate::symbols::ImageSymbols<'_>>,
         _staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
         let dev = self;

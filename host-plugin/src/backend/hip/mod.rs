@@ -32,9 +32,10 @@ use super::{
 };
 use crate::diag;
 use crate::launch_shape::{Limits, Shape};
+use crate::symbols::ImageSymbols;
 use grid::{DeviceAttributes, DeviceLimits};
-use object::read::elf::ElfFile64;
-use object::{LittleEndian, Object, ObjectSymbol, SymbolKind};
+use object::elf;
+use object::SymbolKind;
 use offload_formats::target_id::TargetId;
 use result::{device, function, launch, memory, module, HipCallError};
 use std::collections::HashMap;
@@ -419,27 +420,26 @@ impl Drop for HipModule {
     }
 }
 
-/// Defined dynamic symbols of a code object (HIP looks names up in the same table).
-fn dynamic_symbols(code_object: &[u8]) -> Result<HashMap<Vec<u8>, ElfSymbol>, BackendError> {
-    let file = ElfFile64::<LittleEndian>::parse(code_object)
-        .map_err(|e| BackendError::Load(format!("code object: {e}")))?;
-    let mut out = HashMap::new();
-    for sym in file.dynamic_symbols() {
-        if !sym.is_definition() {
-            continue;
-        }
-        if let Ok(name) = sym.name_bytes() {
-            out.insert(
-                name.to_vec(),
-                ElfSymbol {
-                    value: sym.address(),
-                    size: sym.size(),
-                    kind: sym.kind(),
-                },
-            );
-        }
-    }
-    Ok(out)
+/// The defined dynamic symbols of a code object (HIP looks names up in the same table),
+/// by name, from the symbol tables the core parsed for the load.
+fn dynamic_symbols(symbols: &ImageSymbols<'_>) -> HashMap<Vec<u8>, ElfSymbol> {
+    symbols
+        .dynamic_definitions()
+        .into_iter()
+        .map(|(name, sym)| {
+            let kind = match sym.kind {
+                elf::STT_FUNC => SymbolKind::Text,
+                elf::STT_OBJECT | elf::STT_COMMON => SymbolKind::Data,
+                _ => SymbolKind::Unknown,
+            };
+            let symbol = ElfSymbol {
+                value: sym.value,
+                size: sym.size,
+                kind,
+            };
+            (name.to_vec(), symbol)
+        })
+        .collect()
 }
 
 impl Backend for HipBackend {
@@ -518,9 +518,14 @@ impl BackendDevice for HipGpu {
     fn load_image(
         &self,
         code: &[u8],
+        symbols: Option<&ImageSymbols<'_>>,
         _staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
-        let symbols = dynamic_symbols(code)?;
+        let symbols = symbols.map(dynamic_symbols).ok_or_else(|| {
+            BackendError::Load(
+                "a HIP code object loads with the symbol tables Backend::inspect_image read".into(),
+            )
+        })?;
         let api = self.current()?;
         let handle = module::load_data(api, code).map_err(driver_failed)?;
         Ok(Box::new(HipModule {

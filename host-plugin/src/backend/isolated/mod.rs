@@ -465,6 +465,7 @@ impl BackendDevice for IsolatedDevice {
     fn load_image(
         &self,
         code: &[u8],
+        _symbols: Option<&crate::symbols::ImageSymbols<'_>>,
         staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
         let device = Arc::clone(self.process.running()?);
