@@ -191,15 +191,14 @@ impl BackendDevice for CudaDevice {
         _symbols: Option<&crate::symbols::ImageSymbols<'_>>,
         _staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
-        let dev = self;
         let kind = image::classify(bytes)
             .ok_or_else(|| BackendError::Load("not a cubin, fatbinary or PTX".into()))?;
         if let CudaImage::Cubin { sm } = kind {
-            let (major, minor) = dev.compute_capability;
+            let (major, minor) = self.compute_capability;
             if !image::cubin_runs_on(sm, major, minor) {
                 return Err(BackendError::Load(format!(
                     "the cubin is for sm_{sm}; device {} ({}) is sm_{major}{minor}",
-                    dev.index, dev.name
+                    self.index, self.name
                 )));
             }
         }
@@ -215,7 +214,7 @@ impl BackendDevice for CudaDevice {
         let loaded = CudaModule {
             module,
             context,
-            device_limits: dev.limits(),
+            device_limits: self.limits(),
             defined: DefinedSymbols::of_image(bytes),
         };
         Ok(Box::new(loaded))
@@ -477,34 +476,32 @@ impl BackendDevice for CudaDevice {
     /// LLVM 18's CUDA plugin: a 1 GHz clock (the device runtime reads the nanosecond
     /// global timer) and warps resident per multiprocessor x multiprocessors.
     fn device_facts(&self) -> crate::backend::DeviceFacts {
-        let d = self;
-        let warps_per_multiprocessor = (d.threads_per_multiprocessor.max(0) / 32) as u64;
+        let warps_per_multiprocessor = (self.threads_per_multiprocessor.max(0) / 32) as u64;
         crate::backend::DeviceFacts {
             clock_frequency: 1_000_000_000,
-            hardware_parallelism: d.multiprocessors.max(0) as u64 * warps_per_multiprocessor,
+            hardware_parallelism: self.multiprocessors.max(0) as u64 * warps_per_multiprocessor,
         }
     }
 
     fn device_info(&self) -> Vec<String> {
-        let d = self;
         let mut version = 0;
         // SAFETY: the driver is loaded (it reported this device); `version` is writable.
         let driver = match unsafe { sys::cuDriverGetVersion(&mut version) }.result() {
             Ok(()) => format!("CUDA {}.{}", version / 1000, version % 1000 / 10),
             Err(e) => format!("unknown ({e:?})"),
         };
-        let (major, minor) = d.compute_capability;
+        let (major, minor) = self.compute_capability;
         vec![
             format!(
                 "device {} of {}: {}, an NVIDIA GPU through the CUDA driver API",
-                d.index, d.of, d.name
+                self.index, self.of, self.name
             ),
             format!("compute capability: {major}.{minor} (sm_{major}{minor})"),
-            format!("global memory: {} MiB", d.total_memory >> 20),
-            format!("multiprocessors: {}", d.multiprocessors),
+            format!("global memory: {} MiB", self.total_memory >> 20),
+            format!("multiprocessors: {}", self.multiprocessors),
             format!(
                 "threads per block: {}, blocks per launch: at most {}",
-                d.max_threads, d.block_limit
+                self.max_threads, self.block_limit
             ),
             format!("driver: {driver}"),
             "queues: CUDA streams (launches and copies on a queue do not wait)".into(),
