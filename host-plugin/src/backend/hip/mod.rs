@@ -32,10 +32,9 @@ use super::{
 };
 use crate::diag;
 use crate::launch_shape::{Limits, Shape};
-use crate::symbols::ImageSymbols;
+use crate::symbols::{ImageSymbols, Symbol};
 use grid::{DeviceAttributes, DeviceLimits};
 use object::elf;
-use object::SymbolKind;
 use offload_formats::target_id::TargetId;
 use result::{device, function, launch, memory, module, HipCallError};
 use std::collections::HashMap;
@@ -246,12 +245,10 @@ impl HipGpu {
     }
 }
 
-/// An ELF symbol of a loaded code object.
-#[derive(Clone, Copy)]
-struct ElfSymbol {
-    value: u64,
-    size: u64,
-    kind: SymbolKind,
+/// A variable's symbol (`STT_OBJECT`, `STT_COMMON`): kernel descriptors `k.kd` are ones
+/// too.
+fn is_data(sym: &Symbol) -> bool {
+    matches!(sym.kind, elf::STT_OBJECT | elf::STT_COMMON)
 }
 
 /// A code object loaded on one device.
@@ -262,7 +259,7 @@ struct HipModule {
     /// used from any thread).
     handle: usize,
     /// Defined dynamic symbols of the code object, by name.
-    symbols: HashMap<Vec<u8>, ElfSymbol>,
+    symbols: HashMap<Vec<u8>, Symbol>,
     /// The device's launch limits (capped per kernel by `kernel_limits`).
     limits: DeviceLimits,
 }
@@ -272,7 +269,7 @@ impl HipModule {
         self.handle as sys::HipModule
     }
 
-    fn symbol(&self, name: &CStr) -> Option<ElfSymbol> {
+    fn symbol(&self, name: &CStr) -> Option<Symbol> {
         self.symbols.get(name.to_bytes()).copied()
     }
 
@@ -326,12 +323,12 @@ impl HipModule {
     /// Inferred from the loader's design, not yet checked on AMD hardware; size-8
     /// entries (clang 18+) do not depend on it.
     fn load_offset(&self) -> Result<u64, BackendError> {
-        let mut anchors: Vec<(&Vec<u8>, &ElfSymbol)> = self
+        let mut anchors: Vec<(&Vec<u8>, &Symbol)> = self
             .symbols
             .iter()
             // Variables only: kernel descriptors (`k.kd`) are data symbols too, but HIP
             // looks up variables, not descriptors, by name.
-            .filter(|(n, s)| s.kind == SymbolKind::Data && !n.ends_with(b".kd"))
+            .filter(|(n, s)| is_data(s) && !n.ends_with(b".kd"))
             .collect();
         // Deterministic choice (HashMap order is not).
         anchors.sort_by(|a, b| a.0.cmp(b.0));
@@ -396,7 +393,7 @@ impl LoadedModule for HipModule {
     /// A device function's code address (what an indirect call jumps to).
     fn indirect_function(&self, name: &CStr) -> Result<DeviceAddr, BackendError> {
         match self.symbol(name) {
-            Some(sym) if sym.kind == SymbolKind::Text => {
+            Some(sym) if matches!(sym.kind, elf::STT_FUNC | elf::STT_GNU_IFUNC) => {
                 Ok(self.load_offset()?.wrapping_add(sym.value))
             }
             _ => Err(BackendError::MissingSymbol(
@@ -422,23 +419,11 @@ impl Drop for HipModule {
 
 /// The defined dynamic symbols of a code object (HIP looks names up in the same table),
 /// by name, from the symbol tables the core parsed for the load.
-fn dynamic_symbols(symbols: &ImageSymbols<'_>) -> HashMap<Vec<u8>, ElfSymbol> {
+fn dynamic_symbols(symbols: &ImageSymbols<'_>) -> HashMap<Vec<u8>, Symbol> {
     symbols
         .dynamic_definitions()
         .into_iter()
-        .map(|(name, sym)| {
-            let kind = match sym.kind {
-                elf::STT_FUNC => SymbolKind::Text,
-                elf::STT_OBJECT | elf::STT_COMMON => SymbolKind::Data,
-                _ => SymbolKind::Unknown,
-            };
-            let symbol = ElfSymbol {
-                value: sym.value,
-                size: sym.size,
-                kind,
-            };
-            (name.to_vec(), symbol)
-        })
+        .map(|(name, sym)| (name.to_vec(), sym))
         .collect()
 }
 
