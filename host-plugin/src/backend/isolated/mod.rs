@@ -114,11 +114,6 @@ impl IsolatedBackend {
     pub fn new() -> Self {
         Self::default()
     }
-
-    /// The running device process, started on first use.
-    pub fn running(&self) -> Result<&Arc<Isolated>, BackendError> {
-        self.process.running()
-    }
 }
 
 impl Isolated {
@@ -475,8 +470,12 @@ impl BackendDevice for IsolatedDevice {
             None => dlopen::image_descriptor(code)?,
         };
         let reply = device.process.request(&Request::Load, Some(fd.as_fd()))?;
-        let Reply::Loaded { module, load_bias } = reply else {
-            return Err(unexpected(reply));
+        let (module, load_bias) = match reply {
+            Reply::Loaded { module, load_bias } => (module, load_bias),
+            // The device process's loader refused the image: a load failure, as dlopen's
+            // refusal is on the in-process host device.
+            Reply::Failed { message, .. } => return Err(BackendError::Load(message)),
+            other => return Err(unexpected(other)),
         };
         crate::locking::lock(&device.images).insert(name.clone(), Arc::new(fd));
         Ok(Box::new(IsolatedModule {
