@@ -5,7 +5,8 @@
 //! 1. `cargo xtask install --prefix P --llvm N` runs **inside** the root: the project is
 //!    built there, against the root's LLVM N (the compiler plugin for clang N, the plugin
 //!    file, the x86_64 device RTL), with this machine's Rust toolchain (its cargo and
-//!    rustup homes and the workspace are bind-mounted at their own paths) and a target
+//!    rustup homes and the workspace are bind-mounted at their own paths), offline, from
+//!    the crates fetched on this machine first ([`crate::root_cargo`]), and a target
 //!    folder of its own, `target/debian13-build/llvmN/`, which never mixes with this
 //!    machine's builds (and stays cached there between runs);
 //! 2. the compiler plugin's own tests (`cargo test -p compiler-plugin --features llvmN`)
@@ -26,6 +27,7 @@
 //!
 //! Needs root (debootstrap, chroot, mount).
 
+use crate::root_cargo::RootCargo;
 use crate::{
     debian13, debian13_gpu_image, debian13_gpu_install, debian_root, indirect_programs, install,
     util,
@@ -212,15 +214,11 @@ fn run(major: u32) -> Result<Report> {
     let prefix = install_prefix(major);
     let out = build.join("programs");
     fs::create_dir_all(&out)?;
-    let toolchain = Toolchain::of_this_machine()?;
+    let cargo = RootCargo::prepare()?;
 
     let (cuda_path, cuda_installation) = debian13_gpu_image::cuda_binds()?;
-    let mut binds: Vec<&Path> = vec![
-        &workspace,
-        &toolchain.cargo_home,
-        &toolchain.rustup_home,
-        &cuda_installation,
-    ];
+    let mut binds: Vec<&Path> = vec![&workspace, &cuda_installation];
+    binds.extend(cargo.binds());
     if !target.starts_with(&workspace) {
         binds.push(&target);
     }
@@ -234,19 +232,18 @@ fn run(major: u32) -> Result<Report> {
     ));
     let start = Instant::now();
     let (prefix_arg, llvm_arg) = (prefix.display().to_string(), major.to_string());
-    let mut install = toolchain.env_args(&workspace, &build);
-    install.push(debian13_gpu_install::install_env());
-    install.extend(
-        [
-            "cargo",
+    let install = cargo.command(
+        &workspace,
+        &build,
+        &[debian13_gpu_install::install_env()],
+        &[
             "xtask",
             "install",
             "--prefix",
             &prefix_arg,
             "--llvm",
             &llvm_arg,
-        ]
-        .map(String::from),
+        ],
     );
     debian_root::chroot_cmd(&sh, &root, &as_strs(&install))
         .run()
@@ -261,23 +258,23 @@ fn run(major: u32) -> Result<Report> {
     util::section(&format!(
         "LLVM {major} in Debian 13: the compiler plugin's tests (inside the root)"
     ));
-    let mut unit_tests = toolchain.env_args(&workspace, &build);
-    unit_tests.push(format!(
+    let llvm_sys_prefix = format!(
         "LLVM_SYS_{major}0_PREFIX={}",
         debian13::llvm_prefix(major).display()
-    ));
+    );
     let features = format!("llvm{major}");
-    unit_tests.extend(
-        [
-            "cargo",
+    let unit_tests = cargo.command(
+        &workspace,
+        &build,
+        &[llvm_sys_prefix],
+        &[
             "test",
             "-p",
             "compiler-plugin",
             "--no-default-features",
             "--features",
             &features,
-        ]
-        .map(String::from),
+        ],
     );
     debian_root::chroot_cmd(&sh, &root, &as_strs(&unit_tests))
         .run()
@@ -343,51 +340,6 @@ pub fn install_prefix(major: u32) -> PathBuf {
 
 fn as_strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
-}
-
-/// This machine's Rust (rustup's proxies and toolchains), used inside the root.
-struct Toolchain {
-    cargo_home: PathBuf,
-    rustup_home: PathBuf,
-}
-
-impl Toolchain {
-    fn of_this_machine() -> Result<Toolchain> {
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        let from_env = |var: &str, default: &str| {
-            std::env::var_os(var)
-                .map(PathBuf::from)
-                .or_else(|| home.as_ref().map(|h| h.join(default)))
-                .with_context(|| format!("neither {var} nor HOME is set"))
-        };
-        let toolchain = Toolchain {
-            cargo_home: from_env("CARGO_HOME", ".cargo")?,
-            rustup_home: from_env("RUSTUP_HOME", ".rustup")?,
-        };
-        ensure!(
-            toolchain.cargo_home.join("bin/cargo").is_file(),
-            "no cargo in {}/bin",
-            toolchain.cargo_home.display()
-        );
-        Ok(toolchain)
-    }
-
-    /// `env -C <dir> CARGO_HOME=... RUSTUP_HOME=... PATH=... CARGO_TARGET_DIR=<build>`:
-    /// what chroot_cmd's clean environment lacks to run this machine's cargo in `dir`.
-    fn env_args(&self, dir: &Path, build: &Path) -> Vec<String> {
-        vec![
-            "env".into(),
-            "-C".into(),
-            dir.display().to_string(),
-            format!("CARGO_HOME={}", self.cargo_home.display()),
-            format!("RUSTUP_HOME={}", self.rustup_home.display()),
-            format!(
-                "PATH={}:/usr/sbin:/usr/bin:/sbin:/bin",
-                self.cargo_home.join("bin").display()
-            ),
-            format!("CARGO_TARGET_DIR={}", build.display()),
-        ]
-    }
 }
 
 /// Build `program` with clang-N through `config` at `opt`, check its indirect entries,

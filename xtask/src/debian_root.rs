@@ -10,7 +10,7 @@
 //! caller's setup, such as `apt-get install`, succeeded); a root without it is an
 //! interrupted one and is made anew.
 
-use crate::util;
+use crate::{root_cargo, util};
 use anyhow::{Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -120,8 +120,9 @@ fn archive_in_policy(policy: &str, codename: &str) -> Option<String> {
 
 /// `chroot <root> /usr/bin/env -i PATH=... HOME=/root LANG=C.UTF-8 <args...>`: a clean
 /// environment, so nothing of this machine's (LD_LIBRARY_PATH, PATH to toolchains)
-/// reaches the root.
+/// reaches the root. Cargo runs only offline there ([`root_cargo`]).
 pub fn chroot_cmd<'a>(sh: &'a Shell, root: &Path, args: &[&str]) -> xshell::Cmd<'a> {
+    root_cargo::assert_offline(args);
     let clean = CLEAN_ENV;
     cmd!(sh, "chroot {root} {clean...} {args...}")
 }
@@ -162,6 +163,7 @@ pub const CLEAN_ENV: [&str; 6] = [
 /// as [`chroot_cmd`] does, for a program run on this machine that expects a tool on its
 /// own path (the root's mounts must be up while it runs).
 pub fn write_chroot_script(script: &Path, root: &Path, command: &str) -> Result<()> {
+    root_cargo::assert_offline(&[command]);
     use std::os::unix::fs::PermissionsExt;
     let quoted = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
     let root = root.display().to_string();

@@ -20,6 +20,7 @@ mod llvm_release;
 mod nvptx_program;
 mod plugin;
 mod reliability;
+mod root_cargo;
 mod test;
 mod util;
 
