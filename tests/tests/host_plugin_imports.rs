@@ -2,7 +2,8 @@
 //! that import one way).
 //!
 //! Every `use` tree and every inline path that starts at `crate::`, `super::` or
-//! `self::` in a module's own file (its `#[cfg(test)]` part and test files left out) is
+//! `self::` in a module's own file (the items `#[cfg(test)]` is on and test files left
+//! out; what follows such an item is read) is
 //! resolved to the module it reaches (through the names modules bind with `use`); an
 //! edge runs from the file's module to that module. Two checks, which `cargo xtask
 //! test` runs (in `cargo test --workspace`):
@@ -11,7 +12,9 @@
 //! - **vendors import only the vendor API and leaves**: no edge runs from a vendor
 //!   (`backend::cuda`, `backend::hip`, `backend::host`, `backend::isolated` and their
 //!   children) to a module outside `backend` but the [`LEAVES`] (ELF reading,
-//!   utilities, the launch rules' plain types), which import only each other.
+//!   utilities, the launch rules' plain types), which import only each other; and from
+//!   each vendor some edge to the vendor API or a leaf was read (a vendor whose imports
+//!   the reader missed fails, it does not pass for having no wrong edge).
 //!
 //! The parsing is textual and simple (comments and string literals are skipped, not
 //! macros' bodies); a test below shows it cycles on a small crate it writes, so that
@@ -94,13 +97,17 @@ fn modules(root: &Path) -> BTreeMap<String, PathBuf> {
         .collect()
 }
 
-/// The code of a file without comments, string and char literals, and without its
-/// `#[cfg(test)]` part (from the first such line on).
+/// The code of a file without comments, string and char literals, and without the
+/// items `#[cfg(test)]` is on ([`without_test_items`]): what follows such an item is
+/// product code again (a `#[cfg(test)]` method in the middle of an `impl` leaves out
+/// that method, not the rest of the file).
 fn code_of(text: &str) -> String {
-    let text = match text.find("#[cfg(test)]") {
-        Some(at) => &text[..at],
-        None => text,
-    };
+    without_test_items(&without_comments_and_literals(text))
+}
+
+/// `text` without comments, with every string and char literal made empty (`""`, `' '`),
+/// so that nothing in them reads as code.
+fn without_comments_and_literals(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
     let mut i = 0;
@@ -144,6 +151,146 @@ fn code_of(text: &str) -> String {
         }
     }
     out
+}
+
+/// `code` (comments and literals already out) without each item a `#[cfg(test)]`
+/// attribute is on: the attribute and what [`item_end`] says the item is, so a
+/// `mod tests { ... }` block (by brace matching), a `mod tests;` line, a method, an
+/// `impl`, a `use`, a field. An inner `#![cfg(test)]` leaves out the rest of the
+/// block it is in (the whole file at its top).
+fn without_test_items(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some((at, len, inner)) = find_cfg_test(rest) {
+        out.push_str(&rest[..at]);
+        let item = &rest[at + len..];
+        let end = if inner {
+            enclosing_end(item)
+        } else {
+            item_end(item)
+        };
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The first `#[cfg(test)]` (or `#![cfg(test)]`) in `code`, spaces allowed between its
+/// tokens: (position, length, inner).
+fn find_cfg_test(code: &str) -> Option<(usize, usize, bool)> {
+    let mut from = 0;
+    while let Some(found) = code[from..].find('#') {
+        let at = from + found;
+        let mut rest = &code[at + 1..];
+        let inner = rest.starts_with('!');
+        if inner {
+            rest = &rest[1..];
+        }
+        let matched = ["[", "cfg", "(", "test", ")", "]"]
+            .iter()
+            .try_fold(rest, |rest, token| rest.trim_start().strip_prefix(token));
+        if let Some(after) = matched {
+            return Some((at, code.len() - after.len() - at, inner));
+        }
+        from = at + 1;
+    }
+    None
+}
+
+/// Where the item at the start of `item` (after its `#[cfg(test)]`) ends: at its `;`
+/// or at the `}` closing its first block (`mod x { ... }`, `fn f() { ... }`, `impl`,
+/// `struct`), further attributes before it skipped with their brackets. What is not an
+/// item (a field, a variant, a match arm, an argument, a statement) also ends at a `,`,
+/// and anything ends where the list or block around it closes.
+fn item_end(item: &str) -> usize {
+    const ITEMS: &[&str] = &[
+        "fn",
+        "mod",
+        "impl",
+        "struct",
+        "enum",
+        "union",
+        "trait",
+        "type",
+        "const",
+        "static",
+        "use",
+        "extern",
+        "unsafe",
+        "async",
+        "macro_rules!",
+        "let",
+    ];
+    // The first word after the attributes and the visibility says whether it is an item.
+    let mut head = item.trim_start();
+    while head.starts_with('#') {
+        head = head[bracket_end(head).min(head.len())..].trim_start();
+    }
+    if let Some(after) = head.strip_prefix("pub") {
+        let after = after.trim_start();
+        head = if after.starts_with('(') {
+            after[bracket_end(after).min(after.len())..].trim_start()
+        } else {
+            after
+        };
+    }
+    let is_item = ITEMS.iter().any(|k| {
+        head.strip_prefix(k).is_some_and(|after| {
+            k.ends_with('!') || !after.starts_with(|c: char| c.is_alphanumeric() || c == '_')
+        })
+    });
+    let mut depth = 0usize;
+    for (i, c) in item.char_indices() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' if depth == 0 => return i,
+            ')' | ']' => depth -= 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            ';' if depth == 0 => return i + 1,
+            ',' if depth == 0 && !is_item => return i + 1,
+            _ => {}
+        }
+    }
+    item.len()
+}
+
+/// Where the block `code` is inside closes (the position of its unmatched `}`), or the
+/// end of `code`.
+fn enclosing_end(code: &str) -> usize {
+    let mut depth = 0usize;
+    for (i, c) in code.char_indices() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' if depth == 0 => return i,
+            ')' | ']' | '}' => depth -= 1,
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// Where the bracketed group `code` starts with (`#[...]`, `(...)`) ends: just past its
+/// closing bracket.
+fn bracket_end(code: &str) -> usize {
+    let mut depth = 0usize;
+    for (i, c) in code.char_indices() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
 }
 
 /// `'x'` or `'\n'` (a char literal), not a lifetime `'a`.
@@ -655,20 +802,170 @@ fn no_import_cycle() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-#[test]
-fn vendors_import_only_the_vendor_api_and_leaves() {
-    let edges = graph(&src());
-    let wrong: Vec<String> = edges
+/// What is wrong with the vendors' imports in `edges`: every edge from a vendor (or a
+/// child of one) to a module outside `backend` but the [`LEAVES`], and every vendor of
+/// [`VENDORS`] from which no edge to the vendor API (`backend` or one of its modules
+/// that is no vendor) or to a leaf was read, which means the reader did not see its
+/// imports (each vendor implements the vendor API's traits, so it names them).
+fn vendor_import_problems(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let wrong = edges
         .iter()
         .filter(|(from, _)| is_vendor(from))
         .flat_map(|(from, to)| to.iter().map(move |t| (from.as_str(), t.as_str())))
         .filter(|(_, to)| !is_backend(to) && !LEAVES.contains(to))
-        .map(|(from, to)| format!("{from} -> {to}"))
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "vendors import the core: {}",
-        wrong.join(", ")
+        .map(|(from, to)| format!("a vendor imports the core: {from} -> {to}"));
+    let unread = VENDORS.iter().filter_map(|vendor| {
+        let read = edges
+            .iter()
+            .filter(|(from, _)| in_module(from, vendor))
+            .flat_map(|(_, to)| to)
+            .any(|to| (is_backend(to) && !is_vendor(to)) || LEAVES.contains(&to.as_str()));
+        (!read).then(|| {
+            format!("no import of the vendor API or a leaf was read from {vendor} or its children")
+        })
+    });
+    wrong.chain(unread).collect()
+}
+
+/// `module` is `parent` or below it.
+fn in_module(module: &str, parent: &str) -> bool {
+    module == parent || module.starts_with(&format!("{parent}::"))
+}
+
+#[test]
+fn vendors_import_only_the_vendor_api_and_leaves() {
+    let problems = vendor_import_problems(&graph(&src()));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The vendor check fails on a vendor whose imports were not read (no edge from it at
+/// all, or only edges inside itself) and on a vendor that imports the core, and passes
+/// a graph where each vendor reaches the vendor API or a leaf.
+#[test]
+fn the_vendor_check_fails_on_a_vendor_it_did_not_read() {
+    let graph = |edges: &[(&str, &[&str])]| -> BTreeMap<String, BTreeSet<String>> {
+        edges
+            .iter()
+            .map(|(from, to)| {
+                let to = to.iter().map(|t| (*t).to_owned()).collect();
+                ((*from).to_owned(), to)
+            })
+            .collect()
+    };
+    let good: &[(&str, &[&str])] = &[
+        ("backend", &["backend::error"]),
+        ("backend::cuda", &["backend", "backend::cuda::device"]),
+        ("backend::cuda::device", &["backend::error", "symbols"]),
+        ("backend::hip", &["launch_shape"]),
+        ("backend::host", &["backend::handles"]),
+        ("backend::isolated", &["backend", "backend::host"]),
+        ("device", &["backend"]),
+    ];
+    assert_eq!(vendor_import_problems(&graph(good)), Vec::<String>::new());
+
+    // hip's file read as nothing: its module is there, with no edge.
+    let mut unread = graph(good);
+    unread.insert("backend::hip".to_owned(), BTreeSet::new());
+    unread.insert(
+        "backend::hip::sys".to_owned(),
+        BTreeSet::from(["backend::hip".to_owned()]),
+    );
+    assert_eq!(
+        vendor_import_problems(&unread),
+        ["no import of the vendor API or a leaf was read from backend::hip or its children"]
+    );
+    // host's module missing from the graph, isolated reaching only another vendor.
+    let mut missing = graph(good);
+    missing.remove("backend::host");
+    missing.insert(
+        "backend::isolated".to_owned(),
+        BTreeSet::from(["backend::host".to_owned()]),
+    );
+    assert_eq!(
+        vendor_import_problems(&missing),
+        [
+            "no import of the vendor API or a leaf was read from backend::host or its children",
+            "no import of the vendor API or a leaf was read from backend::isolated or its children",
+        ]
+    );
+    let mut core = graph(good);
+    core.insert(
+        "backend::cuda::device".to_owned(),
+        BTreeSet::from(["backend::error".to_owned(), "device_table".to_owned()]),
+    );
+    assert_eq!(
+        vendor_import_problems(&core),
+        ["a vendor imports the core: backend::cuda::device -> device_table"]
+    );
+}
+
+/// A `#[cfg(test)]` item in the middle of a file leaves out that item only: the
+/// product code after a test-only method, a test module, a `mod x;` line and a test
+/// `use` is read, and what those test items name is not.
+#[test]
+fn the_reader_reads_past_test_items() {
+    let dir = e2e_tests::paths::scratch("host-plugin-imports", "test-items");
+    let files = [
+        (
+            "lib.rs",
+            "pub mod a;\npub mod b;\npub mod c;\npub mod d;\npub mod e;\npub mod t;\n",
+        ),
+        (
+            "a.rs",
+            "pub struct S;\n\
+             impl S {\n\
+             \x20   #[cfg(test)]\n\
+             \x20   fn for_tests<A, B>(a: A, b: B) -> S { crate::t::helper(); S }\n\
+             \x20   pub fn product() -> crate::b::Y { crate::b::Y }\n\
+             }\n\
+             #[cfg(test)]\n\
+             use crate::t::Only;\n\
+             use crate::c::Z;\n\
+             #[cfg(test)]\n\
+             #[path = \"x.rs\"]\n\
+             mod x;\n\
+             // #[cfg(test)] in a comment hides nothing\n\
+             pub fn f() -> Z { let _ = \"#[cfg(test)]\"; Z }\n\
+             #[cfg(test)]\n\
+             mod tests {\n\
+             \x20   use crate::t::{self, Helper};\n\
+             \x20   fn g() { if true { crate::t::helper() } }\n\
+             }\n\
+             pub fn after_the_tests() { crate::d::h() }\n\
+             pub struct W {\n\
+             \x20   #[cfg(test)]\n\
+             \x20   probe: crate::t::Helper,\n\
+             \x20   pub e: crate::e::E,\n\
+             }\n",
+        ),
+        ("b.rs", "pub struct Y;\n"),
+        ("c.rs", "pub struct Z;\n"),
+        ("d.rs", "pub fn h() {}\n"),
+        ("e.rs", "pub struct E;\n"),
+        (
+            "t.rs",
+            "pub fn helper() {}\npub struct Helper;\npub struct Only;\n",
+        ),
+    ];
+    for (name, text) in files {
+        let path = dir.join(name);
+        fs::create_dir_all(path.parent().expect("a folder")).expect("scratch is writable");
+        fs::write(path, text).expect("scratch is writable");
+    }
+    let edges = graph(&dir);
+    assert_eq!(
+        edges["a"],
+        BTreeSet::from(["b", "c", "d", "e"].map(String::from)),
+        "{edges:?}"
+    );
+    // The item alone goes; an inner `#![cfg(test)]` takes the rest of its block.
+    assert_eq!(
+        code_of("fn a() {}\n#[cfg(test)] fn b() { {} }\nfn c() {}\n"),
+        "fn a() {}\n\nfn c() {}\n"
+    );
+    assert_eq!(
+        code_of("mod m { #![cfg(test)] use crate::t; }\nuse crate::k;\n"),
+        "mod m { }\nuse crate::k;\n"
     );
 }
 
