@@ -1,9 +1,10 @@
-//! The runtime closure of the kit: every shared library its programs, plugins, tests
-//! and tools load beyond glibc, found through the ELF `DT_NEEDED` graph (read with
-//! `object`, resolved the way the dynamic loader does: `DT_RUNPATH`/`DT_RPATH` with
-//! `$ORIGIN`, then the loader cache, then the default folders), plus what libomptarget
-//! 16 loads by name (LLVM 16's cuda plugin, both names) and the tools the lit check runs
-//! (FileCheck, `not`).
+//! The runtime closure of the kit: every shared library its ELF files load beyond glibc
+//! (programs, benchmarks, plugins, tests: every ELF file the kit carries, in whatever
+//! folder, but the closure's own; [`kit_roots`]) and its tools, found through the ELF
+//! `DT_NEEDED` graph (read with `object`, resolved the way the dynamic loader does:
+//! `DT_RUNPATH`/`DT_RPATH` with `$ORIGIN`, then the loader cache, then the default
+//! folders), plus what libomptarget 16 loads by name (LLVM 16's cuda plugin, both names)
+//! and the tools the lit check runs (FileCheck, `not`).
 //!
 //! Each file is compressed on its own with `xz -9e` into `closure/<name>.xz` (the
 //! runner unpacks them with python3's lzma module into a temporary folder), so the
@@ -14,9 +15,9 @@
 //! glibc's own libraries (those of Debian's `libc6` package) stay out: every Linux
 //! machine has its glibc, and a copy from here could not replace it there. So no file
 //! of the kit may need a glibc symbol version newer than the GPU machine's glibc
-//! ([`GPU_MACHINE_GLIBC`], Ubuntu 24.04's): [`check_glibc_versions`] reads every ELF
-//! file's version needs and stops the build naming the file and version that would not
-//! load there.
+//! ([`GPU_MACHINE_GLIBC`], Ubuntu 24.04's): [`check_glibc_versions`] reads the version
+//! needs of every ELF file of the kit, of the lit store and of the closure, and stops the
+//! build naming the file and version that would not load there.
 //!
 //! The LLVM 16 kit's closure comes from this machine; the LLVM 18 kit's from its Debian
 //! 13 root ([`Sources::sysroot`]), resolved as that root's loader would.
@@ -54,8 +55,11 @@ const TOOLS: &[(&str, &str)] = &[
     ("FileCheck", "/usr/lib/llvm-16/bin/FileCheck"),
     ("not", "/usr/lib/llvm-16/bin/not"),
 ];
-/// The kit's folders whose ELF files are roots of the closure.
-const KIT_ROOTS: &[&str] = &["bin", "plugins", "programs"];
+/// The closure's own folder in the kit: the compressed members this step writes
+/// (`<name>.xz`), which is all it ever holds. It is the one part of the kit that is not
+/// a root: its files are xz archives, not ELF files, and the members they hold are
+/// resolved from their sources (and checked) as members.
+const CLOSURE_DIR: &str = "closure";
 /// The default library folders of the x86-64 loader on Debian.
 const DEFAULT_DIRS: &[&str] = &[
     "/lib/x86_64-linux-gnu",
@@ -111,35 +115,19 @@ pub fn add(kit: &mut Kit) -> Result<()> {
 
 /// The closure of the kit's ELF files and of `sources`, compressed into the kit, with
 /// the glibc check.
+///
+/// The kit's roots are every ELF file already in it ([`kit_roots`]), so this must run
+/// after every step that puts one there: in both kits only [`super::script::add`]
+/// follows, and it writes text files alone (run.sh, the Python runner).
 pub fn add_from(kit: &mut Kit, sources: &Sources) -> Result<()> {
     util::section("gpu-bundle: runtime closure beyond glibc");
-    let glibc = glibc_sonames(sources.sysroot)?;
-    let mut roots = Vec::new();
-    for dir in KIT_ROOTS {
-        roots.extend(files_below(&kit.dir.join(dir))?);
-    }
-    for dir in &sources.more_roots {
-        roots.extend(files_below(dir)?);
-    }
-    let mut extra: Vec<(&str, &str, bool)> = sources
-        .dlopened
-        .iter()
-        .map(|(n, p)| (*n, *p, false))
-        .collect();
-    extra.extend(sources.tools.iter().map(|(n, p)| (*n, *p, true)));
-    let resolver = Resolver::new(&glibc, sources.sysroot, &kit.dir, &sources.more_roots)?;
-    let (members, needs) = resolver.closure(&roots, &extra)?;
-    let newest = check_glibc_versions(&needs, GPU_MACHINE_GLIBC)?;
-    eprintln!(
-        "  glibc: {} files need glibc symbol versions, at most GLIBC_{}.{} (the GPU machines have {}.{})",
-        needs.len(),
-        newest.0,
-        newest.1,
-        GPU_MACHINE_GLIBC.0,
-        GPU_MACHINE_GLIBC.1
-    );
+    let Resolved {
+        glibc,
+        members,
+        newest,
+    } = resolve(&kit.dir, sources, GPU_MACHINE_GLIBC)?;
 
-    let out = kit.dir.join("closure");
+    let out = kit.dir.join(CLOSURE_DIR);
     fs::create_dir_all(&out)?;
     let compressed = compress_all(&members, &out)?;
     let mut libraries = Vec::new();
@@ -172,6 +160,75 @@ pub fn add_from(kit: &mut Kit, sources: &Sources) -> Result<()> {
     Ok(())
 }
 
+/// What [`resolve`] found.
+struct Resolved {
+    /// glibc's sonames, which stay out of the closure.
+    glibc: Vec<String>,
+    members: Vec<Member>,
+    /// The newest `GLIBC_x.y` any file needs.
+    newest: (u32, u32),
+}
+
+/// The closure of the kit in `kit` (its roots: [`kit_roots`]) and of `sources`, and the
+/// check that no file among them needs a glibc symbol version newer than `max`.
+fn resolve(kit: &Path, sources: &Sources, max: (u32, u32)) -> Result<Resolved> {
+    let glibc = glibc_sonames(sources.sysroot)?;
+    let mut roots = kit_roots(kit)?;
+    for dir in &sources.more_roots {
+        roots.extend(files_below(dir)?);
+    }
+    let mut extra: Vec<(&str, &str, bool)> = sources
+        .dlopened
+        .iter()
+        .map(|(n, p)| (*n, *p, false))
+        .collect();
+    extra.extend(sources.tools.iter().map(|(n, p)| (*n, *p, true)));
+    let resolver = Resolver::new(&glibc, sources.sysroot, kit, &sources.more_roots)?;
+    let (members, needs) = resolver.closure(&roots, &extra)?;
+    let newest = check_glibc_versions(&needs, max)?;
+    eprintln!(
+        "  glibc: {} files need glibc symbol versions, at most GLIBC_{}.{} (allowed: up to {}.{})",
+        needs.len(),
+        newest.0,
+        newest.1,
+        max.0,
+        max.1
+    );
+    Ok(Resolved {
+        glibc,
+        members,
+        newest,
+    })
+}
+
+/// The roots of the closure among the kit's own files: every ELF file below `kit`, at
+/// any depth and in any folder (whatever step put it there: `bin/`, `plugins/`,
+/// `programs/`, `benchmarks/`, ...), but those in the closure's own folder
+/// ([`CLOSURE_DIR`]). Files that are not ELF files (scripts, JSON, `lit.tar.xz`) are no
+/// roots: the loader loads none, and they need no glibc version. The kit's cubins are
+/// ELF files and roots too; they have no dynamic section and no version needs, so they
+/// add nothing.
+fn kit_roots(kit: &Path) -> Result<Vec<PathBuf>> {
+    let own = kit.join(CLOSURE_DIR);
+    let mut roots = Vec::new();
+    for file in files_below(kit)? {
+        if !file.starts_with(&own) && is_elf(&file)? {
+            roots.push(file);
+        }
+    }
+    Ok(roots)
+}
+
+/// Whether `path` starts with the ELF magic.
+fn is_elf(path: &Path) -> Result<bool> {
+    use std::io::Read;
+    let mut magic = Vec::with_capacity(4);
+    fs::File::open(path)
+        .and_then(|f| f.take(4).read_to_end(&mut magic))
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(magic == b"\x7fELF")
+}
+
 fn report(members: &[Member], compressed: &[PathBuf]) -> Result<()> {
     let mut total = (0, 0);
     for (m, archive) in members.iter().zip(compressed) {
@@ -191,7 +248,8 @@ fn report(members: &[Member], compressed: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-/// Every regular file below `dir` (none when it does not exist).
+/// Every regular file below `dir`, at any depth, ELF or not, sorted (none when `dir`
+/// does not exist).
 fn files_below(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     if !dir.is_dir() {
@@ -581,6 +639,101 @@ mod tests {
         assert_eq!(parse_glibc_version(b"GLIBC_2.2.5"), Some((2, 2)));
         assert_eq!(parse_glibc_version(b"GLIBC_PRIVATE"), None);
         assert_eq!(parse_glibc_version(b"GLIBCXX_3.4.32"), None);
+    }
+
+    /// A scratch folder under target/ (no tempfile dependency in xtask), emptied.
+    fn scratch(name: &str) -> PathBuf {
+        let d = crate::util::target_dir()
+            .join("xtask-test-scratch")
+            .join(format!("{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A small kit: real ELF executables in folders no list names (`benchmarks/`, as
+    /// the LLVM 16 kit has, `some-new-step/`, nested, at the top), one in the closure's
+    /// own folder, and files that are not ELF (a script, JSON, an xz archive). Returns
+    /// the folder and the ELF files that must be roots.
+    fn fake_kit(name: &str) -> (PathBuf, Vec<PathBuf>) {
+        let kit = scratch(name);
+        let place = |relative: &str, from: &str| {
+            let to = kit.join(relative);
+            fs::create_dir_all(to.parent().unwrap()).unwrap();
+            fs::copy(from, &to).unwrap_or_else(|e| panic!("copy {from}: {e}"));
+            to
+        };
+        // /usr/bin/xz needs liblzma.so.5 (not glibc): it must come into the closure.
+        let elf = vec![
+            place("benchmarks/runtime.bench.sm_90", "/bin/true"),
+            place("some-new-step/deep/er/tool", "/usr/bin/xz"),
+            place("bin/test", "/bin/true"),
+            place("top-level-elf", "/bin/true"),
+        ];
+        place("closure/libfoo.so.1", "/bin/true");
+        fs::write(kit.join("closure/libfoo.so.1.xz"), b"\xfd7zXZ\0").unwrap();
+        fs::write(kit.join("run.sh"), "#!/bin/bash\n").unwrap();
+        fs::write(kit.join("some-new-step/manifest.json"), "{}\n").unwrap();
+        fs::write(kit.join("tiny"), "\x7fE").unwrap();
+        (kit, elf)
+    }
+
+    /// The roots are every ELF file of the kit, whatever its folder (a benchmark, a
+    /// folder no list names, the top), and nothing else: not the closure's own folder,
+    /// not the files that are not ELF.
+    #[test]
+    fn the_roots_are_every_elf_file_of_the_kit_but_the_closures_own() {
+        let (kit, mut elf) = fake_kit("closure-roots");
+        let roots = kit_roots(&kit).unwrap();
+        elf.sort();
+        assert_eq!(roots, elf, "the roots of {}", kit.display());
+        assert!(
+            !roots.iter().any(|r| r.starts_with(kit.join(CLOSURE_DIR))),
+            "{roots:?}"
+        );
+        let _ = fs::remove_dir_all(&kit);
+    }
+
+    /// What `add_from` resolves and checks (everything but the compression) reaches the
+    /// benchmark and the folder no list names: the glibc check names the benchmark when
+    /// the limit is below what it needs, and the closure takes in what the new folder's
+    /// executable loads (liblzma), needed by it.
+    #[test]
+    fn the_closure_and_the_glibc_check_reach_every_elf_file_of_the_kit() {
+        let (kit, _) = fake_kit("closure-resolve");
+        let sources = Sources {
+            sysroot: None,
+            dlopened: &[],
+            tools: &[],
+            more_roots: Vec::new(),
+        };
+        let err = match resolve(&kit, &sources, (2, 1)) {
+            Ok(_) => panic!("every glibc program needs more than glibc 2.1"),
+            Err(e) => e.to_string(),
+        };
+        for file in [
+            "benchmarks/runtime.bench.sm_90",
+            "some-new-step/deep/er/tool",
+        ] {
+            assert!(
+                err.contains(&kit.join(file).display().to_string()),
+                "{file} not named: {err}"
+            );
+        }
+        assert!(!err.contains("closure/libfoo"), "{err}");
+        let resolved = resolve(&kit, &sources, (2, 99)).expect("nothing needs glibc 2.99");
+        let lzma = resolved
+            .members
+            .iter()
+            .find(|m| m.name == "liblzma.so.5")
+            .unwrap_or_else(|| {
+                panic!(
+                    "liblzma.so.5 is not in the closure: {:?}",
+                    resolved.members.iter().map(|m| &m.name).collect::<Vec<_>>()
+                )
+            });
+        assert_eq!(lzma.needed_by, "some-new-step/deep/er/tool");
+        let _ = fs::remove_dir_all(&kit);
     }
 
     /// The check reads real version needs: this test's own executable needs some
