@@ -1,10 +1,11 @@
-//! The cuda plugin's whole load path on a CPU: the GPU kit's eight clang-16 sm_90
-//! programs (target/gpu-programs/sm_90/, `cargo xtask gpu-programs`) run under the real
-//! libomptarget 16 with our cuda plugin and the CUDA driver stand-in
+//! The cuda plugin's whole load path on a CPU: the GPU kit's clang-16 sm_90 programs
+//! and benchmarks (target/gpu-programs/sm_90/, `cargo xtask gpu-programs`: every entry
+//! of its manifest's "programs" and "benchmarks", the benchmarks with their `args`) run
+//! under the real libomptarget 16 with our cuda plugin and the CUDA driver stand-in
 //! (target/cuda-standin/, `cargo xtask build-plugin`) as libcuda. The stand-in lays the
 //! real cubins out in memory, reports every driver call, and refuses the first launch
 //! (it runs no kernel), after reporting what the kernel would find: the device
-//! environment and the indirect-function table. For each program:
+//! environment and the indirect-function table. For each program and benchmark:
 //!
 //! a. the image loaded and a kernel launch reached the stand-in (our load_binary
 //!    succeeded);
@@ -15,6 +16,10 @@
 //!    vtable of the executable, the device symbol is that function (one of the host's
 //!    names at that address: aliases give several) or the same vtable at the same
 //!    offset.
+//!
+//! The tests of the programs and benchmarks come from one list each (`standin_tests!`),
+//! which a test compares with the manifest: a program or benchmark added to the kit
+//! fails it until it has its test here.
 //!
 //! As on the GPU machines (whose kit carries no x86_64 plugin), libomptarget finds only
 //! our cuda plugin: the programs' plugin folder holds it under both names, and empty
@@ -46,20 +51,45 @@ use std::sync::OnceLock;
 const SM: &str = "sm_90";
 const PROGRAMS_HINT: &str = "`cargo xtask gpu-programs` (or `cargo xtask test`)";
 
-/// target/gpu-programs/sm_90/<file> for the program `name` of its manifest.
-fn program(name: &str) -> PathBuf {
-    let dir = target_dir().join("gpu-programs").join(SM);
-    let manifest = require_file(dir.join("manifest.json"), PROGRAMS_HINT);
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
-    let file = manifest["programs"]
+/// target/gpu-programs/sm_90/
+fn programs_dir() -> PathBuf {
+    target_dir().join("gpu-programs").join(SM)
+}
+
+/// target/gpu-programs/sm_90/manifest.json (its format: xtask/src/gpu_programs.rs).
+fn manifest() -> serde_json::Value {
+    let manifest = require_file(programs_dir().join("manifest.json"), PROGRAMS_HINT);
+    serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap()
+}
+
+/// The entry `name` of the manifest's list `list` ("programs" or "benchmarks").
+fn manifest_entry(list: &str, name: &str) -> serde_json::Value {
+    manifest()[list]
         .as_array()
         .into_iter()
         .flatten()
         .find(|p| p["name"] == name)
-        .and_then(|p| p["file"].as_str())
-        .unwrap_or_else(|| panic!("{name}: not in {}/manifest.json", dir.display()));
-    require_file(dir.join(file), PROGRAMS_HINT)
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "{name}: not among the {list} of {}/manifest.json",
+                programs_dir().display()
+            )
+        })
+}
+
+/// target/gpu-programs/sm_90/<file> for the manifest's entry `name` of `list`.
+fn manifest_file(list: &str, name: &str) -> PathBuf {
+    let entry = manifest_entry(list, name);
+    let file = entry["file"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{list} {name}: no file in the manifest"));
+    require_file(programs_dir().join(file), PROGRAMS_HINT)
+}
+
+/// target/gpu-programs/sm_90/<file> for the program `name` of its manifest.
+fn program(name: &str) -> PathBuf {
+    manifest_file("programs", name)
 }
 
 /// Our plugin files' folder, checked.
@@ -124,10 +154,22 @@ impl Run {
 
     /// The program `name` with `plugins` and the stand-in, `env` added.
     fn with_env(name: &str, plugins: &Path, env: &[(&str, String)]) -> Run {
-        let exe = program(name);
+        Run::start(name, program(name), &[], plugins, env)
+    }
+
+    /// `exe args...` (called `name` in messages and its scratch folder) with `plugins`
+    /// and the stand-in, `env` added.
+    fn start(
+        name: &str,
+        exe: PathBuf,
+        args: &[String],
+        plugins: &Path,
+        env: &[(&str, String)],
+    ) -> Run {
         let dir = scratch("standin-tests", name);
         let (log, marker) = (dir.join("standin.jsonl"), dir.join("marker"));
         let mut cmd = cuda_standin::command(&exe, plugins, &log);
+        cmd.args(args);
         for (key, value) in env {
             cmd.env(key, value);
         }
@@ -415,47 +457,182 @@ fn loads_through_the_standin(name: &str) {
     run.check_table();
 }
 
-#[test]
-fn indirect_calls_loads_through_the_standin() {
-    loads_through_the_standin("indirect_calls");
+/// a, b and c for the manifest's benchmark `name`, run with its GPU arguments (the
+/// manifest's `args`; the stand-in stands for a GPU, and refuses the first launch, so
+/// they only decide what the benchmark does before it).
+fn benchmark_loads_through_the_standin(name: &str) {
+    let args: Vec<String> = manifest_entry("benchmarks", name)["args"]
+        .as_array()
+        .unwrap_or_else(|| panic!("benchmark {name}: no args in the manifest"))
+        .iter()
+        .map(|a| a.as_str().expect("a string argument").to_owned())
+        .collect();
+    let exe = manifest_file("benchmarks", name);
+    let run = Run::start(
+        &format!("benchmark-{name}"),
+        exe,
+        &args,
+        cuda_only_plugins(),
+        &[],
+    );
+    run.check_our_cuda_plugin_ran();
+    run.check_loaded_and_launched();
+    run.check_no_driver_errors();
+    run.check_table();
 }
 
-#[test]
-fn virtual_calls_loads_through_the_standin() {
-    loads_through_the_standin("virtual_calls");
+/// One test per name (`test_fn: "name"`): `$run("name")`, and `$names`, the list of
+/// those names, which [`every_program_and_benchmark_has_a_standin_test`] compares with
+/// the manifest. The tests and the list come from one list, so no test can be dropped
+/// without its name leaving the list.
+macro_rules! standin_tests {
+    ($names:ident, $run:ident: $($(#[$meta:meta])* $test:ident: $name:literal,)*) => {
+        const $names: &[&str] = &[$($name),*];
+        $(
+            $(#[$meta])*
+            #[test]
+            fn $test() {
+                $run($name);
+            }
+        )*
+    };
 }
 
-#[test]
-fn function_ptr_map_loads_through_the_standin() {
-    loads_through_the_standin("function_ptr_map");
+// The manifest's "programs", each through a, b and c.
+standin_tests! {
+    STANDIN_PROGRAMS, loads_through_the_standin:
+    indirect_calls_loads_through_the_standin: "indirect_calls",
+    virtual_calls_loads_through_the_standin: "virtual_calls",
+    function_ptr_map_loads_through_the_standin: "function_ptr_map",
+    stress_loads_through_the_standin: "stress",
+    standard_virtual_calls_o0_loads_through_the_standin: "virtual_calls-O0",
+    /// Seen on the first GPU run (H200): the load failed, "indirect function table: host
+    /// address ... is mapped to two device addresses" (clang 16 aliases a class's
+    /// destructors to its base's on the host at -O2, not on NVPTX).
+    standard_virtual_calls_o2_loads_through_the_standin: "virtual_calls-O2",
+    standard_indirect_standard_loads_through_the_standin: "indirect_standard",
+    openmp_vv_test_target_declare_indirect_loads_through_the_standin:
+        "test_target_declare_indirect",
 }
 
-#[test]
-fn stress_loads_through_the_standin() {
-    loads_through_the_standin("stress");
+// The manifest's "benchmarks", each through a, b and c.
+standin_tests! {
+    STANDIN_BENCHMARKS, benchmark_loads_through_the_standin:
+    runtime_benchmark_loads_through_the_standin: "runtime",
+    virtual_calls_benchmark_loads_through_the_standin: "virtual_calls",
 }
 
-#[test]
-fn standard_virtual_calls_o0_loads_through_the_standin() {
-    loads_through_the_standin("virtual_calls-O0");
+/// What differs between the names of `manifest[list]` and `covered` (the names the
+/// stand-in tests of that list run): an entry no test covers, a test of a name the
+/// manifest lacks, an entry without a name. Empty: they are the same set.
+fn coverage_gaps(manifest: &serde_json::Value, list: &str, covered: &[&str]) -> Vec<String> {
+    let Some(entries) = manifest[list].as_array() else {
+        return vec![format!("the manifest has no \"{list}\" list")];
+    };
+    let mut gaps = Vec::new();
+    let mut named = HashSet::new();
+    for (i, entry) in entries.iter().enumerate() {
+        match entry["name"].as_str() {
+            Some(name) => {
+                named.insert(name);
+                if !covered.contains(&name) {
+                    gaps.push(format!("{list}: {name} has no stand-in test"));
+                }
+            }
+            None => gaps.push(format!("{list}: entry {i} has no name: {entry}")),
+        }
+    }
+    for name in covered {
+        if !named.contains(name) {
+            gaps.push(format!(
+                "{list}: a stand-in test runs {name}, which the manifest lacks"
+            ));
+        }
+    }
+    gaps
 }
 
-/// Seen on the first GPU run (H200): the load failed, "indirect function table: host
-/// address ... is mapped to two device addresses" (clang 16 aliases a class's
-/// destructors to its base's on the host at -O2, not on NVPTX).
+/// Every program and benchmark of the manifest has a stand-in test above, and every
+/// such test runs one of the manifest's: a program added to gpu_programs.rs fails here
+/// until it gets its test.
 #[test]
-fn standard_virtual_calls_o2_loads_through_the_standin() {
-    loads_through_the_standin("virtual_calls-O2");
+fn every_program_and_benchmark_has_a_standin_test() {
+    let manifest = manifest();
+    let mut gaps = coverage_gaps(&manifest, "programs", STANDIN_PROGRAMS);
+    gaps.extend(coverage_gaps(&manifest, "benchmarks", STANDIN_BENCHMARKS));
+    assert!(
+        gaps.is_empty(),
+        "{}/manifest.json and the stand-in tests differ (add a name to standin_tests! \
+         in this file):\n  {}",
+        programs_dir().display(),
+        gaps.join("\n  ")
+    );
 }
 
+/// [`coverage_gaps`] finds what differs: a program or a benchmark added to a manifest
+/// of the covered names, one removed, one without a name.
 #[test]
-fn standard_indirect_standard_loads_through_the_standin() {
-    loads_through_the_standin("indirect_standard");
-}
+fn coverage_gaps_names_what_no_test_covers() {
+    let entries = |names: &[&str]| -> serde_json::Value {
+        names
+            .iter()
+            .map(|n| serde_json::json!({"name": n, "file": n}))
+            .collect()
+    };
+    let covered = serde_json::json!({
+        "programs": entries(STANDIN_PROGRAMS),
+        "benchmarks": entries(STANDIN_BENCHMARKS),
+    });
+    assert_eq!(
+        coverage_gaps(&covered, "programs", STANDIN_PROGRAMS),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        coverage_gaps(&covered, "benchmarks", STANDIN_BENCHMARKS),
+        Vec::<String>::new()
+    );
 
-#[test]
-fn openmp_vv_test_target_declare_indirect_loads_through_the_standin() {
-    loads_through_the_standin("test_target_declare_indirect");
+    let mut added = covered.clone();
+    added["programs"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "new_program", "file": "new_program"}));
+    added["benchmarks"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "new_bench", "file": "new_bench.bench.sm_90"}));
+    assert_eq!(
+        coverage_gaps(&added, "programs", STANDIN_PROGRAMS),
+        ["programs: new_program has no stand-in test"]
+    );
+    assert_eq!(
+        coverage_gaps(&added, "benchmarks", STANDIN_BENCHMARKS),
+        ["benchmarks: new_bench has no stand-in test"]
+    );
+
+    let mut removed = covered.clone();
+    removed["programs"].as_array_mut().unwrap().remove(0);
+    assert_eq!(
+        coverage_gaps(&removed, "programs", STANDIN_PROGRAMS),
+        [format!(
+            "programs: a stand-in test runs {}, which the manifest lacks",
+            STANDIN_PROGRAMS[0]
+        )]
+    );
+
+    let mut unnamed = covered.clone();
+    unnamed["benchmarks"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"file": "x"}));
+    assert_eq!(
+        coverage_gaps(&unnamed, "benchmarks", STANDIN_BENCHMARKS).len(),
+        1
+    );
+    assert_eq!(
+        coverage_gaps(&serde_json::json!({}), "benchmarks", STANDIN_BENCHMARKS),
+        ["the manifest has no \"benchmarks\" list"]
+    );
 }
 
 /// LLVM 16's device settings reach the driver: `LIBOMPTARGET_STACK_SIZE` and

@@ -21,7 +21,9 @@
 //! folder), "source", "checks", "kind": "macro"|"standard", "expect",
 //! "expect_fallback"}], "benchmarks": [{"name", "file", "source", "measures", "args",
 //! "fallback_args", "plugins", "unit"}]}` (`expect*` only for the standard programs).
-//! tests/tests/cuda_standin_load.rs runs every one through the CUDA driver stand-in.
+//! tests/tests/cuda_standin_load.rs runs every program and every benchmark (with its
+//! `args`) through the CUDA driver stand-in, one test each, and fails when the manifest
+//! names a program or benchmark that none of its tests runs.
 
 use crate::nvptx_program::{check_image, NvptxBuild};
 use crate::{indirect_programs, install, util};
