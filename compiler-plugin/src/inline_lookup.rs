@@ -50,6 +50,44 @@ pub const INLINE_LOOKUP: &str = "__omptarget_rs_translate_inline";
 /// (to compare the two, or to read the rewrites alone).
 pub const DISABLE_ENV: &str = "OMPTARGET_INDIRECT_INLINE_LOOKUP";
 
+/// `OMPTARGET_INDIRECT_INLINE_MUTANT=<name>` at compile time writes a deliberately wrong
+/// inline lookup ([`Mutant`]), for the mutation checks of tests/tests/compiler_plugin.rs:
+/// the differential test must fail on each. Every module it touches says so on stderr.
+pub const MUTANT_ENV: &str = "OMPTARGET_INDIRECT_INLINE_MUTANT";
+
+/// A wrong inline lookup on purpose ([`MUTANT_ENV`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mutant {
+    /// A hit on the memo's second key answers with the first key's answer.
+    MemoSecondAnswer,
+    /// The index probe reads the first seed's bucket only.
+    FirstBucketOnly,
+}
+
+impl Mutant {
+    /// Each mutant by the name [`MUTANT_ENV`] takes.
+    pub const NAMES: [(&'static str, Mutant); 2] = [
+        ("memo-second-answer", Mutant::MemoSecondAnswer),
+        ("first-bucket-only", Mutant::FirstBucketOnly),
+    ];
+
+    /// The mutant [`MUTANT_ENV`] asks for; an unknown name is said and ignored.
+    fn from_env() -> Option<Mutant> {
+        let name = std::env::var(MUTANT_ENV).ok()?;
+        let found = Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == name.trim())
+            .map(|&(_, m)| m);
+        if found.is_none() {
+            eprintln!(
+                "omptarget-indirect: {MUTANT_ENV}={name:?} names no mutant ({}): the lookup is written as it should be",
+                Self::NAMES.map(|(n, _)| n).join(", ")
+            );
+        }
+        found
+    }
+}
+
 /// Only the host device's code (see the module documentation), unless disabled.
 pub fn wanted(ir: &Ir) -> bool {
     ir.triple().starts_with("x86_64")
@@ -156,7 +194,15 @@ pub fn inline_lookups(ir: &Ir) -> usize {
     if sites.is_empty() {
         return 0;
     }
-    let written = match write_out(ir, lookup, &sites) {
+    let mutant = Mutant::from_env();
+    if let Some(m) = mutant {
+        eprintln!(
+            "omptarget-indirect: {} ({}): MUTANT {m:?}: the inline lookup is wrong on purpose ({MUTANT_ENV})",
+            ir.source_file_name(),
+            ir.triple()
+        );
+    }
+    let written = match write_out(ir, lookup, &sites, mutant) {
         Ok(n) => n,
         Err(e) => {
             // Calls not yet rewritten stay calls (slower, never wrong). Say so rather
@@ -175,9 +221,10 @@ fn write_out<'ctx>(
     ir: &Ir<'_, 'ctx>,
     lookup: FunctionValue<'ctx>,
     sites: &[(FunctionValue<'ctx>, Vec<InstructionValue<'ctx>>)],
+    mutant: Option<Mutant>,
 ) -> Result<usize, BuilderError> {
     let globals = Globals::declare(ir);
-    let inline = define_inline_lookup(ir, lookup)?;
+    let inline = define_inline_lookup(ir, lookup, mutant)?;
     // Nothing is rewritten until the helper is whole; from here on a failed rewrite
     // leaves its call as it was (slower, never wrong).
     let mut written = 0;
@@ -298,6 +345,7 @@ fn index_valid<'ctx>(
 fn define_inline_lookup<'ctx>(
     ir: &Ir<'_, 'ctx>,
     lookup: FunctionValue<'ctx>,
+    mutant: Option<Mutant>,
 ) -> Result<FunctionValue<'ctx>, BuilderError> {
     if let Some(existing) = ir.function(INLINE_LOOKUP) {
         return Ok(existing);
@@ -310,7 +358,7 @@ fn define_inline_lookup<'ctx>(
         Linkage::Internal,
     );
     ir.mark_always_inline(f);
-    write_inline_lookup(ir, f, lookup).inspect_err(|_| {
+    write_inline_lookup(ir, f, lookup, mutant).inspect_err(|_| {
         // A helper left half-built would be invalid IR: take it out again.
         ir.delete_function(f);
     })?;
@@ -322,6 +370,7 @@ fn write_inline_lookup<'ctx>(
     ir: &Ir<'_, 'ctx>,
     f: FunctionValue<'ctx>,
     lookup: FunctionValue<'ctx>,
+    mutant: Option<Mutant>,
 ) -> Result<(), BuilderError> {
     let i64 = ir.i64_type();
     let param = |i: u32| f.get_nth_param(i).expect("declared above");
@@ -397,7 +446,11 @@ fn write_inline_lookup<'ctx>(
     // The index: both candidate buckets, every slot compared (IndexView::translate).
     b.position_at_end(probe);
     let mut probe_result = key;
-    for seed in state.seeds {
+    let buckets_read = match mutant {
+        Some(Mutant::FirstBucketOnly) => 1,
+        _ => state.seeds.len(),
+    };
+    for seed in state.seeds.into_iter().take(buckets_read) {
         let bucket = bucket_address(ir, &b, key, seed, state.bucket_count, state.buckets)?;
         for slot in 0..SLOTS {
             let at = (slot * size_of::<FptrMapEntry>()) as u64;
@@ -452,9 +505,13 @@ fn write_inline_lookup<'ctx>(
     // provenance), as the device RTL does.
     b.position_at_end(done);
     let answer = b.build_phi(i64, "answer")?;
+    let second_answer = match mutant {
+        Some(Mutant::MemoSecondAnswer) => answer0,
+        _ => answer1,
+    };
     answer.add_incoming(&[
         (&answer0, hit_first),
-        (&answer1, hit_second),
+        (&second_answer, hit_second),
         (&found, remember),
     ]);
     let answer = answer.as_basic_value().into_int_value();

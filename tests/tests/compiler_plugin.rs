@@ -33,6 +33,18 @@ struct Built {
 
 /// `clang-16` (or `clang++-16` for .cpp) `--config=<config> <opt> <sources> -o exe`.
 fn build(config: &Path, opt: &str, sources: &[PathBuf], extra: &[&str], name: &str) -> Built {
+    build_with_env(config, opt, sources, extra, name, &[])
+}
+
+/// [`build`] with `env` set for the compiler (the compiler plugin's switches).
+fn build_with_env(
+    config: &Path,
+    opt: &str,
+    sources: &[PathBuf],
+    extra: &[&str],
+    name: &str,
+    env: &[(&str, &str)],
+) -> Built {
     let cxx = sources
         .iter()
         .any(|s| s.extension().is_some_and(|e| e == "cpp"));
@@ -40,6 +52,7 @@ fn build(config: &Path, opt: &str, sources: &[PathBuf], extra: &[&str], name: &s
     let exe = scratch("compiler-plugin", name).join(name);
     let out = run_ok(
         Command::new(driver)
+            .envs(env.iter().copied())
             .arg(format!("--config={}", config.display()))
             .arg(opt)
             .args(extra)
@@ -581,24 +594,13 @@ fn cxx_virtual_calls_at_o2_with_a_device_image_without_aliases() {
     );
     assert!(!built.stderr.contains("warning"), "{}", built.stderr);
     assert_virtual_cases_pass(&built.exe);
-    let out = Command::new(&built.exe)
-        .env("LD_LIBRARY_PATH", prefix().join("lib"))
-        .env("OMPTARGET_RS_DEBUG", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", built.exe.display()));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success()
-            && stderr.contains("is one function on the host and 2 on the device")
-            && stderr.contains("translates to the first"),
-        "{}:\n{stderr}",
-        out.status
-    );
+    assert_one_host_address_has_two_device_functions(&built.exe);
 }
 
 /// Two indirect functions of the same code, folded into one host address by the host
 /// link (`--icf=all`), two functions on the device: the program loads and both calls run
-/// the device's code, in-process and on the isolated host device.
+/// the device's code, in-process and on the isolated host device. The plugin's debug log
+/// shows that the device did keep two (else this tests nothing).
 #[test]
 fn indirect_functions_the_host_link_folded_call_the_device_code() {
     let built = build(
@@ -608,6 +610,7 @@ fn indirect_functions_the_host_link_folded_call_the_device_code() {
         &["-ffunction-sections", "-fuse-ld=lld", "-Wl,--icf=all"],
         "folded-functions",
     );
+    assert_one_host_address_has_two_device_functions(&built.exe);
     for isolated in [true, false] {
         let out = run_mode(&built.exe, isolated);
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -624,6 +627,24 @@ fn indirect_functions_the_host_link_folded_call_the_device_code() {
             out.status
         );
     }
+}
+
+/// The plugin's debug log of `exe`'s load says that one host address stands for two
+/// device functions (host-plugin/src/fptr.rs).
+fn assert_one_host_address_has_two_device_functions(exe: &Path) {
+    let out = Command::new(exe)
+        .env("LD_LIBRARY_PATH", prefix().join("lib"))
+        .env("OMPTARGET_RS_DEBUG", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", exe.display()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success()
+            && stderr.contains("is one function on the host and 2 on the device")
+            && stderr.contains("translates to the first"),
+        "{}: no host address with two device functions:\n{stderr}",
+        out.status
+    );
 }
 
 #[test]
@@ -839,25 +860,58 @@ int main(void) {{
     src
 }
 
+/// The compiler plugin's count, from its `OMPTARGET_INDIRECT_DEBUG` lines, of what it did
+/// in the x86_64 device module: (indirect calls translated, lookups written out inline).
+fn x86_64_device_counts(compiler_stderr: &str) -> (usize, usize) {
+    let count = |what: &str| -> usize {
+        let counts: Vec<usize> = compiler_stderr
+            .lines()
+            .filter(|l| l.starts_with("omptarget-indirect: ") && l.contains(" (x86_64"))
+            .filter_map(|l| l.strip_suffix(what)?.rsplit(": ").next()?.parse().ok())
+            .collect();
+        assert_eq!(
+            counts.len(),
+            1,
+            "one x86_64 device module's {what:?} line expected:\n{compiler_stderr}"
+        );
+        counts[0]
+    };
+    (
+        count(" indirect call(s) translated"),
+        count(" lookup(s) written out inline"),
+    )
+}
+
+/// [`differential_program`] of `n` functions built at -O2 through the installed config,
+/// with the compiler plugin's debug lines and `env`.
+fn differential_build(n: usize, name: &str, env: &[(&str, &str)]) -> Built {
+    let dir = scratch("compiler-plugin", name);
+    let src = dir.join("prog.c");
+    fs::write(&src, differential_program(n)).unwrap();
+    let mut env = env.to_vec();
+    env.push(("OMPTARGET_INDIRECT_DEBUG", "1"));
+    build_with_env(&x86_config(), "-O2", &[src], &[], name, &env)
+}
+
 /// The lookup written out inline answers exactly as the device RTL's, for tables in the
 /// head (1 and 4 functions) and beyond it (5 and 40: the index), with the index and
 /// without it (the search), in-process and isolated; and through LLVM's own x86_64
 /// plugin, which installs no table, both return every key unchanged (and the calls reach
-/// the host's functions, in the same process).
+/// the host's functions, in the same process). The compiler plugin's own count shows
+/// that the inline side was written out inline (the program's one explicit call, and one
+/// per indirect call it translated), so the two sides are not the same call.
 #[test]
 fn the_inline_lookup_answers_as_the_device_runtimes_at_every_table_shape() {
     for n in [1usize, 4, 5, 40] {
-        let dir = scratch("compiler-plugin", &format!("inline-diff-{n}"));
-        let src = dir.join("prog.c");
-        fs::write(&src, differential_program(n)).unwrap();
-        let exe = build(
-            &x86_config(),
-            "-O2",
-            &[src],
-            &[],
-            &format!("inline-diff-{n}"),
-        )
-        .exe;
+        let built = differential_build(n, &format!("inline-diff-{n}"), &[]);
+        let (translated, inlined) = x86_64_device_counts(&built.stderr);
+        assert!(
+            translated >= 1 && inlined == translated + 1 && !built.stderr.contains("out of line"),
+            "{n} functions: the explicit lookup was not written out inline \
+             ({translated} translated, {inlined} inline):\n{}",
+            built.stderr
+        );
+        let exe = built.exe;
         // (label, environment, functions the lookup translates)
         type Run<'a> = (&'a str, &'a [(&'a str, &'a str)], usize);
         let runs: [Run; 4] = [
@@ -899,5 +953,43 @@ fn the_inline_lookup_answers_as_the_device_runtimes_at_every_table_shape() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+    }
+}
+
+/// The differential test's own check, by mutation: each deliberately wrong inline lookup
+/// ([`MUTANTS`], `OMPTARGET_INDIRECT_INLINE_MUTANT`) makes its program report lookups
+/// that differ from the device RTL's, at the table shape that reaches the broken part.
+/// The differential test asserts `0 differ`, so it would fail on each.
+#[test]
+fn the_differential_test_catches_each_wrong_inline_lookup() {
+    // (mutant, functions: 40 has the index, whose second bucket one mutant skips)
+    const MUTANTS: [(&str, usize); 2] = [("memo-second-answer", 4), ("first-bucket-only", 40)];
+    for (mutant, n) in MUTANTS {
+        let built = differential_build(
+            n,
+            &format!("inline-mutant-{mutant}"),
+            &[("OMPTARGET_INDIRECT_INLINE_MUTANT", mutant)],
+        );
+        assert!(
+            built.stderr.contains("MUTANT") && x86_64_device_counts(&built.stderr).1 >= 1,
+            "{mutant}: the plugin did not write the mutant inline:\n{}",
+            built.stderr
+        );
+        let out = Command::new(&built.exe)
+            .env("LD_LIBRARY_PATH", prefix().join("lib"))
+            .env("OMPTARGET_RS_ISOLATED", "0")
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", built.exe.display()));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let differ: usize = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("lookups: "))
+            .and_then(|l| l.split(", ").nth(1)?.strip_suffix(" differ")?.parse().ok())
+            .unwrap_or_else(|| panic!("{mutant}: no lookups line:\n{stdout}"));
+        assert!(
+            differ > 0,
+            "{mutant}: the wrong inline lookup answered as the device RTL's on every key, \
+             so the differential test would not see it:\n{stdout}"
+        );
     }
 }
