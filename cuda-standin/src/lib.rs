@@ -31,6 +31,8 @@
 //! - `global` (cuModuleGetGlobal found it): `module`, `name`, `address`, `size`;
 //! - `set_limit`: `context`, `limit`, `name`, `value`; `set_attribute`: `function`,
 //!   `module`, `attribute`, `value`; `stream_create`: `stream`, `flags`, `context`;
+//! - `context_retain` (cuDevicePrimaryCtxRetain): `device`, `context` (the device's
+//!   primary context), `retains` (its count after this one);
 //! - `launch`: `kernel`, `module`, `entry`, `grid`, `block`, `shared_bytes`, `stream`,
 //!   `context`, `stack_size`, `heap_size`, `device_environment` (`name`, `address`,
 //!   `bytes` in hex; null without one), `table` (null without the table globals; else

@@ -207,6 +207,10 @@ impl State {
         let device = self.config.check(device)?;
         let context = &mut self.contexts[device];
         context.retains += 1;
+        crate::log::event(
+            "context_retain",
+            json!({"device": device, "context": context.handle, "retains": context.retains}),
+        );
         Ok(context.handle)
     }
 

@@ -104,6 +104,11 @@ pub enum Event {
     StreamCreate {
         stream: u64,
     },
+    /// cuDevicePrimaryCtxRetain handed out `context`, the primary context of `device`.
+    ContextRetain {
+        device: i32,
+        context: u64,
+    },
     Launch(Box<Launch>),
 }
 
@@ -184,6 +189,14 @@ impl Log {
             })
             .collect();
         Log { events }
+    }
+
+    /// The primary context the driver handed out for `device`, if it was retained.
+    pub fn primary_context(&self, device: i32) -> Option<u64> {
+        self.events.iter().find_map(|e| match e {
+            Event::ContextRetain { device: d, context } if *d == device => Some(*context),
+            _ => None,
+        })
     }
 
     pub fn init(&self) -> Option<(Option<u64>, u32)> {

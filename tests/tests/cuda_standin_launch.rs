@@ -105,3 +105,41 @@ fn an_interop_object_gets_a_stream_of_its_own() {
     assert_eq!(streams, 1, "one stream for the one interop object");
     assert!(log.errors().is_empty(), "{:?}", log.errors());
 }
+
+/// The interop object's `omp_ipr_device_context` and `omp_ipr_device` are what our
+/// `__tgt_rtl_init_device_info` filled in: the primary context the driver handed out
+/// for that device (the stand-in's report says which) and its CUdevice. On the second
+/// of two devices, so that neither is the first device's or zero.
+#[test]
+fn an_interop_object_reports_its_devices_primary_context_and_cudevice() {
+    let exe = sm90_program(
+        "interop-device-1",
+        &fixture("plugin/interop.c"),
+        &["-fopenmp-version=51"],
+    );
+    let (output, log) = run(
+        &exe,
+        &[
+            ("OMPTARGET_RS_CUDA_STANDIN_DEVICES", "2"),
+            ("OMP_DEFAULT_DEVICE", "1"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let primary = [0, 1].map(|d| log.primary_context(d));
+    let context = primary[1].unwrap_or_else(|| {
+        panic!(
+            "device 1's primary context was never retained ({primary:?}):\n{}",
+            shown(&output)
+        )
+    });
+    assert_ne!(primary[0], Some(context), "two devices, one context");
+    let want = format!("interop: device context {context:#x}, device 0x1");
+    assert!(
+        output.status.success()
+            && stdout.contains("interop: made on device 1, targetsync a queue (0)")
+            && stdout.contains(&want),
+        "want {want:?}:\n{}",
+        shown(&output)
+    );
+    assert!(log.errors().is_empty(), "{:?}", log.errors());
+}

@@ -750,8 +750,8 @@ fn report_problems(log: &Log, from: usize, how: &str) -> Vec<String> {
 }
 
 /// The fixture through the plugin crate's Rust API (`Plugin::new`, `Device::load_binary`)
-/// in this process.
-fn load_through_the_crate(cubin: &[u8]) -> Vec<String> {
+/// in this process, whose stand-in reports to `log_file`.
+fn load_through_the_crate(cubin: &[u8], log_file: &Path) -> Vec<String> {
     let plugin = Plugin::new(PluginKind::Cuda);
     if plugin.device_count() != 1 {
         return vec![format!(
@@ -765,10 +765,17 @@ fn load_through_the_crate(cubin: &[u8]) -> Vec<String> {
         .collect();
     let device = plugin.device(0).expect("device 0");
     device.init_device().expect("init device 0");
-    // Interop's handles: the primary context the plugin retained, and CUdevice 0.
+    // Interop's handles: the primary context the driver handed out for device 0 (the
+    // stand-in's report says which), and CUdevice 0.
+    let primary = Log::read(log_file, Some(std::process::id())).primary_context(0);
     match device.interop_handles() {
-        Ok(h) if h.context != 0 && h.device == 0 => {}
-        other => return vec![format!("interop handles: {other:?}")],
+        Ok(h) if primary.is_some_and(|p| p != 0 && h.context == p) && h.device == 0 => {}
+        other => {
+            return vec![format!(
+                "interop handles: {other:?}, not device 0's primary context ({primary:?}) \
+                 and CUdevice 0"
+            )]
+        }
     }
     match device.load_binary(1, cubin, &entries) {
         Ok(loaded) if loaded.len() == entries.len() => {}
@@ -829,7 +836,7 @@ fn fixture_cubin_loads_in_process_asking_for_no_missing_global() {
     let (_, cubin) = build_fixture(RtlVariant::Default, 90);
     let cubin = std::fs::read(cubin).unwrap();
     let pid = Some(std::process::id());
-    let mut problems = load_through_the_crate(&cubin);
+    let mut problems = load_through_the_crate(&cubin, &log_file);
     let crate_events = Log::read(&log_file, pid).events.len();
     problems.extend(report_problems(&Log::read(&log_file, pid), 0, "Plugin API"));
     problems.extend(load_through_the_plugin_file(&cubin));
