@@ -83,24 +83,47 @@ pub fn find_ptxas() -> Result<PathBuf, Missing> {
         .or_else(|| find_in_nvidia_wheel(PTXAS_IN_WHEEL))
         .ok_or_else(|| Missing {
             tool: "ptxas".into(),
-            looked_in: format!("on PATH, in $CUDA_HOME/bin, as nvidia/{PTXAS_IN_WHEEL} of python3"),
-            install: format!("python3 -m pip install {PTXAS_WHEEL}"),
+            looked_in: format!(
+                "on PATH, in $CUDA_HOME/bin, as nvidia/{PTXAS_IN_WHEEL} of {} or of python3",
+                python_tools_venv().display()
+            ),
+            install: format!(
+                "any `cargo xtask` step that needs it installs the {PTXAS_WHEEL} wheel into {}",
+                python_tools_venv().display()
+            ),
         })
 }
 
+/// The virtual environment (under target/) where xtask installs the PyPI wheels it
+/// needs: never into the system's python3, which Debian marks externally managed (PEP
+/// 668) and whose pip refuses to install.
+pub fn python_tools_venv() -> PathBuf {
+    crate::workspace::target_dir().join("python-tools")
+}
+
 /// A file shipped in a PyPI wheel of CUDA's `nvidia` namespace package, `relative` to
-/// one of `nvidia.__path__` (e.g. `cu13/bin/ptxas`), as python3 finds it.
+/// one of `nvidia.__path__` (e.g. `cu13/bin/ptxas`), as the interpreter of
+/// [`python_tools_venv`] finds it, else python3 (a wheel the user installed).
 pub fn find_in_nvidia_wheel(relative: &str) -> Option<PathBuf> {
     let script = "import nvidia, os, sys\n\
                   print('\\n'.join(os.path.join(p, sys.argv[1]) for p in nvidia.__path__))";
-    let out = Command::new("python3")
-        .args(["-c", script, relative])
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
+    let interpreters: [PathBuf; 2] = [python_tools_venv().join("bin/python3"), "python3".into()];
+    let found = interpreters
+        .iter()
+        .filter_map(|python| {
+            Command::new(python)
+                .args(["-c", script, relative])
+                .output()
+                .ok()
+        })
+        .flat_map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(PathBuf::from)
+                .collect::<Vec<_>>()
+        })
+        .find(|p| p.is_file());
+    found
 }
 
 /// The system C compiler (`cc` or `gcc`), for host-side stand-ins.

@@ -90,7 +90,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "dpkg-dev",
     "xz-utils",
     "zstd",
-    "python3-pip",
+    // The virtual environment PyPI wheels go into (never the system's python3).
+    "python3-venv",
     // The GPU kit's proof: a bare Debian root to run it in.
     "debootstrap",
     // offload-formats/tests/streaming.rs: the peak memory of a run (GNU time's %M).

@@ -2,7 +2,7 @@
 //! prerequisites. Commands run through xshell (`cmd!(sh, "...").run()` echoes each one
 //! as `$ <command>` on stderr, which CI logs show).
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{bail, ensure, Context, Result};
 use std::path::PathBuf;
 use test_support::tools;
 use xshell::{cmd, Cmd, Shell};
@@ -124,7 +124,7 @@ pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
 }
 
 /// Find `ptxas`: on PATH, under CUDA_HOME, or inside the PyPI wheel `nvidia-cuda-nvcc`
-/// (CUDA 13; installed with pip when missing and running as root).
+/// (CUDA 13; installed into our own virtual environment when missing).
 pub fn ptxas() -> Result<PathBuf> {
     match tools::find_ptxas() {
         Ok(p) => Ok(p),
@@ -133,20 +133,48 @@ pub fn ptxas() -> Result<PathBuf> {
 }
 
 /// A tool shipped inside a PyPI wheel under the `nvidia` namespace package (`rel` is
-/// its path below one of `nvidia.__path__`), pip-installing the wheel when it is missing
-/// and we may install (root, or inside a virtualenv).
+/// its path below one of `nvidia.__path__`), the wheel installed into
+/// [`tools::python_tools_venv`] when it is missing.
 pub fn wheel_tool(wheel: &str, rel: &str) -> Result<PathBuf> {
     if let Some(p) = tools::find_in_nvidia_wheel(rel) {
         return Ok(p);
     }
-    if is_root() || std::env::var_os("VIRTUAL_ENV").is_some() {
-        let sh = Shell::new()?;
-        cmd!(sh, "python3 -m pip install -q {wheel}").run()?;
-        if let Some(p) = tools::find_in_nvidia_wheel(rel) {
-            return Ok(p);
-        }
+    let python = python_tools_venv()?;
+    let sh = Shell::new()?;
+    cmd!(sh, "{python} -m pip install -q {wheel}").run()?;
+    tools::find_in_nvidia_wheel(rel).with_context(|| {
+        format!(
+            "{wheel} was installed into {}, but it has no nvidia/{rel}",
+            tools::python_tools_venv().display()
+        )
+    })
+}
+
+/// The interpreter of [`tools::python_tools_venv`], the environment made first when
+/// missing (`python3 -m venv`; Debian keeps venv's pip in `python3-venv`, installed
+/// here when running as root). The only interpreter xtask installs into.
+fn python_tools_venv() -> Result<PathBuf> {
+    let venv = tools::python_tools_venv();
+    let python = venv.join("bin/python3");
+    if python.is_file() {
+        return Ok(python);
     }
-    bail!("{rel} not found: `python3 -m pip install {wheel}` and retry")
+    let sh = Shell::new()?;
+    let make = || {
+        // A half-made environment (no pip) from a failed try would be taken as whole.
+        let _ = std::fs::remove_dir_all(&venv);
+        cmd!(sh, "python3 -m venv {venv}").run()
+    };
+    if make().is_err() {
+        ensure!(
+            is_root(),
+            "`python3 -m venv {}` failed: on Debian, `apt-get install python3-venv` and retry",
+            venv.display()
+        );
+        ensure_debian_packages(&["python3-venv"])?;
+        make().with_context(|| format!("python3 -m venv {}", venv.display()))?;
+    }
+    Ok(python)
 }
 
 /// An LLVM 22 tool (`<tool>-22` on PATH, or under /usr/lib/llvm-22/bin), its Debian
@@ -216,5 +244,42 @@ mod tests {
         // A target without an executable (a library), or one cargo did not build.
         assert_eq!(cargo_executable(CARGO_JSON, "e2e_tests"), None);
         assert_eq!(cargo_executable(CARGO_JSON, "cuda_indirect"), None);
+    }
+
+    /// No code path installs into a system interpreter (Debian's python3 refuses it, PEP
+    /// 668): the one installing pip run in the tree's code and scripts is [`wheel_tool`]'s,
+    /// through the interpreter of our virtual environment ([`python_tools_venv`]).
+    #[test]
+    fn pip_installs_only_into_our_virtual_environment() {
+        let pip_install = ["pip", " install"].concat();
+        let pip3_install = ["pip3", " install"].concat();
+        let sh = Shell::new().unwrap();
+        let _in_root = sh.push_dir(root());
+        let files = read(cmd!(sh, "git ls-files")).unwrap();
+        let mut found = Vec::new();
+        for file in files.lines() {
+            let code = [".rs", ".py", ".sh", ".toml", ".cfg", "run"];
+            if !code.iter().any(|e| file.ends_with(e)) {
+                continue;
+            }
+            let text = std::fs::read_to_string(root().join(file)).unwrap_or_default();
+            for line in text.lines() {
+                if line.contains(&pip_install) || line.contains(&pip3_install) {
+                    found.push(format!("{file}: {}", line.trim()));
+                }
+            }
+        }
+        let venv_install = [
+            "xtask/src/util.rs: cmd!(sh, \"{python} -m ",
+            &pip_install,
+            " -q {wheel}\").run()?;",
+        ]
+        .concat();
+        assert_eq!(found, [venv_install]);
+        let body = include_str!("util.rs");
+        assert!(
+            body.contains("let python = python_tools_venv()?;"),
+            "wheel_tool's interpreter is not the virtual environment's"
+        );
     }
 }
