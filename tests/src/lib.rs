@@ -7,6 +7,7 @@ pub mod cuda_standin;
 pub mod paths;
 pub mod plugin;
 pub mod process;
+pub mod rust_source;
 /// The toolchains the tests compile fixtures with (shared with offload-formats' tests
 /// and xtask); each lookup fails with the command that installs the tool.
 pub use test_support::tools;

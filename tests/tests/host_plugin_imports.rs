@@ -19,6 +19,7 @@
 //! The parsing is textual and simple (comments and string literals are skipped, not
 //! macros' bodies); a test below shows it cycles on a small crate it writes, so that
 //! "no cycle" is not a blind reader's answer.
+use e2e_tests::rust_source::without_comments_and_literals;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -103,54 +104,6 @@ fn modules(root: &Path) -> BTreeMap<String, PathBuf> {
 /// that method, not the rest of the file).
 fn code_of(text: &str) -> String {
     without_test_items(&without_comments_and_literals(text))
-}
-
-/// `text` without comments, with every string and char literal made empty (`""`, `' '`),
-/// so that nothing in them reads as code.
-fn without_comments_and_literals(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let rest = &text[i..];
-        if rest.starts_with("//") {
-            i += rest.find('\n').unwrap_or(rest.len());
-        } else if rest.starts_with("/*") {
-            i += rest.find("*/").map_or(rest.len(), |e| e + 2);
-        } else if rest.starts_with("r#\"") || rest.starts_with("r\"") {
-            let hashes = rest[1..].chars().take_while(|&c| c == '#').count();
-            let close = format!("\"{}", "#".repeat(hashes));
-            let body = 2 + hashes;
-            i += body
-                + rest[body..]
-                    .find(&close)
-                    .map_or(rest.len() - body, |e| e + close.len());
-            out.push_str("\"\"");
-        } else if rest.starts_with('"') {
-            let mut j = 1;
-            while j < rest.len() {
-                match rest.as_bytes()[j] {
-                    b'\\' => j += 2,
-                    b'"' => break,
-                    _ => j += 1,
-                }
-            }
-            i += (j + 1).min(rest.len());
-            out.push_str("\"\"");
-        } else if rest.starts_with("b'") || (rest.starts_with('\'') && is_char_literal(rest)) {
-            let start = usize::from(rest.starts_with('b'));
-            let end = rest[start + 1..]
-                .find('\'')
-                .map_or(rest.len(), |e| start + e + 2);
-            i += end;
-            out.push_str("' '");
-        } else {
-            let c = rest.chars().next().expect("not empty");
-            out.push(c);
-            i += c.len_utf8();
-        }
-    }
-    out
 }
 
 /// `code` (comments and literals already out) without each item a `#[cfg(test)]`
@@ -291,13 +244,6 @@ fn bracket_end(code: &str) -> usize {
         }
     }
     code.len()
-}
-
-/// `'x'` or `'\n'` (a char literal), not a lifetime `'a`.
-fn is_char_literal(rest: &str) -> bool {
-    let b = rest.as_bytes();
-    (b.len() > 2 && b[1] != b'\\' && rest[1..].chars().nth(1) == Some('\''))
-        || (b.len() > 3 && b[1] == b'\\')
 }
 
 /// Every path a `use` tree names, fully expanded: `crate::{a, b::{c, d as e}}` ->

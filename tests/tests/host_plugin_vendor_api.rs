@@ -17,6 +17,7 @@
 //!   `src_device`, `ordinal`, `index`, `idx`, `id`, `dev_id`, `gpu`, ...), whatever its
 //!   type: a device object is handed by reference (`to: &dyn BackendDevice`).
 
+use e2e_tests::rust_source::without_comments_and_literals;
 use std::collections::BTreeSet;
 use std::fs;
 
@@ -88,36 +89,6 @@ const DEVICE_WORDS: &[&str] = &[
 
 /// The ends of a type name that make it an identifier or a position.
 const ID_TYPE_ENDS: &[&str] = &["Id", "ID", "Index", "Idx", "Ordinal", "Number", "Num"];
-
-/// `source` without comments, with string and char literals made empty.
-fn code_of(source: &str) -> String {
-    let mut out = String::with_capacity(source.len());
-    let mut i = 0;
-    while i < source.len() {
-        let rest = &source[i..];
-        if rest.starts_with("//") {
-            i += rest.find('\n').unwrap_or(rest.len());
-        } else if rest.starts_with("/*") {
-            i += rest.find("*/").map_or(rest.len(), |e| e + 2);
-        } else if rest.starts_with('"') {
-            let bytes = rest.as_bytes();
-            let mut j = 1;
-            while j < bytes.len() && bytes[j] != b'"' {
-                j += if bytes[j] == b'\\' { 2 } else { 1 };
-            }
-            i += (j + 1).min(rest.len());
-            out.push_str("\"\"");
-        } else if rest.starts_with("'{'") || rest.starts_with("'}'") {
-            i += 3;
-            out.push_str("' '");
-        } else {
-            let c = rest.chars().next().expect("not empty");
-            out.push(c);
-            i += c.len_utf8();
-        }
-    }
-    out
-}
 
 /// The position of `word` as a whole word in `text`, from `from` on.
 fn find_word(text: &str, word: &str, mut from: usize) -> Option<usize> {
@@ -283,7 +254,7 @@ fn could_be_a_device_number(name: &str, ty: &str, aliases: &BTreeSet<String>) ->
 /// device number: `method: param: type` for each. `aliases`: the integer aliases the
 /// vendor API defines.
 fn device_number_parameters(source: &str, name: &str, aliases: &BTreeSet<String>) -> Vec<String> {
-    let code = code_of(source);
+    let code = without_comments_and_literals(source);
     let mut found = Vec::new();
     for (method, params) in methods(trait_body(&code, name)) {
         for param in split_top_level(&params) {
@@ -310,7 +281,9 @@ fn vendor_api() -> (String, BTreeSet<String>) {
     for entry in fs::read_dir(&dir).expect("host-plugin/src/backend is readable") {
         let path = entry.expect("a directory entry").path();
         if path.extension().is_some_and(|e| e == "rs") {
-            aliases.extend(integer_aliases(&code_of(&read(&path))));
+            aliases.extend(integer_aliases(&without_comments_and_literals(&read(
+                &path,
+            ))));
         }
     }
     (read(&dir.join("mod.rs")), aliases)
@@ -320,7 +293,10 @@ fn vendor_api() -> (String, BTreeSet<String>) {
 fn no_per_device_call_takes_a_device_number() {
     let (source, aliases) = vendor_api();
     // The reader sees the trait's methods and their parameters (not an empty body).
-    let read = methods(trait_body(&code_of(&source), "BackendDevice"));
+    let read = methods(trait_body(
+        &without_comments_and_literals(&source),
+        "BackendDevice",
+    ));
     let alloc = read.iter().find(|(name, _)| name == "alloc");
     assert!(
         read.len() >= 20 && alloc.is_some_and(|(_, params)| params.contains("size: usize")),
@@ -387,7 +363,7 @@ pub trait Shown: Send {
     fn device(&self, index: usize) -> Arc<dyn D>;
 }
 ";
-    let aliases = integer_aliases(&code_of(source));
+    let aliases = integer_aliases(&without_comments_and_literals(source));
     assert_eq!(aliases, BTreeSet::from(["Number".to_owned()]));
     assert_eq!(
         device_number_parameters(source, "Shown", &aliases),
