@@ -56,3 +56,22 @@ fn is_char_literal(rest: &str) -> bool {
     (b.len() > 2 && b[1] != b'\\' && rest[1..].chars().nth(1) == Some('\''))
         || (b.len() > 3 && b[1] == b'\\')
 }
+
+/// The position of the `}` that closes the `{` at `open` in `code` (comments and
+/// literals already out), if it is closed.
+pub fn closing_brace(code: &str, open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in code[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(open + i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}

@@ -19,7 +19,7 @@
 //! The parsing is textual and simple (comments and string literals are skipped, not
 //! macros' bodies); a test below shows it cycles on a small crate it writes, so that
 //! "no cycle" is not a blind reader's answer.
-use e2e_tests::rust_source::without_comments_and_literals;
+use e2e_tests::rust_source::{closing_brace, without_comments_and_literals};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -568,22 +568,7 @@ fn inline_module_ranges(code: &str) -> Vec<(usize, usize)> {
         let rest = after[skipped + name_len..].trim_start();
         if name_len > 0 && rest.starts_with('{') {
             let open = code.len() - rest.len();
-            let mut depth = 0usize;
-            let mut end = code.len();
-            for (i, c) in code[open..].char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            end = open + i;
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            ranges.push((open, end));
+            ranges.push((open, closing_brace(code, open).unwrap_or(code.len())));
         }
         from = start + 3;
     }

@@ -17,7 +17,7 @@
 //!   `src_device`, `ordinal`, `index`, `idx`, `id`, `dev_id`, `gpu`, ...), whatever its
 //!   type: a device object is handed by reference (`to: &dyn BackendDevice`).
 
-use e2e_tests::rust_source::without_comments_and_literals;
+use e2e_tests::rust_source::{closing_brace, without_comments_and_literals};
 use std::collections::BTreeSet;
 use std::fs;
 
@@ -110,20 +110,8 @@ fn trait_body<'a>(code: &'a str, name: &str) -> &'a str {
     let start =
         find_word(code, &format!("trait {name}"), 0).unwrap_or_else(|| panic!("no trait {name}"));
     let open = start + code[start..].find('{').expect("the trait's body");
-    let mut depth = 0usize;
-    for (i, c) in code[open..].char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return &code[open + 1..open + i];
-                }
-            }
-            _ => {}
-        }
-    }
-    panic!("trait {name} does not end")
+    let close = closing_brace(code, open).unwrap_or_else(|| panic!("trait {name} is not closed"));
+    &code[open + 1..close]
 }
 
 /// `text` split at its top-level commas (not inside `()`, `[]`, `{}` or `<>`).

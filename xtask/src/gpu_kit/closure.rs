@@ -641,22 +641,12 @@ mod tests {
         assert_eq!(parse_glibc_version(b"GLIBCXX_3.4.32"), None);
     }
 
-    /// A scratch folder under target/ (no tempfile dependency in xtask), emptied.
-    fn scratch(name: &str) -> PathBuf {
-        let d = crate::util::target_dir()
-            .join("xtask-test-scratch")
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
-    }
-
     /// A small kit: real ELF executables in folders no list names (`benchmarks/`, as
     /// the LLVM 16 kit has, `some-new-step/`, nested, at the top), one in the closure's
     /// own folder, and files that are not ELF (a script, JSON, an xz archive). Returns
     /// the folder and the ELF files that must be roots.
     fn fake_kit(name: &str) -> (PathBuf, Vec<PathBuf>) {
-        let kit = scratch(name);
+        let kit = crate::util::test_scratch(name);
         let place = |relative: &str, from: &str| {
             let to = kit.join(relative);
             fs::create_dir_all(to.parent().unwrap()).unwrap();

@@ -359,16 +359,6 @@ mod tests {
         assert!(!runs_no_program("int main() {}\n"));
     }
 
-    /// A scratch directory under target/ (no tempfile dependency in xtask).
-    fn scratch(name: &str) -> PathBuf {
-        let d = crate::util::target_dir()
-            .join("xtask-test-scratch")
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
-    }
-
     struct World {
         root: PathBuf,
         ours: PathBuf,
@@ -379,7 +369,7 @@ mod tests {
     }
 
     fn world(name: &str) -> World {
-        let root = scratch(name);
+        let root = crate::util::test_scratch(name);
         let w = World {
             ours: root.join("ours"),
             theirs: root.join("theirs"),
