@@ -108,22 +108,16 @@ pub fn find_in_nvidia_wheel(relative: &str) -> Option<PathBuf> {
     let script = "import nvidia, os, sys\n\
                   print('\\n'.join(os.path.join(p, sys.argv[1]) for p in nvidia.__path__))";
     let interpreters: [PathBuf; 2] = [python_tools_venv().join("bin/python3"), "python3".into()];
-    let found = interpreters
-        .iter()
-        .filter_map(|python| {
-            Command::new(python)
-                .args(["-c", script, relative])
-                .output()
-                .ok()
-        })
-        .flat_map(|out| {
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .map(PathBuf::from)
-                .collect::<Vec<_>>()
-        })
-        .find(|p| p.is_file());
-    found
+    interpreters.iter().find_map(|python| {
+        let out = Command::new(python)
+            .args(["-c", script, relative])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+    })
 }
 
 /// The system C compiler (`cc` or `gcc`), for host-side stand-ins.

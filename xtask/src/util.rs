@@ -139,7 +139,7 @@ pub fn wheel_tool(wheel: &str, rel: &str) -> Result<PathBuf> {
     if let Some(p) = tools::find_in_nvidia_wheel(rel) {
         return Ok(p);
     }
-    let python = python_tools_venv()?;
+    let python = venv_python()?;
     let sh = Shell::new()?;
     cmd!(sh, "{python} -m pip install -q {wheel}").run()?;
     tools::find_in_nvidia_wheel(rel).with_context(|| {
@@ -153,7 +153,7 @@ pub fn wheel_tool(wheel: &str, rel: &str) -> Result<PathBuf> {
 /// The interpreter of [`tools::python_tools_venv`], the environment made first when
 /// missing (`python3 -m venv`; Debian keeps venv's pip in `python3-venv`, installed
 /// here when running as root). The only interpreter xtask installs into.
-fn python_tools_venv() -> Result<PathBuf> {
+fn venv_python() -> Result<PathBuf> {
     let venv = tools::python_tools_venv();
     let python = venv.join("bin/python3");
     if python.is_file() {
@@ -260,7 +260,7 @@ mod tests {
 
     /// No code path installs into a system interpreter (Debian's python3 refuses it, PEP
     /// 668): the one installing pip run in the tree's code and scripts is [`wheel_tool`]'s,
-    /// through the interpreter of our virtual environment ([`python_tools_venv`]).
+    /// through the interpreter of our virtual environment ([`venv_python`]).
     #[test]
     fn pip_installs_only_into_our_virtual_environment() {
         let pip_install = ["pip", " install"].concat();
@@ -290,7 +290,7 @@ mod tests {
         assert_eq!(found, [venv_install]);
         let body = include_str!("util.rs");
         assert!(
-            body.contains("let python = python_tools_venv()?;"),
+            body.contains("let python = venv_python()?;"),
             "wheel_tool's interpreter is not the virtual environment's"
         );
     }
