@@ -10,5 +10,6 @@
 
 pub mod config;
 pub mod cuda;
+pub mod readme;
 pub mod tools;
 pub mod workspace;

@@ -87,6 +87,35 @@ pub fn cached(spec: &RootSpec) -> Result<(PathBuf, Option<f64>)> {
 }
 
 /// This machine's release (`VERSION_CODENAME` of /etc/os-release).
+/// The cached bare root of `codename` (debootstrapped now when missing): the base
+/// system and python3, nothing else, as a GPU node or a user's fresh machine has it:
+/// (its folder, seconds spent making it now). A run that installs into it works on a
+/// [`fresh_copy`].
+pub fn bare(codename: &str) -> Result<(PathBuf, Option<f64>)> {
+    let dir = format!("bare-root/{codename}-minbase-python3");
+    cached(&RootSpec {
+        dir: &dir,
+        codename,
+        include: &["python3"],
+        describe: "",
+        setup: &|_| Ok(()),
+    })
+}
+
+/// A copy of the root `base` at target/`dir`, made anew (what an earlier run left
+/// mounted in it unmounted first).
+pub fn fresh_copy(base: &Path, dir: &str) -> Result<PathBuf> {
+    let copy = util::target_dir().join(dir);
+    if copy.exists() {
+        unmount_below(&copy)?;
+        fs::remove_dir_all(&copy).with_context(|| format!("removing {}", copy.display()))?;
+    }
+    fs::create_dir_all(copy.parent().unwrap())?;
+    let sh = Shell::new()?;
+    cmd!(sh, "cp -a {base} {copy}").run()?;
+    Ok(copy)
+}
+
 pub fn os_release_codename() -> Result<String> {
     let text = fs::read_to_string("/etc/os-release")?;
     text.lines()

@@ -19,7 +19,7 @@ use crate::{debian_root, util};
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 use xshell::{cmd, Shell};
 
@@ -70,7 +70,7 @@ pub fn run_in_bare_root(kit: &Path, codename: &str) -> Result<Proof> {
     util::section(&format!(
         "gpu-bundle: run.sh in a bare Debian root ({codename})"
     ));
-    let (root, bootstrap_secs) = bare_root(codename)?;
+    let (root, bootstrap_secs) = debian_root::bare(codename)?;
     let inside_kit = root.join(KIT_IN_ROOT);
     let inside_results = root.join(RESULTS_IN_ROOT);
     for dir in [&inside_kit, &inside_results] {
@@ -147,16 +147,4 @@ fn check_summary(path: &Path) -> Result<()> {
         bail!("the bare-root run: {}", problems.join("; "));
     }
     Ok(())
-}
-
-/// The cached root (debootstrapped now when missing): (its folder, seconds spent now).
-fn bare_root(codename: &str) -> Result<(PathBuf, Option<f64>)> {
-    let dir = format!("bare-root/{codename}-minbase-python3");
-    debian_root::cached(&debian_root::RootSpec {
-        dir: &dir,
-        codename,
-        include: &["python3"],
-        describe: "",
-        setup: &|_| Ok(()),
-    })
 }
