@@ -9,6 +9,7 @@ mod debian13_programs;
 mod debian_root;
 mod demo;
 mod device;
+mod dist;
 mod fuzz;
 mod gpu_kit;
 mod gpu_programs;
@@ -43,6 +44,9 @@ enum Cmd {
     BuildDevice(device::Args),
     /// Build the libomptarget 16 plugins (x86_64, cuda, amdgpu) into target/plugin/.
     BuildPlugin(plugin::BuildArgs),
+    /// Build the packages a user installs into target/dist/: a .deb and a relocatable
+    /// tarball per LLVM version (`--llvm N`; default: every one this release packages).
+    Dist(dist::Args),
     /// Build everything and run the indirect-call example through libomptarget 16 on
     /// the best device present (an NVIDIA GPU, else the host CPU).
     Demo(demo::Args),
@@ -84,6 +88,7 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::BuildDevice(a) => device::main(a),
         Cmd::BuildPlugin(a) => plugin::build_main(a),
+        Cmd::Dist(a) => dist::main(a),
         Cmd::Demo(a) => demo::main(a),
         Cmd::Install(a) => install::main(a),
         Cmd::Debian13Programs(a) => debian13_programs::main(a),

@@ -16,6 +16,8 @@
 //!    (`install --llvm N`), the standard programs built with clang-N and run through it,
 //!    the GPU device RTL for clang-N checked; then the LLVM 18 kit (`gpu-bundle --llvm
 //!    18`) built and run in a bare Debian 13 root,
+//!    and the LLVM 16 package: built (`cargo xtask dist`), lintian-clean, installed in a
+//!    bare Debian 12 root where the README's quick start runs as written,
 //! 7. LLVM 16's libomptarget lit suite through our x86_64 plugin, in-process and on the
 //!    isolated host device,
 //! 8. bounded fuzzing of every parser.
@@ -88,6 +90,8 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "rocm-device-libs",
     // Source-package tooling for the lit suite, compression for bundles.
     "dpkg-dev",
+    // The packages' check (`cargo xtask dist`).
+    "lintian",
     "xz-utils",
     "zstd",
     // The virtual environment PyPI wheels go into (never the system's python3).
@@ -225,6 +229,19 @@ pub fn main(args: Args) -> Result<()> {
             Ok(())
         }));
     }
+    // The package a user installs, built, checked by lintian, installed in a bare
+    // Debian 12 root with its dependencies, the README's quick start run there as
+    // written, the doctor, the purge; then the tarball as a user without root.
+    steps.push(timed(
+        "package for LLVM 16: dist + README quick start in a bare Debian 12 root",
+        || {
+            let release = crate::dist::Release { major: 16 };
+            let built = crate::dist::build(release)?;
+            let report = crate::dist::package_check::check(release, &built)?;
+            eprintln!("{}", report.summary());
+            Ok(())
+        },
+    ));
     // LLVM 17 and 18 as a Debian 13 user has them: the install built inside the root,
     // standard programs compiled by clang-N through it and run through our plugin.
     if !args.skip_debian13 {

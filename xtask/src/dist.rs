@@ -1,0 +1,147 @@
+//! `cargo xtask dist [--llvm N]`: what a user installs, built from an install
+//! ([`install::install_for`]) into target/dist/:
+//!
+//! - `omptarget-indirect-llvmN_<version>-1_amd64.deb` ([`deb`]): the install under
+//!   `/usr/lib/omptarget-indirect/llvmN/` (a folder of its own: no file of LLVM's is
+//!   replaced, and the packages of 16, 17 and 18 coexist), depending on clang-N and
+//!   libomp-N-dev, checked by `lintian`;
+//! - `omptarget-indirect-<version>-llvmN-x86_64-linux.tar.gz` ([`tarball`]): the same
+//!   install, relocatable (the config files name everything relative to themselves), for
+//!   users without root.
+//!
+//! Both carry the licence and the notices of the Rust crates linked in ([`notices`]).
+//! A version is built on the Debian release that packages its LLVM ([`llvm_release`]);
+//! with no `--llvm`, every version this machine's release packages. [`package_check`]
+//! installs the results in bare Debian roots and runs the README's quick start there.
+
+mod deb;
+mod notices;
+pub mod package_check;
+mod tarball;
+
+use crate::{install, llvm_release, util};
+use anyhow::{Context, Result};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The LLVM version to package (16, 17 or 18); default: every version this machine's
+    /// Debian release packages.
+    #[arg(long)]
+    pub llvm: Option<u32>,
+    /// Then install each in a bare Debian root and run the README's quick start there
+    /// ([`package_check`]; needs root).
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// The project's version, as Cargo.toml says (the packages' upstream version).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The doctor's installed name (`<prefix>/bin/`).
+pub const DOCTOR: &str = "omptarget-indirect-doctor";
+
+/// Names and places of one LLVM version's packages.
+#[derive(Clone, Copy)]
+pub struct Release {
+    pub major: u32,
+}
+
+impl Release {
+    /// The Debian package's name.
+    pub fn package(&self) -> String {
+        format!("omptarget-indirect-llvm{}", self.major)
+    }
+    /// Where the package installs: a folder of ours, so no path of LLVM's is touched.
+    pub fn prefix(&self) -> PathBuf {
+        PathBuf::from(format!("/usr/lib/omptarget-indirect/llvm{}", self.major))
+    }
+    /// The .deb's file name.
+    pub fn deb_file(&self) -> String {
+        format!("{}_{VERSION}-1_amd64.deb", self.package())
+    }
+    /// The tarball's top folder (what a user uses as the prefix).
+    pub fn tarball_dir(&self) -> String {
+        format!("omptarget-indirect-{VERSION}-llvm{}", self.major)
+    }
+    /// The tarball's file name.
+    pub fn tarball_file(&self) -> String {
+        format!("{}-x86_64-linux.tar.gz", self.tarball_dir())
+    }
+    /// The doctor's name on PATH, from the package (one per version, so they coexist).
+    pub fn doctor_on_path(&self) -> String {
+        format!("{DOCTOR}-{}", self.major)
+    }
+}
+
+/// What [`build`] made.
+pub struct Built {
+    pub deb: PathBuf,
+    pub tarball: PathBuf,
+}
+
+/// target/dist/: the packages.
+pub fn out_dir() -> PathBuf {
+    util::target_dir().join("dist")
+}
+
+pub fn main(args: Args) -> Result<()> {
+    let majors = match args.llvm {
+        Some(major) => vec![major],
+        None => packaged_here()?,
+    };
+    for major in majors {
+        let built = build(Release { major })?;
+        println!("LLVM {major}:");
+        println!("  {}", built.deb.display());
+        println!("  {}", built.tarball.display());
+        if args.check {
+            let report = package_check::check(Release { major }, &built)?;
+            println!("{}", report.summary());
+        }
+    }
+    Ok(())
+}
+
+/// Every served LLVM version this machine's release packages (others are named, with the
+/// release that has them).
+fn packaged_here() -> Result<Vec<u32>> {
+    let (here, elsewhere): (Vec<_>, Vec<_>) = llvm_release::SERVED
+        .iter()
+        .partition(|p| llvm_release::ensure_packaged_here(p.major).is_ok());
+    for p in &elsewhere {
+        eprintln!(
+            "dist: LLVM {} is packaged by {} ({}), not this release: run `cargo xtask dist --llvm {}` there",
+            p.major, p.release, p.codename, p.major
+        );
+    }
+    anyhow::ensure!(!here.is_empty(), "this release packages no LLVM we serve");
+    Ok(here.iter().map(|p| p.major).collect())
+}
+
+/// Install for `release` into a staging tree, then make its .deb and tarball.
+pub fn build(release: Release) -> Result<Built> {
+    let staging = util::target_dir()
+        .join("dist-build")
+        .join(release.package());
+    if staging.exists() {
+        fs::remove_dir_all(&staging).with_context(|| format!("removing {}", staging.display()))?;
+    }
+    // The package's file tree: what `dpkg -L` lists, and nothing else.
+    let deb_root = staging.join("root");
+    let prefix = host_path(&deb_root, &release.prefix());
+    install::install_for(&prefix, release.major)?;
+    util::section(&format!("dist: {}", release.package()));
+    let notices = notices::write(release.major, &staging.join("THIRD-PARTY-NOTICES"))?;
+    let out = out_dir();
+    fs::create_dir_all(&out)?;
+    let tarball = tarball::build(release, &prefix, &notices, &staging.join("tarball"), &out)?;
+    let deb = deb::build(release, &deb_root, &notices, &out)?;
+    Ok(Built { deb, tarball })
+}
+
+/// `path` (absolute, as installed) below the staging tree `root`.
+fn host_path(root: &Path, path: &Path) -> PathBuf {
+    root.join(path.strip_prefix("/").unwrap_or(path))
+}

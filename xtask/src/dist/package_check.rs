@@ -1,0 +1,392 @@
+//! The packages as a user meets them (a step of `cargo xtask test`), in a fresh copy of
+//! a bare Debian root of the release that packages the LLVM ([`debian_root::bare`]: the
+//! base system and python3; no compiler, no LLVM, nothing of ours):
+//!
+//! 1. the README's `install` block, as written, in root's home holding the .deb:
+//!    `apt-get install ./<package>.deb` installs it and its dependencies from the
+//!    archive (apt is told to assume yes, as a user answers its question);
+//! 2. the README's `run` block, as written, run by a user without root, prints exactly
+//!    the README's `output` block (the isolated host device);
+//! 3. the doctor on PATH passes its self-test on the host devices;
+//! 4. `apt-get purge` leaves nothing of ours: every path the package installed is gone,
+//!    and no path naming omptarget appeared and stayed (file lists before and after);
+//! 5. the tarball, unpacked by that user in their home, runs the same `run` block (its
+//!    `P=` line naming the unpacked folder) with the same output, and its doctor passes.
+
+use super::{Built, Release, DOCTOR};
+use crate::debian_root::{self, Mounts};
+use crate::{llvm_release, util};
+use anyhow::{ensure, Context, Result};
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use test_support::readme;
+use xshell::Shell;
+
+/// The user without root who runs the programs, and their home inside the root.
+const USER_ID: &str = "4242";
+const USER_HOME: &str = "/home/user";
+
+/// What the check measured: each phase and its seconds, and the README commands a user
+/// types from a bare machine to a first program's output.
+pub struct Report {
+    pub package: String,
+    pub phases: Vec<(String, f64)>,
+    pub user_commands: usize,
+    pub doctor: String,
+}
+
+impl Report {
+    pub fn summary(&self) -> String {
+        let phases: Vec<String> = self
+            .phases
+            .iter()
+            .map(|(name, secs)| format!("{name} {secs:.0} s"))
+            .collect();
+        format!(
+            "{}: {} README commands from a bare root to the first program's output; {}\ndoctor:\n{}",
+            self.package,
+            self.user_commands,
+            phases.join(", "),
+            self.doctor
+        )
+    }
+}
+
+/// The README's blocks the check runs.
+struct QuickStart {
+    install: String,
+    run: String,
+    output: String,
+}
+
+impl QuickStart {
+    fn read() -> Result<Self> {
+        let text = readme::text().context("reading README.md")?;
+        let block = |name: &str| {
+            readme::block(&text, name)
+                .map(|(_, body)| body)
+                .with_context(|| format!("README.md has no `{}` block", readme::marker(name)))
+        };
+        Ok(QuickStart {
+            install: block("install")?,
+            run: block("run")?,
+            output: block("output")?,
+        })
+    }
+
+    /// Commands a user types: the blocks' lines that are not comments or continuations.
+    fn commands(&self) -> usize {
+        [&self.install, &self.run]
+            .iter()
+            .flat_map(|b| b.lines())
+            .scan(false, |continued, line| {
+                let counts =
+                    !*continued && !line.trim().is_empty() && !line.trim().starts_with('#');
+                *continued = line.trim_end().ends_with('\\');
+                Some(counts)
+            })
+            .filter(|c| *c)
+            .count()
+    }
+
+    /// The run block with its `P=` line naming `prefix` instead.
+    fn run_with_prefix(&self, prefix: &str) -> Result<String> {
+        ensure!(
+            self.run.lines().any(|l| l.starts_with("P=")),
+            "the README's run block sets no P="
+        );
+        Ok(self
+            .run
+            .lines()
+            .map(|l| {
+                if l.starts_with("P=") {
+                    format!("P={prefix}")
+                } else {
+                    l.to_string()
+                }
+            })
+            .map(|l| l + "\n")
+            .collect())
+    }
+}
+
+/// Install `built` in a fresh bare root of `release`'s Debian release and use it as the
+/// README says; then purge it, and do the same from the tarball.
+pub fn check(release: Release, built: &Built) -> Result<Report> {
+    let quick = QuickStart::read()?;
+    let codename = llvm_release::packaged(release.major)?.codename;
+    let mut phases = Vec::new();
+    let mut timed =
+        |name: &str, start: Instant| phases.push((name.to_string(), start.elapsed().as_secs_f64()));
+
+    let start = Instant::now();
+    let (base, _) = debian_root::bare(codename)?;
+    let root = debian_root::fresh_copy(&base, &format!("package-check/{}", release.package()))?;
+    let _mounts = Mounts::new(&root, &[])?;
+    let sh = Shell::new()?;
+    prepare(&sh, &root, built)?;
+    timed("root ready", start);
+
+    let before = files(&root)?;
+    let start = Instant::now();
+    in_root(&sh, &root, None, "/root", &quick.install).context("the README's install block")?;
+    timed("README install block", start);
+    let installed = package_files(&sh, &root, release)?;
+
+    let start = Instant::now();
+    let output = in_root(&sh, &root, Some(USER_ID), USER_HOME, &quick.run)
+        .context("the README's run block")?;
+    same_output(&quick.output, &output, "the package")?;
+    timed("README run block", start);
+    let prefix = release.prefix().display().to_string();
+    let doctor = run_doctor(&sh, &root, &release.doctor_on_path(), &prefix)?;
+
+    let start = Instant::now();
+    let package = release.package();
+    debian_root::chroot_cmd(&sh, &root, &["apt-get", "purge", "-y", "-qq", &package]).run()?;
+    nothing_left(&before, &files(&root)?, &installed)?;
+    timed("purge", start);
+
+    let start = Instant::now();
+    let unpacked = format!("{USER_HOME}/{}", release.tarball_dir());
+    let tarball = format!("/tmp/{}", release.tarball_file());
+    in_root(
+        &sh,
+        &root,
+        Some(USER_ID),
+        USER_HOME,
+        &format!("tar xzf {tarball}\n"),
+    )?;
+    let output = in_root(
+        &sh,
+        &root,
+        Some(USER_ID),
+        USER_HOME,
+        &quick.run_with_prefix(&unpacked)?,
+    )
+    .context("the README's run block with the tarball")?;
+    same_output(&quick.output, &output, "the tarball")?;
+    run_doctor(&sh, &root, &format!("{unpacked}/bin/{DOCTOR}"), &unpacked)?;
+    timed("tarball: unpack, run block, doctor", start);
+
+    Ok(Report {
+        package,
+        phases,
+        user_commands: quick.commands(),
+        doctor,
+    })
+}
+
+/// The .deb in root's home, the tarball in /tmp, a user without root, apt assuming yes
+/// and its package lists read.
+fn prepare(sh: &Shell, root: &Path, built: &Built) -> Result<()> {
+    let into = |file: &Path, dir: &str| -> Result<()> {
+        let to = root.join(dir).join(file.file_name().unwrap());
+        fs::copy(file, &to)
+            .with_context(|| format!("copying {} to {}", file.display(), to.display()))?;
+        Ok(())
+    };
+    into(&built.deb, "root")?;
+    into(&built.tarball, "tmp")?;
+    fs::write(
+        root.join("etc/apt/apt.conf.d/90omptarget-check-assume-yes"),
+        "APT::Get::Assume-Yes \"true\";\n",
+    )?;
+    let home = USER_HOME;
+    debian_root::chroot_cmd(
+        sh,
+        root,
+        &[
+            "useradd",
+            "--create-home",
+            "--home-dir",
+            home,
+            "--uid",
+            USER_ID,
+            "user",
+        ],
+    )
+    .run()?;
+    debian_root::chroot_cmd(sh, root, &["apt-get", "update", "-qq"]).run()?;
+    Ok(())
+}
+
+/// `script` run by bash (stopping at the first failure) inside `root`, in `dir`, as
+/// `user` (a uid; None: root); returns its stdout.
+fn in_root(sh: &Shell, root: &Path, user: Option<&str>, dir: &str, script: &str) -> Result<String> {
+    let script = format!("set -euo pipefail\ncd {dir}\n{script}");
+    let mut args: Vec<String> = Vec::new();
+    if let Some(uid) = user {
+        args.extend(
+            [
+                "setpriv",
+                "--reuid",
+                uid,
+                "--regid",
+                uid,
+                "--clear-groups",
+                "env",
+            ]
+            .map(String::from),
+        );
+        args.push(format!("HOME={USER_HOME}"));
+    }
+    args.extend(["bash", "-c", &script].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = debian_root::chroot_cmd(sh, root, &args)
+        .ignore_status()
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    ensure!(
+        output.status.success(),
+        "{script}\nfailed ({}):\n{stdout}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(stdout)
+}
+
+fn same_output(readme: &str, got: &str, from: &str) -> Result<()> {
+    ensure!(
+        got.trim_end() == readme.trim_end(),
+        "the quick start with {from} printed\n{got}\nbut the README shows\n{readme}"
+    );
+    Ok(())
+}
+
+/// The doctor (`command`, as the root sees it) run by the user, with the README's
+/// LD_LIBRARY_PATH for the install at `prefix`: it must pass, and say ok for the
+/// self-test on the host device and the isolated host device. Returns its output.
+fn run_doctor(sh: &Shell, root: &Path, command: &str, prefix: &str) -> Result<String> {
+    let script = format!("LD_LIBRARY_PATH={prefix}/lib {command}\n");
+    let output = in_root(sh, root, Some(USER_ID), USER_HOME, &script)
+        .with_context(|| format!("the doctor, {command}"))?;
+    for device in ["host device", "isolated host device"] {
+        ensure!(
+            output.lines().any(|l| l.trim_start().starts_with("ok")
+                && l.contains(device)
+                && l.contains("0 wrong")),
+            "the doctor's self-test passed on no {device}:\n{output}"
+        );
+    }
+    Ok(output)
+}
+
+/// Every path below `root` but the mounts and apt's caches, relative to it.
+fn files(root: &Path) -> Result<BTreeSet<PathBuf>> {
+    const SKIPPED: &[&str] = &[
+        "proc",
+        "dev",
+        "sys",
+        "run",
+        "var/cache/apt",
+        "var/lib/apt/lists",
+        "var/log",
+    ];
+    let mut all = BTreeSet::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+            let path = entry?.path();
+            let relative = path.strip_prefix(root)?.to_path_buf();
+            if SKIPPED.iter().any(|s| relative == Path::new(s)) {
+                continue;
+            }
+            if fs::symlink_metadata(&path)?.is_dir() {
+                todo.push(path);
+            }
+            all.insert(relative);
+        }
+    }
+    Ok(all)
+}
+
+/// The paths `dpkg -L` lists for the installed package (relative to the root), checked
+/// to be present.
+fn package_files(sh: &Shell, root: &Path, release: Release) -> Result<BTreeSet<PathBuf>> {
+    let package = release.package();
+    let listed = util::read(debian_root::chroot_cmd(sh, root, &["dpkg", "-L", &package]))?;
+    let files: BTreeSet<PathBuf> = listed
+        .lines()
+        .filter(|l| l.starts_with('/') && *l != "/.")
+        .map(|l| PathBuf::from(&l[1..]))
+        .collect();
+    ensure!(
+        files.contains(
+            &release
+                .prefix()
+                .join("bin")
+                .join(DOCTOR)
+                .strip_prefix("/")?
+                .to_path_buf()
+        ),
+        "dpkg -L {package} lists no doctor:\n{listed}"
+    );
+    Ok(files)
+}
+
+/// After the purge: no path the package installed that was not there before, and no new
+/// path naming omptarget.
+fn nothing_left(
+    before: &BTreeSet<PathBuf>,
+    after: &BTreeSet<PathBuf>,
+    installed: &BTreeSet<PathBuf>,
+) -> Result<()> {
+    let left: Vec<&PathBuf> = after
+        .difference(before)
+        .filter(|p| installed.contains(*p) || p.to_string_lossy().contains("omptarget"))
+        .collect();
+    ensure!(
+        left.is_empty(),
+        "apt-get purge left {} path(s) of ours: {left:?}",
+        left.len()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quick() -> QuickStart {
+        QuickStart {
+            install: "# as root\napt-get install ./p.deb\n".into(),
+            run: "P=/usr/lib/x\nclang++-16 --config=$P/a.cfg \\\n  b.cpp -o b\n./b\n".into(),
+            output: "ok\n".into(),
+        }
+    }
+
+    #[test]
+    fn commands_count_neither_comments_nor_continuations() {
+        assert_eq!(quick().commands(), 4);
+    }
+
+    #[test]
+    fn the_tarball_run_names_the_unpacked_folder() {
+        let run = quick().run_with_prefix("/home/user/t").unwrap();
+        assert!(run.starts_with("P=/home/user/t\nclang++-16"), "{run}");
+        assert!(QuickStart {
+            run: "echo\n".into(),
+            ..quick()
+        }
+        .run_with_prefix("/x")
+        .is_err());
+    }
+
+    #[test]
+    fn a_path_of_ours_left_after_the_purge_is_found() {
+        let before: BTreeSet<PathBuf> = ["usr/bin/ls".into()].into();
+        let installed: BTreeSet<PathBuf> =
+            ["usr/lib/omptarget-indirect/llvm16/lib/x.so".into()].into();
+        let mut after = before.clone();
+        after.insert("usr/lib/clang-16/new".into());
+        assert!(nothing_left(&before, &after, &installed).is_ok());
+        after.insert("usr/lib/omptarget-indirect/llvm16/lib/x.so".into());
+        assert!(nothing_left(&before, &after, &installed).is_err());
+        after.remove(Path::new("usr/lib/omptarget-indirect/llvm16/lib/x.so"));
+        after.insert("etc/omptarget.conf".into());
+        assert!(nothing_left(&before, &after, &installed).is_err());
+    }
+}
