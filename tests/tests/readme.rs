@@ -12,15 +12,13 @@ use e2e_tests::paths::{root, scratch};
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
+use test_support::readme;
 
 /// The README is the user's first page; everything else lives in docs/.
 const MAX_README_LINES: usize = 250;
-/// The quick start's blocks, in order; each marker sits directly above a fenced block.
-const QUICK_START_MARKERS: [&str; 3] = [
-    "<!-- quick-start: install -->",
-    "<!-- quick-start: run -->",
-    "<!-- quick-start: output -->",
-];
+/// The quick start's blocks, in order (test_support::readme's names: xtask runs them in
+/// bare Debian roots); each marker sits directly above a fenced block.
+const QUICK_START: [&str; 3] = ["install", "run", "output"];
 /// The install block's marker must be on one of the README's first this many lines.
 const INSTALL_MARKER_WITHIN: usize = 60;
 /// The heading above the troubleshooting table.
@@ -35,7 +33,7 @@ fn read(path: &Path) -> String {
 }
 
 fn readme() -> String {
-    read(&root().join("README.md"))
+    readme::text().expect("reading README.md")
 }
 
 /// Whether `line` opens or closes a fenced code block.
@@ -57,71 +55,39 @@ fn length_problems(text: &str) -> Vec<String> {
     }
 }
 
-/// The lines of the fenced block that starts on the line after `marker_line` (0-based),
-/// without its fences.
-fn block_after(lines: &[&str], marker_line: usize) -> Result<Vec<String>, String> {
-    let open = marker_line + 1;
-    match lines.get(open) {
-        Some(line) if line.starts_with("```") => {}
-        other => {
-            return Err(format!(
-                "line {}: a fenced block (```) must follow the marker directly, found {other:?}",
-                open + 1
-            ))
-        }
-    }
-    let body: Vec<String> = lines[open + 1..]
-        .iter()
-        .take_while(|l| !l.starts_with("```"))
-        .map(|l| l.to_string())
-        .collect();
-    if open + 1 + body.len() >= lines.len() {
-        return Err(format!(
-            "line {}: the fenced block is never closed",
-            open + 1
-        ));
-    }
-    Ok(body)
-}
-
-/// The quick start's three marked blocks (install, run, output), or the problems.
+/// The quick start's marked blocks (install, run, output), as test_support::readme
+/// reads them for xtask, or the problems.
 fn quick_start_blocks(text: &str) -> Result<Vec<Vec<String>>, Vec<String>> {
-    let lines: Vec<&str> = text.lines().collect();
     let mut problems = Vec::new();
     let mut blocks = Vec::new();
     let mut previous: Option<usize> = None;
-    for marker in QUICK_START_MARKERS {
-        let at: Vec<usize> = lines
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.trim() == marker)
-            .map(|(i, _)| i)
-            .collect();
-        let [index] = at[..] else {
+    for name in QUICK_START {
+        let marker = readme::marker(name);
+        let count = text.lines().filter(|l| l.trim() == marker).count();
+        if count != 1 {
+            problems.push(format!("`{marker}` must occur once, found {count} times"));
+            continue;
+        }
+        let Some((line, body)) = readme::block(text, name) else {
             problems.push(format!(
-                "`{marker}` must occur once, found {} times",
-                at.len()
+                "`{marker}`: a closed fenced block (```) must follow the marker directly"
             ));
             continue;
         };
-        if marker == QUICK_START_MARKERS[0] && index >= INSTALL_MARKER_WITHIN {
+        if name == QUICK_START[0] && line > INSTALL_MARKER_WITHIN {
             problems.push(format!(
-                "`{marker}` is on line {}: the quick start must begin within the first \
-                 {INSTALL_MARKER_WITHIN} lines",
-                index + 1
+                "`{marker}` is on line {line}: the quick start must begin within the first \
+                 {INSTALL_MARKER_WITHIN} lines"
             ));
         }
-        if previous.is_some_and(|p| p > index) {
+        if previous.is_some_and(|p| p > line) {
             problems.push(format!("`{marker}` comes before the marker it must follow"));
         }
-        previous = Some(index);
-        match block_after(&lines, index) {
-            Ok(block) if block.iter().all(|l| l.trim().is_empty()) => {
-                problems.push(format!("`{marker}`: its fenced block is empty"))
-            }
-            Ok(block) => blocks.push(block),
-            Err(e) => problems.push(format!("`{marker}`: {e}")),
+        previous = Some(line);
+        if body.trim().is_empty() {
+            problems.push(format!("`{marker}`: its fenced block is empty"));
         }
+        blocks.push(body.lines().map(str::to_string).collect());
     }
     if problems.is_empty() {
         Ok(blocks)
@@ -489,9 +455,9 @@ fn the_length_check_refuses_a_long_readme() {
 
 #[test]
 fn the_quick_start_check_refuses_late_missing_and_unfenced_markers() {
+    let [install, run, output] = QUICK_START.map(readme::marker);
     let good = format!(
-        "# t\n{}\n```sh\napt-get install x\n```\n{}\n```sh\n./x\n```\n{}\n```text\nout\n```\n",
-        QUICK_START_MARKERS[0], QUICK_START_MARKERS[1], QUICK_START_MARKERS[2]
+        "# t\n{install}\n```sh\napt-get install x\n```\n{run}\n```sh\n./x\n```\n{output}\n```text\nout\n```\n"
     );
     let blocks = quick_start_blocks(&good).expect("the good sample passes");
     assert_eq!(blocks[2], vec!["out".to_string()]);
@@ -500,18 +466,22 @@ fn the_quick_start_check_refuses_late_missing_and_unfenced_markers() {
     let problems = quick_start_blocks(&late).unwrap_err();
     assert!(problems[0].contains("first 60 lines"), "{problems:?}");
 
-    let missing = good.replace(QUICK_START_MARKERS[2], "");
+    let missing = good.replace(&output, "");
     assert!(quick_start_blocks(&missing).is_err());
 
-    let unfenced = good.replace(
-        &format!("{}\n```sh\n./x", QUICK_START_MARKERS[1]),
-        &format!("{}\n\n```sh\n./x", QUICK_START_MARKERS[1]),
-    );
+    let unfenced = good.replace(&format!("{run}\n```sh"), &format!("{run}\n\n```sh"));
     let problems = quick_start_blocks(&unfenced).unwrap_err();
     assert!(
         problems[0].contains("must follow the marker directly"),
         "{problems:?}"
     );
+
+    let swapped = good
+        .replace(&install, "@@")
+        .replace(&run, &install)
+        .replace("@@", &run);
+    let problems = quick_start_blocks(&swapped).unwrap_err();
+    assert!(problems[0].contains("comes before"), "{problems:?}");
 }
 
 #[test]
