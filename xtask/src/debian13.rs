@@ -36,11 +36,12 @@ pub fn llvm_packages(major: u32) -> Vec<String> {
     packages
 }
 
-/// Every package the root of LLVM `major` gets: its [`llvm_packages`], python3 (lit)
-/// and the C compiler driver names Rust's linker and the `cc` crate call (`cc`, `c++`).
+/// Every package the root of LLVM `major` gets: its [`llvm_packages`], python3 (lit),
+/// the C compiler driver names Rust's linker and the `cc` crate call (`cc`, `c++`), and
+/// what `cargo xtask dist` uses (dpkg-shlibdeps; git for the changelog's date).
 pub fn packages(major: u32) -> Vec<String> {
     let mut all = llvm_packages(major);
-    all.extend(["python3", "gcc", "g++"].map(String::from));
+    all.extend(["python3", "gcc", "g++", "dpkg-dev", "git"].map(String::from));
     all
 }
 

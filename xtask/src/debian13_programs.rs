@@ -9,6 +9,8 @@
 //!    the crates fetched on this machine first ([`crate::root_cargo`]), and a target
 //!    folder of its own, `target/debian13-build/llvmN/`, which never mixes with this
 //!    machine's builds (and stays cached there between runs);
+//!    then `cargo xtask dist --llvm N` the same way: the packages a Debian 13 user
+//!    installs, built there and checked by this machine's lintian;
 //! 2. the compiler plugin's own tests (`cargo test -p compiler-plugin --features llvmN`)
 //!    run there too, against LLVM N;
 //! 3. a clang-N GPU image is built for sm_90 and checked for what the cuda plugin reads
@@ -29,8 +31,8 @@
 
 use crate::root_cargo::RootCargo;
 use crate::{
-    debian13, debian13_gpu_image, debian13_gpu_install, debian_root, indirect_programs, install,
-    util,
+    debian13, debian13_gpu_image, debian13_gpu_install, debian_root, dist, indirect_programs,
+    install, util,
 };
 use anyhow::{bail, ensure, Context, Result};
 use std::fs;
@@ -147,6 +149,8 @@ pub struct Report {
     pub root_secs: Option<f64>,
     /// Seconds `cargo xtask install` took inside the root.
     pub install_secs: f64,
+    /// The packages `cargo xtask dist` built inside the root (lintian-checked here).
+    pub package: dist::Built,
     /// What the check of a clang-N GPU image found.
     pub gpu_image: String,
     /// What the checks of the installed GPU device RTL found.
@@ -185,6 +189,40 @@ impl Report {
         }
         text
     }
+}
+
+/// `cargo xtask dist --llvm N` inside the root (as a Debian 13 user builds the
+/// packages), then lintian here on its .deb; returns what it built (below the root's
+/// target folder `build`).
+fn dist_inside(
+    sh: &xshell::Shell,
+    root: &Path,
+    cargo: &RootCargo,
+    major: u32,
+    build: &Path,
+) -> Result<dist::Built> {
+    util::section(&format!(
+        "LLVM {major} in Debian 13: cargo xtask dist --llvm {major} (inside the root)"
+    ));
+    let workspace = util::root();
+    let llvm_arg = major.to_string();
+    let command = cargo.command(
+        &workspace,
+        build,
+        &[debian13_gpu_install::install_env()],
+        &["xtask", "dist", "--llvm", &llvm_arg, "--skip-lintian"],
+    );
+    debian_root::chroot_cmd(sh, root, &as_strs(&command))
+        .run()
+        .with_context(|| format!("cargo xtask dist --llvm {major} inside {}", root.display()))?;
+    let release = dist::Release { major };
+    let out = build.join("dist");
+    let built = dist::Built {
+        deb: out.join(release.deb_file()),
+        tarball: out.join(release.tarball_file()),
+    };
+    dist::lintian(&built.deb)?;
+    Ok(built)
 }
 
 /// The step: install inside the root of LLVM `major`, then build and run every program
@@ -254,6 +292,7 @@ fn run(major: u32) -> Result<Report> {
             )
         })?;
     let install_secs = start.elapsed().as_secs_f64();
+    let package = dist_inside(&sh, &root, &cargo, major, &build)?;
 
     util::section(&format!(
         "LLVM {major} in Debian 13: the compiler plugin's tests (inside the root)"
@@ -320,6 +359,7 @@ fn run(major: u32) -> Result<Report> {
         major,
         root_secs,
         install_secs,
+        package,
         gpu_image,
         gpu_install,
         passed,

@@ -34,6 +34,10 @@ pub struct Args {
     /// ([`package_check`]; needs root).
     #[arg(long)]
     pub check: bool,
+    /// Leave lintian to the caller (a package built inside a Debian root is checked by
+    /// the machine's lintian afterwards: [`lintian`]).
+    #[arg(long)]
+    pub skip_lintian: bool,
 }
 
 /// The project's version, as Cargo.toml says (the packages' upstream version).
@@ -91,15 +95,18 @@ pub fn main(args: Args) -> Result<()> {
         Some(major) => vec![major],
         None => packaged_here()?,
     };
+    let mut all = Vec::new();
     for major in majors {
-        let built = build(Release { major })?;
+        let release = Release { major };
+        let built = build(release, args.skip_lintian)?;
         println!("LLVM {major}:");
         println!("  {}", built.deb.display());
         println!("  {}", built.tarball.display());
-        if args.check {
-            let report = package_check::check(Release { major }, &built)?;
-            println!("{}", report.summary());
-        }
+        all.push((release, built));
+    }
+    if args.check {
+        let report = package_check::check(&all)?;
+        println!("{}", report.summary());
     }
     Ok(())
 }
@@ -121,7 +128,7 @@ fn packaged_here() -> Result<Vec<u32>> {
 }
 
 /// Install for `release` into a staging tree, then make its .deb and tarball.
-pub fn build(release: Release) -> Result<Built> {
+pub fn build(release: Release, skip_lintian: bool) -> Result<Built> {
     let staging = util::target_dir()
         .join("dist-build")
         .join(release.package());
@@ -138,7 +145,15 @@ pub fn build(release: Release) -> Result<Built> {
     fs::create_dir_all(&out)?;
     let tarball = tarball::build(release, &prefix, &notices, &staging.join("tarball"), &out)?;
     let deb = deb::build(release, &deb_root, &notices, &out)?;
+    if !skip_lintian {
+        lintian(&deb)?;
+    }
     Ok(Built { deb, tarball })
+}
+
+/// lintian on a .deb: no error allowed; what it says otherwise is printed.
+pub fn lintian(deb: &Path) -> Result<()> {
+    deb::lintian(deb)
 }
 
 /// `path` (absolute, as installed) below the staging tree `root`.

@@ -28,7 +28,7 @@
 use crate::{
     debian13_programs, device, fuzz, gpu_programs, indirect_programs, install, lit, plugin, util,
 };
-use anyhow::{bail, Result};
+use anyhow::{bail, ensure, Result};
 use std::time::Instant;
 use xshell::{cmd, Shell};
 
@@ -236,8 +236,8 @@ pub fn main(args: Args) -> Result<()> {
         "package for LLVM 16: dist + README quick start in a bare Debian 12 root",
         || {
             let release = crate::dist::Release { major: 16 };
-            let built = crate::dist::build(release)?;
-            let report = crate::dist::package_check::check(release, &built)?;
+            let built = crate::dist::build(release, false)?;
+            let report = crate::dist::package_check::check(&[(release, built)])?;
             eprintln!("{}", report.summary());
             Ok(())
         },
@@ -245,13 +245,38 @@ pub fn main(args: Args) -> Result<()> {
     // LLVM 17 and 18 as a Debian 13 user has them: the install built inside the root,
     // standard programs compiled by clang-N through it and run through our plugin.
     if !args.skip_debian13 {
+        let mut debian13_packages = Vec::new();
+        for (major, name) in [
+            (
+                17,
+                "LLVM 17 in Debian 13: install and dist inside + standard programs",
+            ),
+            (
+                18,
+                "LLVM 18 in Debian 13: install and dist inside + standard programs",
+            ),
+        ] {
+            let packages = &mut debian13_packages;
+            steps.push(timed(name, move || {
+                let report = debian13_programs::check(major)?;
+                packages.push((crate::dist::Release { major }, report.package));
+                Ok(())
+            }));
+        }
+        // Both packages in one bare Debian 13 root: they coexist; the README's quick
+        // start (for 17 and for 18) runs from each, then from each tarball.
         steps.push(timed(
-            "LLVM 17 in Debian 13: install inside + standard programs",
-            || debian13_programs::check(17).map(|_| ()),
-        ));
-        steps.push(timed(
-            "LLVM 18 in Debian 13: install inside + standard programs",
-            || debian13_programs::check(18).map(|_| ()),
+            "packages for LLVM 17 and 18: README quick start in a bare Debian 13 root",
+            || {
+                ensure!(
+                    debian13_packages.len() == 2,
+                    "the Debian 13 steps built {} of the 2 packages",
+                    debian13_packages.len()
+                );
+                let report = crate::dist::package_check::check(&debian13_packages)?;
+                eprintln!("{}", report.summary());
+                Ok(())
+            },
         ));
         // The second GPU kit: clang-18's programs and libomptarget 18 from that root,
         // run in a bare Debian 13 root, with the check of glibc symbol versions.

@@ -54,6 +54,9 @@ impl Report {
     }
 }
 
+/// The LLVM version the README's quick start shows.
+const README_LLVM: u32 = 16;
+
 /// The README's blocks the check runs.
 struct QuickStart {
     install: String,
@@ -91,6 +94,31 @@ impl QuickStart {
             .count()
     }
 
+    /// The blocks for LLVM `major`: the README shows [`README_LLVM`]'s; another's names
+    /// its own package, folder and clang.
+    fn for_release(&self, major: u32) -> Result<QuickStart> {
+        let shown = format!("llvm{README_LLVM}");
+        ensure!(
+            self.install.contains(&shown) && self.run.contains(&shown),
+            "the README's quick start is not LLVM {README_LLVM}'s (no `{shown}`)"
+        );
+        let swap = |block: &str| {
+            block
+                .replace(&shown, &format!("llvm{major}"))
+                .replace(
+                    &format!("clang++-{README_LLVM}"),
+                    &format!("clang++-{major}"),
+                )
+                .replace(&format!("clang-{README_LLVM}"), &format!("clang-{major}"))
+                .replace(&format!("libomp-{README_LLVM}"), &format!("libomp-{major}"))
+        };
+        Ok(QuickStart {
+            install: swap(&self.install),
+            run: swap(&self.run),
+            output: self.output.clone(),
+        })
+    }
+
     /// The run block with its `P=` line naming `prefix` instead.
     fn run_with_prefix(&self, prefix: &str) -> Result<String> {
         ensure!(
@@ -112,84 +140,109 @@ impl QuickStart {
     }
 }
 
-/// Install `built` in a fresh bare root of `release`'s Debian release and use it as the
-/// README says; then purge it, and do the same from the tarball.
-pub fn check(release: Release, built: &Built) -> Result<Report> {
+/// Install the packages `built` (of one Debian release: several LLVM versions coexist)
+/// in a fresh bare root of that release and use each as the README says; then purge
+/// them, and do the same from the tarballs.
+pub fn check(built: &[(Release, Built)]) -> Result<Report> {
     let quick = QuickStart::read()?;
-    let codename = llvm_release::packaged(release.major)?.codename;
+    let codename = one_release(built)?;
     let mut phases = Vec::new();
     let mut timed =
-        |name: &str, start: Instant| phases.push((name.to_string(), start.elapsed().as_secs_f64()));
+        |name: String, start: Instant| phases.push((name, start.elapsed().as_secs_f64()));
 
     let start = Instant::now();
     let (base, _) = debian_root::bare(codename)?;
-    let root = debian_root::fresh_copy(&base, &format!("package-check/{}", release.package()))?;
+    let root = debian_root::fresh_copy(&base, &format!("package-check/{codename}"))?;
     let _mounts = Mounts::new(&root, &[])?;
     let sh = Shell::new()?;
     prepare(&sh, &root, built)?;
-    timed("root ready", start);
+    timed("root ready".into(), start);
 
     let before = files(&root)?;
-    let start = Instant::now();
-    in_root(&sh, &root, None, "/root", &quick.install).context("the README's install block")?;
-    timed("README install block", start);
-    let installed = package_files(&sh, &root, release)?;
+    let mut installed = BTreeSet::new();
+    let mut doctors = Vec::new();
+    for (release, _) in built {
+        let quick = quick.for_release(release.major)?;
+        let package = release.package();
+        let start = Instant::now();
+        in_root(&sh, &root, None, "/root", &quick.install)
+            .with_context(|| format!("the README's install block for {package}"))?;
+        timed(format!("{package}: README install block"), start);
+        installed.extend(package_files(&sh, &root, *release)?);
+
+        let start = Instant::now();
+        let output = in_root(&sh, &root, Some(USER_ID), USER_HOME, &quick.run)
+            .with_context(|| format!("the README's run block for {package}"))?;
+        same_output(&quick.output, &output, &package)?;
+        timed(format!("{package}: README run block"), start);
+        let prefix = release.prefix().display().to_string();
+        doctors.push(run_doctor(&sh, &root, &release.doctor_on_path(), &prefix)?);
+    }
 
     let start = Instant::now();
-    let output = in_root(&sh, &root, Some(USER_ID), USER_HOME, &quick.run)
-        .context("the README's run block")?;
-    same_output(&quick.output, &output, "the package")?;
-    timed("README run block", start);
-    let prefix = release.prefix().display().to_string();
-    let doctor = run_doctor(&sh, &root, &release.doctor_on_path(), &prefix)?;
-
-    let start = Instant::now();
-    let package = release.package();
-    debian_root::chroot_cmd(&sh, &root, &["apt-get", "purge", "-y", "-qq", &package]).run()?;
+    let packages: Vec<String> = built.iter().map(|(r, _)| r.package()).collect();
+    let mut purge = vec!["apt-get", "purge", "-y", "-qq"];
+    purge.extend(packages.iter().map(String::as_str));
+    debian_root::chroot_cmd(&sh, &root, &purge).run()?;
     nothing_left(&before, &files(&root)?, &installed)?;
-    timed("purge", start);
+    timed("purge".into(), start);
 
-    let start = Instant::now();
-    let unpacked = format!("{USER_HOME}/{}", release.tarball_dir());
-    let tarball = format!("/tmp/{}", release.tarball_file());
-    in_root(
-        &sh,
-        &root,
-        Some(USER_ID),
-        USER_HOME,
-        &format!("tar xzf {tarball}\n"),
-    )?;
-    let output = in_root(
-        &sh,
-        &root,
-        Some(USER_ID),
-        USER_HOME,
-        &quick.run_with_prefix(&unpacked)?,
-    )
-    .context("the README's run block with the tarball")?;
-    same_output(&quick.output, &output, "the tarball")?;
-    run_doctor(&sh, &root, &format!("{unpacked}/bin/{DOCTOR}"), &unpacked)?;
-    timed("tarball: unpack, run block, doctor", start);
+    for (release, _) in built {
+        let quick = quick.for_release(release.major)?;
+        let start = Instant::now();
+        let unpacked = format!("{USER_HOME}/{}", release.tarball_dir());
+        let tarball = format!("/tmp/{}", release.tarball_file());
+        let untar = format!("tar xzf {tarball}\n");
+        in_root(&sh, &root, Some(USER_ID), USER_HOME, &untar)?;
+        let output = in_root(
+            &sh,
+            &root,
+            Some(USER_ID),
+            USER_HOME,
+            &quick.run_with_prefix(&unpacked)?,
+        )
+        .with_context(|| format!("the README's run block with {}", release.tarball_file()))?;
+        same_output(&quick.output, &output, &release.tarball_file())?;
+        run_doctor(&sh, &root, &format!("{unpacked}/bin/{DOCTOR}"), &unpacked)?;
+        timed(
+            format!("{}: unpack, run block, doctor", release.tarball_file()),
+            start,
+        );
+    }
 
     Ok(Report {
-        package,
+        package: packages.join(" + "),
         phases,
         user_commands: quick.commands(),
-        doctor,
+        doctor: doctors.into_iter().next().unwrap_or_default(),
     })
 }
 
-/// The .deb in root's home, the tarball in /tmp, a user without root, apt assuming yes
+/// The one Debian release (codename) that packages every LLVM of `built`.
+fn one_release(built: &[(Release, Built)]) -> Result<&'static str> {
+    let mut codenames = built
+        .iter()
+        .map(|(r, _)| llvm_release::packaged(r.major).map(|p| p.codename));
+    let first = codenames.next().context("no package to check")??;
+    for codename in codenames {
+        ensure!(codename? == first, "packages of different Debian releases");
+    }
+    Ok(first)
+}
+
+/// The .debs in root's home, the tarballs in /tmp, a user without root, apt assuming yes
 /// and its package lists read.
-fn prepare(sh: &Shell, root: &Path, built: &Built) -> Result<()> {
+fn prepare(sh: &Shell, root: &Path, built: &[(Release, Built)]) -> Result<()> {
     let into = |file: &Path, dir: &str| -> Result<()> {
         let to = root.join(dir).join(file.file_name().unwrap());
         fs::copy(file, &to)
             .with_context(|| format!("copying {} to {}", file.display(), to.display()))?;
         Ok(())
     };
-    into(&built.deb, "root")?;
-    into(&built.tarball, "tmp")?;
+    for (_, built) in built {
+        into(&built.deb, "root")?;
+        into(&built.tarball, "tmp")?;
+    }
     fs::write(
         root.join("etc/apt/apt.conf.d/90omptarget-check-assume-yes"),
         "APT::Get::Assume-Yes \"true\";\n",
@@ -361,6 +414,28 @@ mod tests {
     #[test]
     fn commands_count_neither_comments_nor_continuations() {
         assert_eq!(quick().commands(), 4);
+    }
+
+    #[test]
+    fn the_blocks_for_llvm_18_name_its_package_folder_and_clang() {
+        let quick = QuickStart {
+            install: "apt-get install ./omptarget-indirect-llvm16_0.1.0-1_amd64.deb\n".into(),
+            run: "P=/usr/lib/omptarget-indirect/llvm16\nclang++-16 x\n".into(),
+            output: "ok\n".into(),
+        };
+        let for_18 = quick.for_release(18).unwrap();
+        assert_eq!(
+            for_18.install,
+            "apt-get install ./omptarget-indirect-llvm18_0.1.0-1_amd64.deb\n"
+        );
+        assert_eq!(
+            for_18.run,
+            "P=/usr/lib/omptarget-indirect/llvm18\nclang++-18 x\n"
+        );
+        assert!(
+            quick().for_release(18).is_err(),
+            "a quick start without llvm16 is refused"
+        );
     }
 
     #[test]
