@@ -1,6 +1,6 @@
 //! What the host module and the device module get for each indirect function this
 //! translation unit defines, in the convention the host plugin reads on every backend
-//! (README, "Indirect entries the plugin understands"): a host offload entry
+//! (docs/USER_GUIDE.md, "Indirect entries the plugin understands"): a host offload entry
 //! `{&fn, "<holder>", size 8, flags 0x08}` and, in each device module, the holder: a
 //! global named `<holder>` holding the device function's address. clang 16 gives device
 //! functions hidden visibility, so the loaders find the holder (exported), not the

@@ -142,7 +142,7 @@ const _: () = {
 };
 
 /// The device global an indirect entry names (the convention the host plugin reads on
-/// every backend, README "Indirect entries the plugin understands"): the host entry
+/// every backend, docs/USER_GUIDE.md "Indirect entries the plugin understands"): the host entry
 /// `{&fn, "<holder>", size 8, flags 0x08}` names it, each device image defines it,
 /// holding the device function's (or vtable group's) address.
 pub mod holder {

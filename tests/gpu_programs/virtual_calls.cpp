@@ -1,4 +1,4 @@
-// Virtual functions through the plugin's vtable path (README: "Indirect entries the
+// Virtual functions through the plugin's vtable path (docs/USER_GUIDE.md: "Indirect entries the
 // plugin understands", flag 0x20): each class's vtable is registered with one offload
 // entry {host vtable, "__omp_indirect_vtable_<class>", size of the vtable, flags
 // 0x08 | 0x20} whose device global holds the device vtable's address; the plugin pairs

@@ -2,7 +2,7 @@
 //! tried for real: through the Rust API (the error's text) or through the built plugin's
 //! C ABI in a child process (what the plugin prints on stderr, libomptarget's only
 //! channel). The rows are checked here and written to target/reliability/bad-inputs.md,
-//! the table docs/RELIABILITY.md and the README show.
+//! the table docs/RELIABILITY.md shows.
 
 mod plugin_support;
 

@@ -1,7 +1,7 @@
 //! `cargo xtask build-device`: the device RTL for every target, under target/device/.
 //!
 //! Contract used by other xtask modules:
-//! - `build_all()` builds every device artifact listed in README/issue 2 under target/device/.
+//! - `build_all()` builds every device artifact listed in docs/USER_GUIDE.md ("What gets installed") under target/device/.
 //! - `host_staticlib()` builds (if needed) and returns
 //!   target/device/x86_64-unknown-linux-gnu/libdevice_rtl.a.
 //!

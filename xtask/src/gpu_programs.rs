@@ -73,7 +73,7 @@ pub const MACRO_PROGRAMS: &[MacroProgram] = &[
         source: "examples/indirect_calls.c",
         indirect_functions: &["add_one", "twice", "square"],
         device_symbols: &[],
-        checks: "the README's example: three indirect functions, an unregistered and a \
+        checks: "examples/indirect_calls.c: three indirect functions, an unregistered and a \
                  null pointer",
     },
     MacroProgram {

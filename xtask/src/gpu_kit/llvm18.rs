@@ -7,7 +7,7 @@
 //!   install's nvptx64 config (`install --llvm 18`, made by `cargo xtask
 //!   debian13-programs --llvm 18`, which this runs first): the standard C program, the
 //!   C++ virtual-call fixture (two units) at -O0 and -O2, OpenMP_VV's declare target
-//!   indirect test, and the kit's four macro programs (the README's example, virtual
+//!   indirect test, and the kit's four macro programs (examples/indirect_calls.c, virtual
 //!   calls through the macros, a table handed over through `__tgt_rtl_set_function_ptr_map`,
 //!   the stress program). Each image must define our lookup, both table globals and a
 //!   kernel's call of the lookup ([`indirect_programs::check_cubin`]). run.sh runs each
