@@ -27,11 +27,21 @@
 //!   (see [`OffloadTools::devicertl_archive`] for why, [`archive_image`] for what);
 //! - `libexec/omptarget-indirect/omptarget-rs-device`: the isolated host device's
 //!   process (`OMPTARGET_RS_ISOLATED=1`), which the x86_64 plugin starts;
-//! - `include/omp_indirect.h`, `bin/offload-inspect`;
+//! - `libexec/omptarget-indirect/self-test/standard_indirect.<triple>[.<arch>]`:
+//!   examples/standard_indirect.cpp built by clang-N through the installed configs
+//!   ([`install_self_tests`]): `.x86_64-pc-linux-gnu` always, `.nvptx64-nvidia-cuda.sm_XY`
+//!   for each of [`NVPTX_INSTALL_ARCHES`] the CUDA folder clang gets can target (CUDA
+//!   13's ptxas has no sm_70; none without ptxas); the doctor runs them on every device;
+//! - `include/omp_indirect.h`, `bin/offload-inspect`, `bin/omptarget-indirect-doctor`
+//!   (doctor/: checks the install, which plugin libomptarget loads, the GPUs, and runs
+//!   the self-tests; same debug-info split);
 //! - `include/omptarget-indirect/glibc-compat/bits/floatn.h`: what GPU compiles by
 //!   clang 17 and 18 read of glibc's header of that name (see the file for why);
-//! - `share/omptarget-indirect/<triple>.cfg`: clang config files (see [`config_text_for`]).
-use crate::{compiler_plugin, debian13, device, llvm_release, nvptx_program, plugin, util};
+//! - `share/omptarget-indirect/<triple>.cfg`: clang config files (see [`config_text_for`]);
+//! - `share/omptarget-indirect/examples/standard_indirect.cpp`: the self-tests' source.
+use crate::{
+    compiler_plugin, debian13, device, indirect_programs, llvm_release, nvptx_program, plugin, util,
+};
 use anyhow::{ensure, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -79,6 +89,13 @@ pub const NVPTX_TRIPLE: &str = "nvptx64-nvidia-cuda";
 pub const NVPTX_INSTALL_ARCHES: &[&str] = &["sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"];
 /// The debug file every plugin copy points to.
 const PLUGIN_DEBUG_FILE: &str = "libomptarget-rs.debug";
+/// The doctor's executable (doctor/), in `bin/`.
+pub const DOCTOR: &str = "omptarget-indirect-doctor";
+/// The self-test programs' folder below the prefix (the doctor's `install::SELF_TEST_DIR`).
+pub const SELF_TEST_DIR: &str = "libexec/omptarget-indirect/self-test";
+/// The self-tests' source, below the workspace root; installed in
+/// `share/omptarget-indirect/examples/`.
+const SELF_TEST_SOURCE: &str = "examples/standard_indirect.cpp";
 
 pub fn main(args: Args) -> Result<()> {
     let major = args.llvm;
@@ -124,6 +141,7 @@ pub fn install_for(prefix: &Path, major: u32) -> Result<PathBuf> {
     let plugins = plugin::build_plugins_for(major)?;
     let compiler_plugin = compiler_plugin::build_for(major)?;
     let inspect = build_offload_inspect()?;
+    let doctor = build_doctor()?;
     let objcopy = objcopy(major)?;
     let compiler_plugin_name = compiler_plugin_file(major);
 
@@ -165,6 +183,12 @@ pub fn install_for(prefix: &Path, major: u32) -> Result<PathBuf> {
         &prefix.join("bin/offload-inspect"),
         "offload-inspect.debug",
     )?;
+    install_stripped(
+        &objcopy,
+        &doctor,
+        &prefix.join("bin").join(DOCTOR),
+        &format!("{DOCTOR}.debug"),
+    )?;
     copy(
         &util::root().join("host-plugin/include/omp_indirect.h"),
         &prefix.join("include/omp_indirect.h"),
@@ -182,6 +206,11 @@ pub fn install_for(prefix: &Path, major: u32) -> Result<PathBuf> {
         fs::write(&path, config_text_for(triple, major))
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    copy(
+        &util::root().join(SELF_TEST_SOURCE),
+        &prefix.join("share/omptarget-indirect/examples/standard_indirect.cpp"),
+    )?;
+    install_self_tests(&prefix, major)?;
     Ok(prefix)
 }
 
@@ -202,6 +231,109 @@ fn build_offload_inspect() -> Result<PathBuf> {
         "offload-formats",
         &["--bin", "offload-inspect"],
         "offload-inspect",
+    )
+}
+
+fn build_doctor() -> Result<PathBuf> {
+    let sh = Shell::new()?;
+    util::build_release(&sh, "doctor", &["--bin", DOCTOR], DOCTOR)
+}
+
+/// `P/libexec/omptarget-indirect/self-test/standard_indirect.<triple>[.<arch>]`
+pub fn self_test_path(prefix: &Path, triple: &str, arch: Option<&str>) -> PathBuf {
+    let name = match arch {
+        Some(arch) => format!("standard_indirect.{triple}.{arch}"),
+        None => format!("standard_indirect.{triple}"),
+    };
+    prefix.join(SELF_TEST_DIR).join(name)
+}
+
+/// The doctor's self-test programs: [`SELF_TEST_SOURCE`] built by clang-`major` through
+/// the configs just installed under `prefix`, for the x86_64 host device (always) and
+/// for every [`NVPTX_INSTALL_ARCHES`] that the CUDA folder clang is given can target
+/// (all skipped, saying why, without one: no ptxas here).
+fn install_self_tests(prefix: &Path, major: u32) -> Result<()> {
+    util::section(&format!(
+        "install: self-test programs (clang-{major} through the installed configs)"
+    ));
+    let dir = prefix.join(SELF_TEST_DIR);
+    if dir.exists() {
+        // Programs of an earlier install (another clang, arches no longer built) go.
+        fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+    }
+    fs::create_dir_all(&dir)?;
+    let host = self_test_path(prefix, HOST_TRIPLE, None);
+    ensure!(
+        build_self_test(major, &config_path(prefix, HOST_TRIPLE), &[], &host)?,
+        "{} was not built",
+        host.display()
+    );
+    if let Err(missing) = test_support::tools::find_ptxas() {
+        eprintln!(
+            "install: no nvptx64 self-test programs: no ptxas for clang's --cuda-path ({missing})"
+        );
+        return Ok(());
+    }
+    for sm in NVPTX_INSTALL_ARCHES {
+        let args = match indirect_programs::cuda_args(sm) {
+            Ok(args) => args,
+            Err(e) => {
+                eprintln!("install: no nvptx64 self-test programs: no CUDA folder for clang-{major}: {e:#}");
+                return Ok(());
+            }
+        };
+        build_self_test(
+            major,
+            &config_path(prefix, NVPTX_TRIPLE),
+            &args,
+            &self_test_path(prefix, NVPTX_TRIPLE, Some(sm)),
+        )?;
+    }
+    Ok(())
+}
+
+/// `clang++-N --config=<config> <args> -O2 <SELF_TEST_SOURCE> -o <out>`. Ok(false): the
+/// CUDA folder's ptxas cannot target the architecture (CUDA 13's has no sm_70), said
+/// on stderr; any other failure is an error.
+fn build_self_test(major: u32, config: &Path, args: &[String], out: &Path) -> Result<bool> {
+    let clangxx = if major == 16 {
+        util::llvm16("clang++")?
+    } else {
+        test_support::tools::find_llvm(major, "clang++")?
+    };
+    let config = format!("--config={}", config.display());
+    let source = util::root().join(SELF_TEST_SOURCE);
+    // clang 16 leaves folders in its temporary folder after offloading compiles: they
+    // go into one of ours, emptied after each build.
+    let tmp = util::target_dir().join("install-build/self-test-tmp");
+    fs::create_dir_all(&tmp)?;
+    let sh = Shell::new()?;
+    // No reproducer files for a ptxas that cannot target the architecture.
+    let build = cmd!(
+        sh,
+        "{clangxx} {config} {args...} -O2 -fno-crash-diagnostics {source} -o {out}"
+    )
+    .env("TMPDIR", &tmp);
+    eprintln!("$ {build}");
+    let output = build.quiet().ignore_status().output();
+    let _ = fs::remove_dir_all(&tmp);
+    let output = output?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprint!("{stderr}");
+    if output.status.success() {
+        return Ok(true);
+    }
+    if stderr.contains("is not defined for option 'gpu-name'") {
+        eprintln!(
+            "install: no self-test {}: the CUDA folder's ptxas cannot target its architecture",
+            out.display()
+        );
+        return Ok(false);
+    }
+    anyhow::bail!(
+        "building the self-test {} failed with {}",
+        out.display(),
+        output.status
     )
 }
 
