@@ -245,7 +245,7 @@ impl<'a> SelfTest<'a> {
         let env: Vec<String> = case.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         format!(
             "rerun it with our plugin's log: OMP_TARGET_OFFLOAD=MANDATORY LD_LIBRARY_PATH={} {}OMPTARGET_RS_DEBUG=1 {}",
-            self.install.lib().display(),
+            self.ld_library_path(),
             env.iter().map(|e| format!("{e} ")).collect::<String>(),
             case.program.display()
         )
