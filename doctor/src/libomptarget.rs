@@ -69,10 +69,13 @@ pub fn check(report: &mut Report<impl Write>, install: &Install) -> Option<Plugi
 }
 
 /// The program whose NEEDED libomptarget is searched for: the installed x86_64
-/// self-test program (built by clang-N with our config), else what clang-N gives one.
+/// self-test program (built by clang-N with our config) when it needs libomptarget N,
+/// else what clang-N gives one.
 fn program(install: &Install) -> (PathBuf, Dynamic, String) {
     let self_test = install.self_test_program(HOST_TRIPLE, None);
-    if let Ok(dynamic) = elf_dynamic::read(&self_test) {
+    let wanted = format!("libomptarget.so.{}", install.major);
+    let built_for_n = |d: &Dynamic| d.needed.contains(&wanted);
+    if let Some(dynamic) = elf_dynamic::read(&self_test).ok().filter(built_for_n) {
         let who = self_test.display().to_string();
         return (self_test, dynamic, who);
     }
