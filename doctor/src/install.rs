@@ -252,6 +252,30 @@ mod tests {
         assert_eq!(major_of_compiler_plugin("libomptarget.rtl.cuda.so"), None);
     }
 
+    /// The names here are the ones `cargo xtask install` writes (xtask is a binary, so
+    /// its source is what can be compared).
+    #[test]
+    fn the_layout_is_the_one_xtask_installs() {
+        let xtask = include_str!("../../xtask/src/install.rs");
+        for needle in [
+            format!("pub const SELF_TEST_DIR: &str = \"{SELF_TEST_DIR}\";"),
+            format!("format!(\"{SELF_TEST_NAME}.{{triple}}.{{arch}}\")"),
+            format!("format!(\"{SELF_TEST_NAME}.{{triple}}\")"),
+            "format!(\"libomptarget-indirect-clang{major}.so\")".to_owned(),
+            // lib/omptarget-indirect/libomptarget.devicertl.a
+            "install_device_rtl(&lib.join(\"omptarget-indirect\"), major)".to_owned(),
+            "&dir.join(\"libomptarget.devicertl.a\")".to_owned(),
+        ] {
+            assert!(
+                xtask.contains(&needle),
+                "xtask/src/install.rs has no {needle}"
+            );
+        }
+        for triple in CONFIG_TRIPLES {
+            assert!(xtask.contains(&format!("\"{triple}\"")), "{triple}");
+        }
+    }
+
     #[test]
     fn the_prefix_is_above_bin() {
         assert_eq!(
