@@ -43,9 +43,6 @@ pub struct Args {
 /// The project's version, as Cargo.toml says (the packages' upstream version).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The doctor's installed name (`<prefix>/bin/`).
-pub const DOCTOR: &str = "omptarget-indirect-doctor";
-
 /// Names and places of one LLVM version's packages.
 #[derive(Clone, Copy)]
 pub struct Release {
@@ -75,7 +72,7 @@ impl Release {
     }
     /// The doctor's name on PATH, from the package (one per version, so they coexist).
     pub fn doctor_on_path(&self) -> String {
-        format!("{DOCTOR}-{}", self.major)
+        format!("{}-{}", install::DOCTOR, self.major)
     }
 }
 

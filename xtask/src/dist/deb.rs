@@ -4,13 +4,15 @@
 //! exception's text; Apache-2.0's own text is in /usr/share/common-licenses), the
 //! changelog and the third-party notices, lintian overrides for what lintian cannot know
 //! (GPU code objects are not host binaries), md5sums, and a control file whose
-//! dependencies are dpkg-shlibdeps' (the C libraries our binaries link) plus clang-N and
-//! libomp-N-dev (the compiler the configs name and the libomptarget they need).
+//! dependencies are dpkg-shlibdeps' (the C libraries our binaries link) plus
+//! [`llvm_dependencies`] (the compiler and tools the configs use, the libomptarget they
+//! need); lld-N (AMD GPU images) is suggested.
 //!
 //! Debug info is left out (Debian ships it in separate packages); the tarball keeps it.
 //! `lintian` must report no error; the warnings it gives are printed.
 
-use super::{Release, DOCTOR, VERSION};
+use super::{Release, VERSION};
+use crate::install::DOCTOR;
 use crate::util;
 use anyhow::{bail, ensure, Context, Result};
 use std::fs;
@@ -26,21 +28,31 @@ const TOOLS: &[&str] = &["dpkg-dev"];
 const NEWEST_GLIBC: (u32, u32) = (2, 39);
 
 /// The lintian tags overridden, where, and why (each a fact lintian cannot see): the
-/// folder below the install's `lib/omptarget-indirect/`, the tags, the reason.
-const OVERRIDES: &[(&str, &[&str], &str)] = &[
+/// path below the install's prefix, the tags, what the tag's hint says before the path
+/// (`*`: any RUNPATH), the reason.
+const OVERRIDES: &[(&str, &[&str], &str, &str)] = &[
     (
-        "nvptx64-nvidia-cuda/*",
+        "libexec/omptarget-indirect/self-test/*",
+        &["custom-library-search-path"],
+        "* ",
+        "the doctor's self-test programs are built as a user's are: clang's -fopenmp RUNPATH names LLVM's library folder, where libomptarget is",
+    ),
+    (
+        "lib/omptarget-indirect/nvptx64-nvidia-cuda/*",
         &["binary-from-other-architecture", "unstripped-binary-or-object"],
+        "",
         "NVIDIA GPU code (cubins): loaded by the CUDA driver, not the host; their symbols are the lookup's interface",
     ),
     (
-        "amdgcn-amd-amdhsa/*",
+        "lib/omptarget-indirect/amdgcn-amd-amdhsa/*",
         &["binary-from-other-architecture"],
+        "",
         "AMD GPU code objects: linked into GPU images, not run by the host",
     ),
     (
-        "libomptarget.devicertl.a",
+        "lib/omptarget-indirect/libomptarget.devicertl.a",
         &["no-code-sections"],
+        "",
         "offload objects: the device code is in their .llvm.offloading sections, which clang's linker wrapper reads",
     ),
 ];
@@ -176,13 +188,13 @@ fn write_overrides(release: Release, root: &Path) -> Result<()> {
     let dir = root.join("usr/share/lintian/overrides");
     fs::create_dir_all(&dir)?;
     let package = release.package();
-    let folder = release.prefix().join("lib/omptarget-indirect");
-    let folder = folder.strip_prefix("/")?.display();
+    let prefix = release.prefix();
+    let folder = prefix.strip_prefix("/")?.display();
     let mut text = String::new();
-    for (place, tags, why) in OVERRIDES {
+    for (place, tags, hint, why) in OVERRIDES {
         text.push_str(&format!("# {why}\n"));
         for tag in *tags {
-            text.push_str(&format!("{package}: {tag} [{folder}/{place}]\n"));
+            text.push_str(&format!("{package}: {tag} {hint}[{folder}/{place}]\n"));
         }
     }
     fs::write(dir.join(&package), text)?;
@@ -224,6 +236,17 @@ fn normalise_permissions(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The LLVM packages a user's compile and run need: clang-N (the configs' compiler),
+/// clang-tools-N (clang-offload-packager and clang-linker-wrapper, which every offload
+/// compile runs) and libomp-N-dev (libomp and libomptarget).
+pub fn llvm_dependencies(major: u32) -> [String; 3] {
+    [
+        format!("clang-{major}"),
+        format!("clang-tools-{major}"),
+        format!("libomp-{major}-dev"),
+    ]
+}
+
 /// The Depends field: what dpkg-shlibdeps finds our host binaries link, and the LLVM
 /// packages the configs use. Fails when glibc newer than [`NEWEST_GLIBC`] is needed.
 fn depends(release: Release, root: &Path) -> Result<String> {
@@ -252,12 +275,27 @@ fn depends(release: Release, root: &Path) -> Result<String> {
     let shlibs = found
         .lines()
         .find_map(|l| l.strip_prefix("shlibs:Depends="))
-        .context("dpkg-shlibdeps printed no shlibs:Depends")?
-        .trim()
-        .to_string();
+        .context("dpkg-shlibdeps printed no shlibs:Depends")?;
+    let shlibs = without_architecture_restrictions(shlibs);
     check_glibc(&shlibs)?;
     let major = release.major;
-    Ok(format!("{shlibs}, clang-{major}, libomp-{major}-dev"))
+    Ok(format!(
+        "{shlibs}, {}",
+        llvm_dependencies(release.major).join(", ")
+    ))
+}
+
+/// `shlibs` without the `[amd64 arm64]` restrictions symbols files put on some entries:
+/// dpkg-gencontrol drops them for a binary package; dpkg-deb refuses them.
+fn without_architecture_restrictions(shlibs: &str) -> String {
+    shlibs
+        .split(',')
+        .map(|d| match d.find('[') {
+            Some(at) => d[..at].trim(),
+            None => d.trim(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// An x86_64 executable or shared library (GPU code objects and archives are not).
@@ -316,6 +354,7 @@ fn write_control(release: Release, root: &Path, depends: &str) -> Result<()> {
          Maintainer: {maintainer}\n\
          Installed-Size: {size_kib}\n\
          Depends: {depends}\n\
+         Suggests: lld-{major}\n\
          Section: devel\n\
          Priority: optional\n\
          Description: OpenMP declare target indirect for LLVM {major}'s offloading\n \
@@ -400,6 +439,16 @@ mod tests {
         let err = check_glibc("libc6 (>= 2.41)").unwrap_err().to_string();
         assert!(err.contains("2.41"), "{err}");
         assert!(check_glibc("libgcc-s1 (>= 4.2)").is_err());
+    }
+
+    #[test]
+    fn architecture_restrictions_are_dropped() {
+        assert_eq!(
+            without_architecture_restrictions(
+                "libc6 (>= 2.34), libomp5-16 (>= 1:16.0.2-1~) [amd64 arm64], libllvm16"
+            ),
+            "libc6 (>= 2.34), libomp5-16 (>= 1:16.0.2-1~), libllvm16"
+        );
     }
 
     #[test]

@@ -9,12 +9,14 @@
 //!    the README's `output` block (the isolated host device);
 //! 3. the doctor on PATH passes its self-test on the host devices;
 //! 4. `apt-get purge` leaves nothing of ours: every path the package installed is gone,
-//!    and no path naming omptarget appeared and stayed (file lists before and after);
+//!    and no path naming omptarget-indirect appeared and stayed (file lists before and
+//!    after);
 //! 5. the tarball, unpacked by that user in their home, runs the same `run` block (its
 //!    `P=` line naming the unpacked folder) with the same output, and its doctor passes.
 
-use super::{Built, Release, DOCTOR};
+use super::{Built, Release};
 use crate::debian_root::{self, Mounts};
+use crate::install::DOCTOR;
 use crate::{llvm_release, util};
 use anyhow::{ensure, Context, Result};
 use std::collections::BTreeSet;
@@ -381,7 +383,8 @@ fn package_files(sh: &Shell, root: &Path, release: Release) -> Result<BTreeSet<P
 }
 
 /// After the purge: no path the package installed that was not there before, and no new
-/// path naming omptarget.
+/// path naming omptarget-indirect (LLVM's libomptarget files are its
+/// dependencies').
 fn nothing_left(
     before: &BTreeSet<PathBuf>,
     after: &BTreeSet<PathBuf>,
@@ -389,7 +392,7 @@ fn nothing_left(
 ) -> Result<()> {
     let left: Vec<&PathBuf> = after
         .difference(before)
-        .filter(|p| installed.contains(*p) || p.to_string_lossy().contains("omptarget"))
+        .filter(|p| installed.contains(*p) || p.to_string_lossy().contains("omptarget-indirect"))
         .collect();
     ensure!(
         left.is_empty(),
@@ -418,12 +421,12 @@ mod tests {
 
     #[test]
     fn the_blocks_for_llvm_18_name_its_package_folder_and_clang() {
-        let quick = QuickStart {
+        let shown = QuickStart {
             install: "apt-get install ./omptarget-indirect-llvm16_0.1.0-1_amd64.deb\n".into(),
             run: "P=/usr/lib/omptarget-indirect/llvm16\nclang++-16 x\n".into(),
             output: "ok\n".into(),
         };
-        let for_18 = quick.for_release(18).unwrap();
+        let for_18 = shown.for_release(18).unwrap();
         assert_eq!(
             for_18.install,
             "apt-get install ./omptarget-indirect-llvm18_0.1.0-1_amd64.deb\n"
@@ -461,7 +464,12 @@ mod tests {
         after.insert("usr/lib/omptarget-indirect/llvm16/lib/x.so".into());
         assert!(nothing_left(&before, &after, &installed).is_err());
         after.remove(Path::new("usr/lib/omptarget-indirect/llvm16/lib/x.so"));
-        after.insert("etc/omptarget.conf".into());
+        after.insert("usr/lib/llvm-16/lib/libomptarget.so.16".into());
+        assert!(
+            nothing_left(&before, &after, &installed).is_ok(),
+            "LLVM's stay"
+        );
+        after.insert("etc/omptarget-indirect.conf".into());
         assert!(nothing_left(&before, &after, &installed).is_err());
     }
 }
