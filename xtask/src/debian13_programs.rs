@@ -239,30 +239,73 @@ pub fn check(major: u32) -> Result<Report> {
     Ok(report)
 }
 
+/// The root of LLVM `major` made ready for cargo runs inside it: this machine's
+/// toolchain and the workspace bind-mounted, the crates fetched, the LLVM N bitcode of
+/// the device RTL written. Unmounted when dropped.
+struct Session {
+    root: PathBuf,
+    root_secs: Option<f64>,
+    workspace: PathBuf,
+    build: PathBuf,
+    cargo: RootCargo,
+    cuda_path: PathBuf,
+    _mounts: debian_root::Mounts,
+}
+
+impl Session {
+    fn open(major: u32) -> Result<Self> {
+        ensure!(
+            util::is_root(),
+            "building LLVM {major} in a Debian 13 root needs root (debootstrap, chroot, mount)"
+        );
+        let (root, root_secs) = debian13::root(major)?;
+        let workspace = util::root();
+        let target = util::target_dir();
+        let cargo = RootCargo::prepare()?;
+        let (cuda_path, cuda_installation) = debian13_gpu_image::cuda_binds()?;
+        let mut binds: Vec<&Path> = vec![&workspace, &cuda_installation];
+        binds.extend(cargo.binds());
+        if !target.starts_with(&workspace) {
+            binds.push(&target);
+        }
+        let mounts = debian_root::Mounts::new(&root, &binds)?;
+        debian13_gpu_install::write_bitcode(major, &root)?;
+        Ok(Session {
+            root,
+            root_secs,
+            workspace,
+            build: build_dir(major),
+            cargo,
+            cuda_path,
+            _mounts: mounts,
+        })
+    }
+}
+
+/// `cargo xtask dist --llvm N` for a Debian 13 LLVM, from a Debian 12 machine: built in
+/// the root of that LLVM, lintian here.
+pub fn dist(major: u32) -> Result<dist::Built> {
+    let session = Session::open(major)?;
+    let sh = xshell::Shell::new()?;
+    dist_inside(&sh, &session.root, &session.cargo, major, &session.build)
+}
+
 fn run(major: u32) -> Result<Report> {
-    ensure!(
-        util::is_root(),
-        "building and running LLVM {major} programs in a Debian 13 root needs root \
-         (debootstrap, chroot, mount)"
-    );
-    let (root, root_secs) = debian13::root(major)?;
-    let workspace = util::root();
-    let target = util::target_dir();
-    let build = build_dir(major);
+    let session = Session::open(major)?;
+    let Session {
+        root,
+        root_secs,
+        workspace,
+        build,
+        cargo,
+        cuda_path,
+        ..
+    } = &session;
+    let root_secs = *root_secs;
     let prefix = install_prefix(major);
     let out = build.join("programs");
     fs::create_dir_all(&out)?;
-    let cargo = RootCargo::prepare()?;
-
-    let (cuda_path, cuda_installation) = debian13_gpu_image::cuda_binds()?;
-    let mut binds: Vec<&Path> = vec![&workspace, &cuda_installation];
-    binds.extend(cargo.binds());
-    if !target.starts_with(&workspace) {
-        binds.push(&target);
-    }
-    let _mounts = debian_root::Mounts::new(&root, &binds)?;
     let sh = xshell::Shell::new()?;
-    debian13_gpu_install::write_bitcode(major, &root)?;
 
     util::section(&format!(
         "LLVM {major} in Debian 13: cargo xtask install --prefix {} --llvm {major} (inside the root)",
@@ -271,8 +314,8 @@ fn run(major: u32) -> Result<Report> {
     let start = Instant::now();
     let (prefix_arg, llvm_arg) = (prefix.display().to_string(), major.to_string());
     let install = cargo.command(
-        &workspace,
-        &build,
+        workspace,
+        build,
         &[debian13_gpu_install::install_env()],
         &[
             "xtask",
@@ -283,7 +326,7 @@ fn run(major: u32) -> Result<Report> {
             &llvm_arg,
         ],
     );
-    debian_root::chroot_cmd(&sh, &root, &as_strs(&install))
+    debian_root::chroot_cmd(&sh, root, &as_strs(&install))
         .run()
         .with_context(|| {
             format!(
@@ -292,7 +335,7 @@ fn run(major: u32) -> Result<Report> {
             )
         })?;
     let install_secs = start.elapsed().as_secs_f64();
-    let package = dist_inside(&sh, &root, &cargo, major, &build)?;
+    let package = dist_inside(&sh, root, cargo, major, build)?;
 
     util::section(&format!(
         "LLVM {major} in Debian 13: the compiler plugin's tests (inside the root)"
@@ -303,8 +346,8 @@ fn run(major: u32) -> Result<Report> {
     );
     let features = format!("llvm{major}");
     let unit_tests = cargo.command(
-        &workspace,
-        &build,
+        workspace,
+        build,
         &[llvm_sys_prefix],
         &[
             "test",
@@ -315,22 +358,22 @@ fn run(major: u32) -> Result<Report> {
             &features,
         ],
     );
-    debian_root::chroot_cmd(&sh, &root, &as_strs(&unit_tests))
+    debian_root::chroot_cmd(&sh, root, &as_strs(&unit_tests))
         .run()
         .with_context(|| format!("the compiler plugin's tests for LLVM {major}"))?;
 
     util::section(&format!(
         "LLVM {major} in Debian 13: a clang-{major} GPU image, checked for what the cuda plugin reads"
     ));
-    let gpu_image = debian13_gpu_image::check(&sh, &root, major, &cuda_path, &out)?;
+    let gpu_image = debian13_gpu_image::check(&sh, root, major, cuda_path, &out)?;
     eprintln!("{gpu_image}");
 
     util::section(&format!(
         "LLVM {major} in Debian 13: the installed GPU device RTL (clang-{major} links it; a program through the nvptx64 config)"
     ));
     let gpu_install = [
-        debian13_gpu_install::device_link_test(&sh, &root, major, &build)?,
-        debian13_gpu_install::config_program(&root, major, &prefix, &out)?,
+        debian13_gpu_install::device_link_test(&sh, root, major, build)?,
+        debian13_gpu_install::config_program(root, major, &prefix, &out)?,
     ];
     eprintln!("{}", gpu_install.join("\n"));
 
@@ -345,7 +388,7 @@ fn run(major: u32) -> Result<Report> {
             for mode in HostMode::ALL {
                 let label = format!("{} {opt} {}", program.name, mode.label());
                 let run = Run { program, opt, mode };
-                match build_and_run(&sh, &root, major, &config, &prefix, &out, &run) {
+                match build_and_run(&sh, root, major, &config, &prefix, &out, &run) {
                     Ok(entries) => passed.push(format!("{label} ({entries})")),
                     Err(e) => {
                         eprintln!("{label}: FAILED: {e:#}");

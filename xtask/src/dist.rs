@@ -10,8 +10,9 @@
 //!   users without root.
 //!
 //! Both carry the licence and the notices of the Rust crates linked in ([`notices`]).
-//! A version is built on the Debian release that packages its LLVM ([`llvm_release`]);
-//! with no `--llvm`, every version this machine's release packages. [`package_check`]
+//! A version is built on the Debian release that packages its LLVM ([`llvm_release`]):
+//! here when this machine runs it, else inside a root of that release
+//! ([`debian13_programs::dist`]); with no `--llvm`, all three. [`package_check`]
 //! installs the results in bare Debian roots and runs the README's quick start there.
 
 mod deb;
@@ -19,15 +20,17 @@ mod notices;
 pub mod package_check;
 mod tarball;
 
-use crate::{install, llvm_release, util};
+use crate::{debian13_programs, install, llvm_release, util};
 use anyhow::{Context, Result};
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The LLVM version to package (16, 17 or 18); default: every version this machine's
-    /// Debian release packages.
+    /// The LLVM version to package (16, 17 or 18); default: all three. A version this
+    /// machine's Debian release does not package is built in a root of the release that
+    /// does (Debian 13 for 17 and 18; needs root).
     #[arg(long)]
     pub llvm: Option<u32>,
     /// Then install each in a bare Debian root and run the README's quick start there
@@ -90,38 +93,34 @@ pub fn out_dir() -> PathBuf {
 pub fn main(args: Args) -> Result<()> {
     let majors = match args.llvm {
         Some(major) => vec![major],
-        None => packaged_here()?,
+        None => llvm_release::SERVED.iter().map(|p| p.major).collect(),
     };
-    let mut all = Vec::new();
+    // Packages of one Debian release, checked together (they coexist).
+    let mut by_release: BTreeMap<&str, Vec<(Release, Built)>> = BTreeMap::new();
     for major in majors {
         let release = Release { major };
-        let built = build(release, args.skip_lintian)?;
+        let built = if llvm_release::ensure_packaged_here(major).is_ok() {
+            build(release, args.skip_lintian)?
+        } else {
+            // Another Debian release packages this LLVM: build there, in its root.
+            debian13_programs::dist(major)?
+        };
         println!("LLVM {major}:");
         println!("  {}", built.deb.display());
         println!("  {}", built.tarball.display());
-        all.push((release, built));
+        let codename = llvm_release::packaged(major)?.codename;
+        by_release
+            .entry(codename)
+            .or_default()
+            .push((release, built));
     }
     if args.check {
-        let report = package_check::check(&all)?;
-        println!("{}", report.summary());
+        for built in by_release.values() {
+            let report = package_check::check(built)?;
+            println!("{}", report.summary());
+        }
     }
     Ok(())
-}
-
-/// Every served LLVM version this machine's release packages (others are named, with the
-/// release that has them).
-fn packaged_here() -> Result<Vec<u32>> {
-    let (here, elsewhere): (Vec<_>, Vec<_>) = llvm_release::SERVED
-        .iter()
-        .partition(|p| llvm_release::ensure_packaged_here(p.major).is_ok());
-    for p in &elsewhere {
-        eprintln!(
-            "dist: LLVM {} is packaged by {} ({}), not this release: run `cargo xtask dist --llvm {}` there",
-            p.major, p.release, p.codename, p.major
-        );
-    }
-    anyhow::ensure!(!here.is_empty(), "this release packages no LLVM we serve");
-    Ok(here.iter().map(|p| p.major).collect())
 }
 
 /// Install for `release` into a staging tree, then make its .deb and tarball.

@@ -278,7 +278,6 @@ fn depends(release: Release, root: &Path) -> Result<String> {
         .context("dpkg-shlibdeps printed no shlibs:Depends")?;
     let shlibs = without_architecture_restrictions(shlibs);
     check_glibc(&shlibs)?;
-    let major = release.major;
     Ok(format!(
         "{shlibs}, {}",
         llvm_dependencies(release.major).join(", ")
