@@ -3,7 +3,7 @@
 //! emulates).
 //!
 //! Debian's clang-N gives OpenMP programs the RUNPATH `/usr/lib/llvm-N/lib` (the
-//! clang 17/18 configs add it), where `libomptarget.so.N` is; libomptarget's plugins
+//! clang 17/18 configs add it), where `libomptarget.so.N` is (`.so.18.1` for 18); libomptarget's plugins
 //! are dlopened from `libLLVM-N.so.1` (libomptarget's NEEDED library, found through
 //! libomptarget's RUNPATH `$ORIGIN`), so that library's RUNPATH, not the program's,
 //! is the one that applies.
@@ -37,8 +37,8 @@ fn cache() -> Option<LdCache> {
 /// dlopens the plugins (None: no libomptarget).
 pub fn check(report: &mut Report<impl Write>, install: &Install) -> Option<PluginCaller> {
     let n = install.major;
-    let name = format!("libomptarget.so.{n}");
     let (program, program_dynamic, role) = program(install);
+    let name = soname_needed(install, &program_dynamic);
     let search = LoaderSearch::of_caller(
         &env_ld_library_path(),
         Some((&program, &program_dynamic, &role)),
@@ -73,8 +73,11 @@ pub fn check(report: &mut Report<impl Write>, install: &Install) -> Option<Plugi
 /// else what clang-N gives one.
 fn program(install: &Install) -> (PathBuf, Dynamic, String) {
     let self_test = install.self_test_program(HOST_TRIPLE, None);
-    let wanted = format!("libomptarget.so.{}", install.major);
-    let built_for_n = |d: &Dynamic| d.needed.contains(&wanted);
+    let built_for_n = |d: &Dynamic| {
+        d.needed
+            .iter()
+            .any(|n| is_libomptarget_of(n, install.major))
+    };
     if let Some(dynamic) = elf_dynamic::read(&self_test).ok().filter(built_for_n) {
         let who = self_test.display().to_string();
         return (self_test, dynamic, who);
@@ -85,6 +88,35 @@ fn program(install: &Install) -> (PathBuf, Dynamic, String) {
     };
     let who = format!("the programs of clang-{} -fopenmp", install.major);
     (install.prefix.join("bin/<program>"), dynamic, who)
+}
+
+/// Whether `name` is a soname of LLVM `major`'s libomptarget: `libomptarget.so.17`, and
+/// `libomptarget.so.18.1` (LLVM 18 put its minor version in the soname).
+pub fn is_libomptarget_of(name: &str, major: u32) -> bool {
+    let Some(version) = name.strip_prefix("libomptarget.so.") else {
+        return false;
+    };
+    version.split('.').next() == Some(major.to_string().as_str())
+}
+
+/// The libomptarget soname a program of clang-N needs: the program's own NEEDED entry,
+/// else the one in LLVM N's library folder, else `libomptarget.so.N`.
+fn soname_needed(install: &Install, program: &Dynamic) -> String {
+    let n = install.major;
+    let from_program = program
+        .needed
+        .iter()
+        .find(|name| is_libomptarget_of(name, n));
+    let from_folder = || {
+        std::fs::read_dir(install.llvm_lib())
+            .ok()?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .find(|name| is_libomptarget_of(name, n))
+    };
+    from_program
+        .cloned()
+        .or_else(from_folder)
+        .unwrap_or_else(|| format!("libomptarget.so.{n}"))
 }
 
 fn looked_in(search: &LoaderSearch) -> String {
@@ -204,4 +236,19 @@ fn plugin_caller(
         caller.path.display()
     ));
     caller
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llvm_18_s_soname_carries_its_minor_version() {
+        assert!(is_libomptarget_of("libomptarget.so.16", 16));
+        assert!(is_libomptarget_of("libomptarget.so.18.1", 18));
+        assert!(!is_libomptarget_of("libomptarget.so.18.1", 1));
+        assert!(!is_libomptarget_of("libomptarget.so.17", 18));
+        assert!(!is_libomptarget_of("libomptarget.so", 18));
+        assert!(!is_libomptarget_of("libomptarget.rtl.x86_64.so.18", 18));
+    }
 }

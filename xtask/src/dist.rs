@@ -3,7 +3,8 @@
 //!
 //! - `omptarget-indirect-llvmN_<version>-1_amd64.deb` ([`deb`]): the install under
 //!   `/usr/lib/omptarget-indirect/llvmN/` (a folder of its own: no file of LLVM's is
-//!   replaced, and the packages of 16, 17 and 18 coexist), depending on clang-N and
+//!   replaced, and no path is in two versions' packages; Debian's own OpenMP runtimes of
+//!   17 and 18 exclude each other, though), depending on clang-N and
 //!   libomp-N-dev, checked by `lintian`;
 //! - `omptarget-indirect-<version>-llvmN-x86_64-linux.tar.gz` ([`tarball`]): the same
 //!   install, relocatable (the config files name everything relative to themselves), for
@@ -95,7 +96,7 @@ pub fn main(args: Args) -> Result<()> {
         Some(major) => vec![major],
         None => llvm_release::SERVED.iter().map(|p| p.major).collect(),
     };
-    // Packages of one Debian release, checked together (they coexist).
+    // Packages of one Debian release, checked in one root.
     let mut by_release: BTreeMap<&str, Vec<(Release, Built)>> = BTreeMap::new();
     for major in majors {
         let release = Release { major };

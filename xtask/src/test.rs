@@ -263,8 +263,9 @@ pub fn main(args: Args) -> Result<()> {
                 Ok(())
             }));
         }
-        // Both packages in one bare Debian 13 root: they coexist; the README's quick
-        // start (for 17 and for 18) runs from each, then from each tarball.
+        // Both packages in one bare Debian 13 root, in turn (Debian's OpenMP runtimes of
+        // 17 and 18 exclude each other), after a check that no file is in both: the
+        // README's quick start (for 17 and for 18) runs from each, then from each tarball.
         steps.push(timed(
             "packages for LLVM 17 and 18: README quick start in a bare Debian 13 root",
             || {

@@ -13,18 +13,21 @@
 //!    after);
 //! 5. the tarball, unpacked by that user in their home, runs the same `run` block (its
 //!    `P=` line naming the unpacked folder) with the same output, and its doctor passes.
+//!
+//! Packages of one release (17 and 18 on Debian 13) are checked in one root, one after
+//! the other ([`check`] says why), after a check that no path is in two of them.
 
 use super::{Built, Release};
 use crate::debian_root::{self, Mounts};
 use crate::install::DOCTOR;
 use crate::{llvm_release, util};
-use anyhow::{ensure, Context, Result};
-use std::collections::BTreeSet;
+use anyhow::{bail, ensure, Context, Result};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use test_support::readme;
-use xshell::Shell;
+use xshell::{cmd, Shell};
 
 /// The user without root who runs the programs, and their home inside the root.
 const USER_ID: &str = "4242";
@@ -142,12 +145,16 @@ impl QuickStart {
     }
 }
 
-/// Install the packages `built` (of one Debian release: several LLVM versions coexist)
-/// in a fresh bare root of that release and use each as the README says; then purge
-/// them, and do the same from the tarballs.
+/// Check the packages `built` (of one Debian release) in a fresh bare root of that
+/// release: first that they could coexist (no path in two of them), then each in turn:
+/// installed and used as the README says, purged, and the same from its tarball. In
+/// turn, because Debian's OpenMP runtimes of different LLVM versions exclude each other
+/// (libomp5-17 and libomp5-18 both conflict with the virtual libomp-x.y): installing the
+/// LLVM 18 package removes LLVM 17's runtime, and with it the LLVM 17 package.
 pub fn check(built: &[(Release, Built)]) -> Result<Report> {
     let quick = QuickStart::read()?;
     let codename = one_release(built)?;
+    disjoint(built)?;
     let mut phases = Vec::new();
     let mut timed =
         |name: String, start: Instant| phases.push((name, start.elapsed().as_secs_f64()));
@@ -161,7 +168,6 @@ pub fn check(built: &[(Release, Built)]) -> Result<Report> {
     timed("root ready".into(), start);
 
     let before = files(&root)?;
-    let mut installed = BTreeSet::new();
     let mut doctors = Vec::new();
     for (release, _) in built {
         let quick = quick.for_release(release.major)?;
@@ -170,7 +176,7 @@ pub fn check(built: &[(Release, Built)]) -> Result<Report> {
         in_root(&sh, &root, None, "/root", &quick.install)
             .with_context(|| format!("the README's install block for {package}"))?;
         timed(format!("{package}: README install block"), start);
-        installed.extend(package_files(&sh, &root, *release)?);
+        let installed = package_files(&sh, &root, *release)?;
 
         let start = Instant::now();
         let output = in_root(&sh, &root, Some(USER_ID), USER_HOME, &quick.run)
@@ -179,18 +185,13 @@ pub fn check(built: &[(Release, Built)]) -> Result<Report> {
         timed(format!("{package}: README run block"), start);
         let prefix = release.prefix().display().to_string();
         doctors.push(run_doctor(&sh, &root, &release.doctor_on_path(), &prefix)?);
-    }
 
-    let start = Instant::now();
-    let packages: Vec<String> = built.iter().map(|(r, _)| r.package()).collect();
-    let mut purge = vec!["apt-get", "purge", "-y", "-qq"];
-    purge.extend(packages.iter().map(String::as_str));
-    debian_root::chroot_cmd(&sh, &root, &purge).run()?;
-    nothing_left(&before, &files(&root)?, &installed)?;
-    timed("purge".into(), start);
+        let start = Instant::now();
+        debian_root::chroot_cmd(&sh, &root, &["apt-get", "purge", "-y", "-qq", &package]).run()?;
+        nothing_left(&before, &files(&root)?, &installed)?;
+        timed(format!("{package}: purge"), start);
 
-    for (release, _) in built {
-        let quick = quick.for_release(release.major)?;
+        // The package's dependencies stay after the purge: the tarball uses them.
         let start = Instant::now();
         let unpacked = format!("{USER_HOME}/{}", release.tarball_dir());
         let tarball = format!("/tmp/{}", release.tarball_file());
@@ -213,11 +214,36 @@ pub fn check(built: &[(Release, Built)]) -> Result<Report> {
     }
 
     Ok(Report {
-        package: packages.join(" + "),
+        package: built
+            .iter()
+            .map(|(r, _)| r.package())
+            .collect::<Vec<_>>()
+            .join(" + "),
         phases,
         user_commands: quick.commands(),
         doctor: doctors.into_iter().next().unwrap_or_default(),
     })
+}
+
+/// No path (but shared folders) is in two of the packages: they never replace each
+/// other's files.
+fn disjoint(built: &[(Release, Built)]) -> Result<()> {
+    let sh = Shell::new()?;
+    let mut owner: BTreeMap<String, String> = BTreeMap::new();
+    for (release, built) in built {
+        let deb = &built.deb;
+        let listing = util::read(cmd!(sh, "dpkg-deb --contents {deb}"))?;
+        for line in listing.lines().filter(|l| !l.starts_with('d')) {
+            let path = line
+                .split_whitespace()
+                .nth(5)
+                .with_context(|| format!("dpkg-deb --contents: `{line}`"))?;
+            if let Some(other) = owner.insert(path.to_string(), release.package()) {
+                bail!("{path} is in both {other} and {}", release.package());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The one Debian release (codename) that packages every LLVM of `built`.
