@@ -12,7 +12,8 @@
 //!    and no path naming omptarget-indirect appeared and stayed (file lists before and
 //!    after);
 //! 5. the tarball, unpacked by that user in their home, runs the same `run` block (its
-//!    `P=` line naming the unpacked folder) with the same output, and its doctor passes.
+//!    `P=` line naming the unpacked folder) with the same output, and its doctor passes;
+//!    deleting the folder leaves nothing behind.
 //!
 //! Packages of one release (17 and 18 on Debian 13) are checked in one root, one after
 //! the other ([`check`] says why), after a check that no path is in two of them.
@@ -207,8 +208,20 @@ pub fn check(built: &[(Release, Built)]) -> Result<Report> {
         .with_context(|| format!("the README's run block with {}", release.tarball_file()))?;
         same_output(&quick.output, &output, &release.tarball_file())?;
         run_doctor(&sh, &root, &format!("{unpacked}/bin/{DOCTOR}"), &unpacked)?;
+        // Uninstalled as the user guide says: the folder deleted, nothing else to undo.
+        in_root(
+            &sh,
+            &root,
+            Some(USER_ID),
+            USER_HOME,
+            &format!("rm -r {unpacked}\n"),
+        )?;
+        nothing_left(&before, &files(&root)?, &BTreeSet::new())?;
         timed(
-            format!("{}: unpack, run block, doctor", release.tarball_file()),
+            format!(
+                "{}: unpack, run block, doctor, delete",
+                release.tarball_file()
+            ),
             start,
         );
     }
