@@ -104,7 +104,7 @@ pub fn main(args: Args) -> Result<()> {
             build(release, args.skip_lintian)?
         } else {
             // Another Debian release packages this LLVM: build there, in its root.
-            debian13_programs::dist(major)?
+            gather(debian13_programs::dist(major)?)?
         };
         println!("LLVM {major}:");
         println!("  {}", built.deb.display());
@@ -122,6 +122,22 @@ pub fn main(args: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `built` (made in a root's own target folder) copied into [`out_dir`], beside the
+/// packages built here.
+fn gather(built: Built) -> Result<Built> {
+    let out = out_dir();
+    fs::create_dir_all(&out)?;
+    let copy = |file: &Path| -> Result<PathBuf> {
+        let to = out.join(file.file_name().context("a package file has a name")?);
+        fs::copy(file, &to).with_context(|| format!("copying {}", file.display()))?;
+        Ok(to)
+    };
+    Ok(Built {
+        deb: copy(&built.deb)?,
+        tarball: copy(&built.tarball)?,
+    })
 }
 
 /// Install for `release` into a staging tree, then make its .deb and tarball.
