@@ -139,6 +139,9 @@ class Workspace:
         self.plugins_ours = os.path.join(self.root, "plugins-ours")
         self.plugins_tests = os.path.join(self.root, "plugins-tests")
         self.lit = os.path.join(self.root, "lit")
+        # The doctor's install prefix (manifest "doctor"): its part of the install, and
+        # the kit's plugin under every name the install gives it.
+        self.prefix = os.path.join(self.root, "prefix")
         # `libcuda.so`, where the driver has only `libcuda.so.1` (see Gpu).
         self.driver = None
 
@@ -176,12 +179,12 @@ class Workspace:
         for name in ("libomptarget.rtl.cuda.so", "libomptarget.rtl.x86_64.so"):
             shutil.copy2(plugin, os.path.join(self.plugins_tests, name))
         if "lit" in self.manifest:
-            with tarfile.open(os.path.join(KIT, self.manifest["lit"]["archive"]),
-                              "r:xz") as tar:
-                if hasattr(tarfile, "data_filter"):
-                    tar.extractall(self.lit, filter="data")
-                else:
-                    tar.extractall(self.lit)
+            extract(self.manifest["lit"]["archive"], self.lit)
+        if "doctor" in self.manifest:
+            doctor = self.manifest["doctor"]
+            extract(doctor["archive"], self.prefix)
+            for name in doctor["plugin_copies"]:
+                shutil.copy2(plugin, os.path.join(self.prefix, name))
         return time.time() - start
 
     def _unxz(self, archive, target):
@@ -189,6 +192,15 @@ class Workspace:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.chmod(target, 0o755)
         return target
+
+
+def extract(archive, folder):
+    """The kit's tar.xz `archive` into `folder`."""
+    with tarfile.open(os.path.join(KIT, archive), "r:xz") as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(folder, filter="data")
+        else:
+            tar.extractall(folder)
 
 
 # --------------------------------------------------------------------------------------
@@ -281,6 +293,15 @@ def step_kit_libraries(ctx, log):
     for folder in (w.lib, w.bin, w.plugins_ours):
         files += sorted(glob.glob(os.path.join(folder, "*")))
     files += sorted(glob.glob(os.path.join(w.lit, "store", "**", "output"), recursive=True))
+    if "doctor" in ctx.manifest:
+        not_loaded = {os.path.join(w.prefix, e["path"]): e["why"]
+                      for e in ctx.manifest["doctor"]["not_loaded"]}
+        for path in sorted(glob.glob(os.path.join(w.prefix, "**"), recursive=True)):
+            if path in not_loaded:
+                say(log, "kit_libraries: not checked: %s (%s)"
+                    % (os.path.relpath(path, w.prefix), not_loaded[path]))
+            elif os.path.isfile(path) and not os.path.islink(path):
+                files.append(path)
     problems, checked = [], 0
     env = ctx.env(diagnostics=False)
     for path in files:
@@ -358,6 +379,83 @@ def step_plugin_devices(ctx, log):
         say(log, "SKIPPED: plugin_reports_devices: %s (the plugin loads and reports %d)"
             % (ctx.gpu.describe(), count))
     return count == want, detail, []
+
+
+DOCTOR_LINE = re.compile(r"^(ok|FAIL|warn|skip): (.*)$")
+
+
+def doctor_verdict(output, rc, cuda_devices, expected_fails):
+    """The doctor step's judgement of the doctor's output and exit status `rc`, with
+    `cuda_devices` devices seen by the driver: (problems, counts, self-test lines ok).
+
+    Every FAIL line must be one the kit expects (`expected_fails`: {"starts": ...}), the
+    exit status 1 exactly when there is a FAIL line, and the [self-test] section must
+    have an ok line for the host device, the isolated host device and each CUDA device.
+    """
+    section, verdicts = None, []
+    for line in output.splitlines():
+        header = re.match(r"^\[(.+)\]$", line)
+        if header:
+            section = header.group(1)
+            continue
+        m = DOCTOR_LINE.match(line)
+        if m:
+            verdicts.append((section, m.group(1), m.group(2)))
+    problems = []
+    if not re.search(r"^summary: ", output, re.M):
+        problems.append("the doctor printed no summary line")
+    fails = [text for _, verdict, text in verdicts if verdict == "FAIL"]
+    for text in fails:
+        if not any(text.startswith(e["starts"]) for e in expected_fails):
+            problems.append("FAIL: " + text)
+    if rc != (1 if fails else 0):
+        problems.append("exit status %s with %d FAIL line(s)" % (rc, len(fails)))
+    self_tests = [(verdict, text) for s, verdict, text in verdicts if s == "self-test"]
+    # (device, how its line starts): `host device: ...`, `CUDA device 0 (sm_90): ...`.
+    wanted = [("host device", "host device: "),
+              ("isolated host device", "isolated host device: ")] + [
+        ("CUDA device %d" % i, "CUDA device %d (" % i) for i in range(cuda_devices)]
+    passed = []
+    for device, start in wanted:
+        if any(v == "ok" and t.startswith(start) for v, t in self_tests):
+            passed.append(device)
+        else:
+            problems.append("no ok self-test line for the %s" % device)
+    counts = {v: sum(1 for _, verdict, _ in verdicts if verdict == v)
+              for v in ("ok", "FAIL", "warn", "skip")}
+    return problems, counts, passed
+
+
+def step_doctor(ctx, log):
+    """The install's doctor (omptarget-indirect-doctor) on the kit's prefix and
+    libomptarget N: which plugin loads, the GPUs, the self-tests on the host, the isolated
+    host device and each CUDA device (doctor.txt)."""
+    w, doctor = ctx.work, ctx.manifest["doctor"]
+    cmd = [os.path.join(w.prefix, doctor["exe"]), "--prefix", w.prefix,
+           "--llvm-root", w.root] + doctor["args"]
+    # Our plugins first, then the kit's libomptarget, as the programs have them; no
+    # diagnostics: the doctor's output is what a user sees.
+    env = ctx.env(plugins=os.path.join(w.prefix, "lib"), diagnostics=False)
+    r = ctx.run(cmd, env, log, 300)
+    with open(os.path.join(ctx.results, "doctor.txt"), "w") as f:
+        f.write(r.output)
+    expected = doctor["expected_fails"]
+    problems, counts, passed = doctor_verdict(r.output, r.rc, len(ctx.gpu.devices), expected)
+    if r.timed_out:
+        problems.insert(0, r.status())
+    if not ctx.gpu.present:
+        say(log, "SKIPPED: the doctor's CUDA self-tests: %s (the host and isolated host "
+            "device self-tests ran)" % ctx.gpu.describe())
+    for p in problems:
+        say(log, "doctor: " + p)
+    detail = "%s: %d ok, %d FAIL, %d warn, %d skip; self-tests ok: %s%s" % (
+        r.status(), counts["ok"], counts["FAIL"], counts["warn"], counts["skip"],
+        ", ".join(passed) or "none",
+        "; " + "; ".join(problems) if problems else "")
+    table = ["The install's doctor (doctor.txt): %s; expected FAIL lines: %s" % (
+        " ".join(cmd), "; ".join("`%s...` (%s)" % (e["starts"], e["why"]) for e in expected)),
+        "", "```text"] + r.output.rstrip("\n").splitlines() + ["```"]
+    return not problems, detail, table
 
 
 class ProgramRun:
@@ -999,6 +1097,7 @@ def steps(manifest):
             for t in manifest.get("tests", [])]
     out.append((1, "plugin_reports_devices", step_plugin_devices, True))
     optional = [
+        ("doctor", (1, "doctor", step_doctor, True)),
         ("programs", (1, "programs", step_programs, True)),
         ("lit", (1, "lit_nvptx64", step_lit, True)),
         ("benchmarks", (1, "bench_runtime", step_bench_runtime, True)),

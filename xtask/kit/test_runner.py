@@ -1,5 +1,6 @@
 """Unit tests of the kit runner: its verdict on lit runs that differ between the
-plugins, the steps a kit's manifest gives, and the memcheck steps over a stand-in
+plugins, the steps a kit's manifest gives, its verdict on the doctor's output, and the
+memcheck steps over a stand-in
 compute-sanitizer (`python3 -m unittest test_runner` in this folder; `cargo test -p
 xtask` runs them). Not part of the kit."""
 import os
@@ -156,9 +157,84 @@ class Steps(unittest.TestCase):
         self.assertIs(runner.steps(manifest)[-1][2], runner.step_memcheck)
         self.assertIs(runner.steps({"programs": []})[-1][2], runner.step_memcheck_programs)
 
+    def test_a_kit_with_the_doctor_runs_it_before_the_programs(self):
+        names = [n for _, n in self.names({"doctor": {}, "programs": []})]
+        self.assertEqual(names, ["kit_libraries", "plugin_reports_devices", "doctor",
+                                 "programs", "memcheck"])
+
     def test_the_llvm_version_defaults_to_16(self):
         self.assertEqual(runner.llvm_major({}), 16)
         self.assertEqual(runner.llvm_major({"llvm": 18}), 18)
+
+
+class DoctorVerdict(unittest.TestCase):
+    """The doctor step's verdict on the doctor's output (lines as the doctor prints
+    them, from a run of the kit's doctor in a bare root)."""
+
+    EXPECTED = [{"starts": "no clang-16 on PATH nor ", "why": "no compiler in the kit"}]
+    HEAD = """
+[install]
+ok: prefix /tmp/k/prefix (--prefix)
+ok: LLVM 16: lib/libomptarget-indirect-clang16.so
+
+[plugins]
+ok: cuda: ours, /tmp/k/prefix/lib/libomptarget.rtl.cuda.nextgen.so (found through LD_LIBRARY_PATH entry /tmp/k/prefix/lib)
+warn: OMP_TARGET_OFFLOAD is unset: a program whose device is missing silently runs its target regions on the host
+  fix: export OMP_TARGET_OFFLOAD=MANDATORY
+
+[configs]
+ok: /tmp/k/prefix/share/omptarget-indirect/x86_64-pc-linux-gnu.cfg: the 4 files and folders it names exist
+FAIL: no clang-16 on PATH nor /tmp/k/bin/clang
+  fix: apt-get install clang-16
+"""
+    HOST = """
+[self-test]
+  each program runs with OMP_TARGET_OFFLOAD=MANDATORY LD_LIBRARY_PATH=/tmp/k/prefix/lib:$LD_LIBRARY_PATH
+ok: host device: standard example: 4 ok, 0 wrong (plugin /tmp/k/prefix/lib/libomptarget.rtl.x86_64.nextgen.so)
+ok: isolated host device: standard example: 4 ok, 0 wrong (plugin /tmp/k/prefix/lib/libomptarget.rtl.x86_64.nextgen.so)
+"""
+    GPU = ("ok: CUDA device 0 (sm_90): standard example: 4 ok, 0 wrong (plugin "
+           "/tmp/k/prefix/lib/libomptarget.rtl.cuda.nextgen.so)\n")
+    END = "\nsummary: 9 ok, 1 FAIL, 1 warn, 0 skip\n"
+
+    def verdict(self, output, rc, devices):
+        return runner.doctor_verdict(output, rc, devices, self.EXPECTED)
+
+    def test_without_a_gpu_the_host_self_tests_and_the_missing_clang_pass(self):
+        problems, counts, passed = self.verdict(self.HEAD + self.HOST + self.END, 1, 0)
+        self.assertEqual(problems, [])
+        self.assertEqual(passed, ["host device", "isolated host device"])
+        self.assertEqual(counts, {"ok": 6, "FAIL": 1, "warn": 1, "skip": 0})
+
+    def test_each_cuda_device_needs_an_ok_self_test_line(self):
+        problems, _, _ = self.verdict(self.HEAD + self.HOST + self.END, 1, 1)
+        self.assertEqual(problems, ["no ok self-test line for the CUDA device 0"])
+        problems, _, passed = self.verdict(self.HEAD + self.HOST + self.GPU + self.END, 1, 1)
+        self.assertEqual(problems, [])
+        self.assertEqual(passed[-1], "CUDA device 0")
+        failed = self.GPU.replace("ok: CUDA device 0 (sm_90): standard example: 4 ok",
+                                  "FAIL: CUDA device 0 (sm_90): x exited with exit status: 1; 0 ok")
+        problems, _, _ = self.verdict(self.HEAD + self.HOST + failed + self.END, 1, 1)
+        self.assertEqual(len(problems), 2, problems)
+        self.assertTrue(problems[0].startswith("FAIL: CUDA device 0 (sm_90)"), problems)
+
+    def test_any_other_fail_or_a_wrong_exit_status_fails(self):
+        other = self.HEAD.replace("ok: cuda: ours", "FAIL: cuda: LLVM's")
+        problems, _, _ = self.verdict(other + self.HOST + self.END, 1, 0)
+        self.assertEqual(len(problems), 1)
+        self.assertTrue(problems[0].startswith("FAIL: cuda: LLVM's"), problems)
+        problems, _, _ = self.verdict(self.HEAD + self.HOST + self.END, 0, 0)
+        self.assertEqual(problems, ["exit status 0 with 1 FAIL line(s)"])
+        no_clang_fail = self.HEAD.replace("FAIL: no clang-16", "ok: clang-16 at")
+        problems, _, _ = self.verdict(no_clang_fail + self.HOST + self.END, 0, 0)
+        self.assertEqual(problems, [])
+        problems, _, _ = self.verdict(no_clang_fail + self.HOST + self.END, None, 0)
+        self.assertEqual(problems, ["exit status None with 0 FAIL line(s)"])
+
+    def test_a_cut_off_run_fails(self):
+        problems, _, _ = self.verdict(self.HEAD, -9, 0)
+        self.assertIn("the doctor printed no summary line", problems)
+        self.assertIn("no ok self-test line for the host device", problems)
 
 
 class FakeGpu:

@@ -12,8 +12,10 @@
 //! Passes when the run passes and its summary shows that every step that needs a GPU
 //! printed SKIPPED; run.sh's own `kit_libraries` step has checked every ELF file of the
 //! unpacked kit with the root's loader (nothing missing, nothing from outside the kit
-//! but glibc), and its `programs` step has run the clang-16 programs through the
-//! unpacked libomptarget 16 on its host fallback, with correct results.
+//! but glibc), its `doctor` step has run the install's doctor on the kit's prefix (the
+//! host and isolated host device self-tests ok, no FAIL but the missing clang-16), and
+//! its `programs` step has run the clang-16 programs through the unpacked libomptarget
+//! 16 on its host fallback, with correct results.
 
 use crate::{debian_root, util};
 use anyhow::{bail, ensure, Context, Result};

@@ -1,6 +1,7 @@
 //! The runtime closure of the kit: every shared library its ELF files load beyond glibc
 //! (programs, benchmarks, plugins, tests: every ELF file the kit carries, in whatever
-//! folder, but the closure's own; [`kit_roots`]) and its tools, found through the ELF
+//! folder, but the closure's own; [`kit_roots`]; and those it carries packed, the
+//! doctor's prefix: [`Kit::packed_roots`]) and its tools, found through the ELF
 //! `DT_NEEDED` graph (read with `object`, resolved the way the dynamic loader does:
 //! `DT_RUNPATH`/`DT_RPATH` with `$ORIGIN`, then the loader cache, then the default
 //! folders), plus what libomptarget 16 loads by name (LLVM 16's cuda plugin, both names)
@@ -116,7 +117,8 @@ pub fn add(kit: &mut Kit) -> Result<()> {
 /// The closure of the kit's ELF files and of `sources`, compressed into the kit, with
 /// the glibc check.
 ///
-/// The kit's roots are every ELF file already in it ([`kit_roots`]), so this must run
+/// The kit's roots are every ELF file already in it ([`kit_roots`]) or packed in it
+/// ([`Kit::packed_roots`]), so this must run
 /// after every step that puts one there: in both kits only [`super::script::add`]
 /// follows, and it writes text files alone (run.sh, the Python runner).
 pub fn add_from(kit: &mut Kit, sources: &Sources) -> Result<()> {
@@ -125,7 +127,7 @@ pub fn add_from(kit: &mut Kit, sources: &Sources) -> Result<()> {
         glibc,
         members,
         newest,
-    } = resolve(&kit.dir, sources, GPU_MACHINE_GLIBC)?;
+    } = resolve(&kit.dir, &kit.packed_roots, sources, GPU_MACHINE_GLIBC)?;
 
     let out = kit.dir.join(CLOSURE_DIR);
     fs::create_dir_all(&out)?;
@@ -169,11 +171,13 @@ struct Resolved {
     newest: (u32, u32),
 }
 
-/// The closure of the kit in `kit` (its roots: [`kit_roots`]) and of `sources`, and the
-/// check that no file among them needs a glibc symbol version newer than `max`.
-fn resolve(kit: &Path, sources: &Sources, max: (u32, u32)) -> Result<Resolved> {
+/// The closure of the kit in `kit` (its roots: [`kit_roots`], and `packed`, the ELF
+/// files it carries inside an archive) and of `sources`, and the check that no file
+/// among them needs a glibc symbol version newer than `max`.
+fn resolve(kit: &Path, packed: &[PathBuf], sources: &Sources, max: (u32, u32)) -> Result<Resolved> {
     let glibc = glibc_sonames(sources.sysroot)?;
     let mut roots = kit_roots(kit)?;
+    roots.extend(packed.iter().cloned());
     for dir in &sources.more_roots {
         roots.extend(files_below(dir)?);
     }
@@ -697,7 +701,7 @@ mod tests {
             tools: &[],
             more_roots: Vec::new(),
         };
-        let err = match resolve(&kit, &sources, (2, 1)) {
+        let err = match resolve(&kit, &[], &sources, (2, 1)) {
             Ok(_) => panic!("every glibc program needs more than glibc 2.1"),
             Err(e) => e.to_string(),
         };
@@ -711,7 +715,7 @@ mod tests {
             );
         }
         assert!(!err.contains("closure/libfoo"), "{err}");
-        let resolved = resolve(&kit, &sources, (2, 99)).expect("nothing needs glibc 2.99");
+        let resolved = resolve(&kit, &[], &sources, (2, 99)).expect("nothing needs glibc 2.99");
         let lzma = resolved
             .members
             .iter()

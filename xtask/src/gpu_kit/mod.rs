@@ -9,6 +9,9 @@
 //!   real libomptarget 16 with our cuda plugin and with LLVM 16's own;
 //! - [`lit`]: LLVM 16's libomptarget lit suite for nvptx64-nvidia-cuda, compiled here,
 //!   checked there with FileCheck;
+//! - [`doctor`]: the install's `omptarget-indirect-doctor` with the part of the install
+//!   it checks (the programs' install: its self-tests, configs, device runtime archive),
+//!   run there on the kit's libomptarget 16;
 //! - [`closure`]: the runtime closure of all of that beyond glibc (libomptarget.so.16,
 //!   libomp, LLVM 16's cuda plugin, libLLVM-16, ...; FileCheck and `not`), each file
 //!   compressed with xz;
@@ -27,6 +30,7 @@
 pub mod bare_root;
 mod closure;
 mod cuda_tests;
+mod doctor;
 pub mod lit;
 pub mod llvm18;
 mod programs;
@@ -95,6 +99,9 @@ pub fn main(args: Args) -> Result<()> {
 pub struct Kit {
     dir: PathBuf,
     manifest: Map<String, Value>,
+    /// ELF files the kit carries inside an archive (the doctor's prefix): roots of the
+    /// closure and of its glibc check, as the kit's own ELF files are.
+    packed_roots: Vec<PathBuf>,
 }
 
 impl Kit {
@@ -119,7 +126,8 @@ pub fn build_kit() -> Result<PathBuf> {
     let mut kit = Kit::start(kit_dir(), 16)?;
     let nvptx = NvptxBuild::prepare(SM, &build_dir().join("nvptx"))?;
     cuda_tests::add(&mut kit, &plugins)?;
-    programs::add(&mut kit, &nvptx)?;
+    let prefix = programs::add(&mut kit, &nvptx)?;
+    doctor::add(&mut kit, &prefix)?;
     lit::add(&mut kit, &nvptx)?;
     closure::add(&mut kit)?;
     script::add(&mut kit)?;
@@ -137,6 +145,7 @@ impl Kit {
         let mut kit = Kit {
             dir,
             manifest: Map::new(),
+            packed_roots: Vec::new(),
         };
         kit.set("format", json!(1));
         kit.set("llvm", json!(llvm));

@@ -19,8 +19,11 @@ use crate::{gpu_programs, install, util};
 use anyhow::{Context, Result};
 use serde_json::json;
 use std::fs;
+use std::path::PathBuf;
 
-pub fn add(kit: &mut Kit, nvptx: &NvptxBuild) -> Result<()> {
+/// Adds the programs and benchmarks; returns the install prefix the standard programs
+/// were built through ([`super::doctor`] carries part of it).
+pub fn add(kit: &mut Kit, nvptx: &NvptxBuild) -> Result<PathBuf> {
     // The standard programs build through the config files of an install under
     // target/install (made here).
     let prefix = install::install(&util::target_dir().join("install"))?;
@@ -67,5 +70,5 @@ pub fn add(kit: &mut Kit, nvptx: &NvptxBuild) -> Result<()> {
         benchmarks.push(entry);
     }
     kit.set("benchmarks", json!(benchmarks));
-    Ok(())
+    Ok(prefix)
 }
