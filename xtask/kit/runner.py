@@ -384,13 +384,13 @@ def step_plugin_devices(ctx, log):
 DOCTOR_LINE = re.compile(r"^(ok|FAIL|warn|skip): (.*)$")
 
 
-def doctor_verdict(output, rc, cuda_devices, expected_fails):
+def doctor_verdict(output, rc, cuda_devices):
     """The doctor step's judgement of the doctor's output and exit status `rc`, with
     `cuda_devices` devices seen by the driver: (problems, counts, self-test lines ok).
 
-    Every FAIL line must be one the kit expects (`expected_fails`: {"starts": ...}), the
-    exit status 1 exactly when there is a FAIL line, and the [self-test] section must
-    have an ok line for the host device, the isolated host device and each CUDA device.
+    No line may FAIL (a missing clang is a warning: the kit compiles nothing), the exit
+    status is 1 exactly when one does, and the [self-test] section must have an ok line
+    for the host device, the isolated host device and each CUDA device.
     """
     section, verdicts = None, []
     for line in output.splitlines():
@@ -405,9 +405,7 @@ def doctor_verdict(output, rc, cuda_devices, expected_fails):
     if not re.search(r"^summary: ", output, re.M):
         problems.append("the doctor printed no summary line")
     fails = [text for _, verdict, text in verdicts if verdict == "FAIL"]
-    for text in fails:
-        if not any(text.startswith(e["starts"]) for e in expected_fails):
-            problems.append("FAIL: " + text)
+    problems.extend("FAIL: " + text for text in fails)
     if rc != (1 if fails else 0):
         problems.append("exit status %s with %d FAIL line(s)" % (rc, len(fails)))
     self_tests = [(verdict, text) for s, verdict, text in verdicts if s == "self-test"]
@@ -439,8 +437,7 @@ def step_doctor(ctx, log):
     r = ctx.run(cmd, env, log, 300)
     with open(os.path.join(ctx.results, "doctor.txt"), "w") as f:
         f.write(r.output)
-    expected = doctor["expected_fails"]
-    problems, counts, passed = doctor_verdict(r.output, r.rc, len(ctx.gpu.devices), expected)
+    problems, counts, passed = doctor_verdict(r.output, r.rc, len(ctx.gpu.devices))
     if r.timed_out:
         problems.insert(0, r.status())
     if not ctx.gpu.present:
@@ -452,9 +449,7 @@ def step_doctor(ctx, log):
         r.status(), counts["ok"], counts["FAIL"], counts["warn"], counts["skip"],
         ", ".join(passed) or "none",
         "; " + "; ".join(problems) if problems else "")
-    table = ["The install's doctor (doctor.txt): %s; expected FAIL lines: %s" % (
-        " ".join(cmd), "; ".join("`%s...` (%s)" % (e["starts"], e["why"]) for e in expected)),
-        "", "```text"] + r.output.rstrip("\n").splitlines() + ["```"]
+    table = ["The install's doctor (doctor.txt): %s" % " ".join(cmd), "", "```text"] + r.output.rstrip("\n").splitlines() + ["```"]
     return not problems, detail, table
 
 

@@ -171,7 +171,6 @@ class DoctorVerdict(unittest.TestCase):
     """The doctor step's verdict on the doctor's output (lines as the doctor prints
     them, from a run of the kit's doctor in a bare root)."""
 
-    EXPECTED = [{"starts": "no clang-16 on PATH nor ", "why": "no compiler in the kit"}]
     HEAD = """
 [install]
 ok: prefix /tmp/k/prefix (--prefix)
@@ -184,8 +183,8 @@ warn: OMP_TARGET_OFFLOAD is unset: a program whose device is missing silently ru
 
 [configs]
 ok: /tmp/k/prefix/share/omptarget-indirect/x86_64-pc-linux-gnu.cfg: the 4 files and folders it names exist
-FAIL: no clang-16 on PATH nor /tmp/k/bin/clang
-  fix: apt-get install clang-16
+warn: no clang-16 on PATH nor /tmp/k/bin/clang: programs cannot be compiled on this machine (running programs built elsewhere needs no clang)
+  fix: apt-get install clang-16 where you compile
 """
     HOST = """
 [self-test]
@@ -195,21 +194,21 @@ ok: isolated host device: standard example: 4 ok, 0 wrong (plugin /tmp/k/prefix/
 """
     GPU = ("ok: CUDA device 0 (sm_90): standard example: 4 ok, 0 wrong (plugin "
            "/tmp/k/prefix/lib/libomptarget.rtl.cuda.nextgen.so)\n")
-    END = "\nsummary: 9 ok, 1 FAIL, 1 warn, 0 skip\n"
+    END = "\nsummary: 9 ok, 0 FAIL, 2 warn, 0 skip\n"
 
     def verdict(self, output, rc, devices):
-        return runner.doctor_verdict(output, rc, devices, self.EXPECTED)
+        return runner.doctor_verdict(output, rc, devices)
 
     def test_without_a_gpu_the_host_self_tests_and_the_missing_clang_pass(self):
-        problems, counts, passed = self.verdict(self.HEAD + self.HOST + self.END, 1, 0)
+        problems, counts, passed = self.verdict(self.HEAD + self.HOST + self.END, 0, 0)
         self.assertEqual(problems, [])
         self.assertEqual(passed, ["host device", "isolated host device"])
-        self.assertEqual(counts, {"ok": 6, "FAIL": 1, "warn": 1, "skip": 0})
+        self.assertEqual(counts, {"ok": 6, "FAIL": 0, "warn": 2, "skip": 0})
 
     def test_each_cuda_device_needs_an_ok_self_test_line(self):
-        problems, _, _ = self.verdict(self.HEAD + self.HOST + self.END, 1, 1)
+        problems, _, _ = self.verdict(self.HEAD + self.HOST + self.END, 0, 1)
         self.assertEqual(problems, ["no ok self-test line for the CUDA device 0"])
-        problems, _, passed = self.verdict(self.HEAD + self.HOST + self.GPU + self.END, 1, 1)
+        problems, _, passed = self.verdict(self.HEAD + self.HOST + self.GPU + self.END, 0, 1)
         self.assertEqual(problems, [])
         self.assertEqual(passed[-1], "CUDA device 0")
         failed = self.GPU.replace("ok: CUDA device 0 (sm_90): standard example: 4 ok",
@@ -218,17 +217,16 @@ ok: isolated host device: standard example: 4 ok, 0 wrong (plugin /tmp/k/prefix/
         self.assertEqual(len(problems), 2, problems)
         self.assertTrue(problems[0].startswith("FAIL: CUDA device 0 (sm_90)"), problems)
 
-    def test_any_other_fail_or_a_wrong_exit_status_fails(self):
+    def test_any_fail_or_a_wrong_exit_status_fails(self):
         other = self.HEAD.replace("ok: cuda: ours", "FAIL: cuda: LLVM's")
         problems, _, _ = self.verdict(other + self.HOST + self.END, 1, 0)
         self.assertEqual(len(problems), 1)
         self.assertTrue(problems[0].startswith("FAIL: cuda: LLVM's"), problems)
-        problems, _, _ = self.verdict(self.HEAD + self.HOST + self.END, 0, 0)
-        self.assertEqual(problems, ["exit status 0 with 1 FAIL line(s)"])
-        no_clang_fail = self.HEAD.replace("FAIL: no clang-16", "ok: clang-16 at")
-        problems, _, _ = self.verdict(no_clang_fail + self.HOST + self.END, 0, 0)
-        self.assertEqual(problems, [])
-        problems, _, _ = self.verdict(no_clang_fail + self.HOST + self.END, None, 0)
+        problems, _, _ = self.verdict(other + self.HOST + self.END, 0, 0)
+        self.assertEqual(problems[-1], "exit status 0 with 1 FAIL line(s)")
+        problems, _, _ = self.verdict(self.HEAD + self.HOST + self.END, 1, 0)
+        self.assertEqual(problems, ["exit status 1 with 0 FAIL line(s)"])
+        problems, _, _ = self.verdict(self.HEAD + self.HOST + self.END, None, 0)
         self.assertEqual(problems, ["exit status None with 0 FAIL line(s)"])
 
     def test_a_cut_off_run_fails(self):
