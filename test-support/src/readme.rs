@@ -51,7 +51,10 @@ mod tests {
     fn a_marked_block_is_read_and_an_unfenced_one_is_not() {
         let text = "# t\n<!-- quick-start: run -->\n```sh\necho a\necho b\n```\n\
                     <!-- quick-start: output -->\ntext\n";
-        assert_eq!(block(text, "run"), Some((2, "echo a\necho b\n".to_string())));
+        assert_eq!(
+            block(text, "run"),
+            Some((2, "echo a\necho b\n".to_string()))
+        );
         assert_eq!(block(text, "output"), None);
         assert_eq!(block(text, "install"), None);
     }
