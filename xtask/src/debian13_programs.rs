@@ -192,7 +192,8 @@ impl Report {
 }
 
 /// `cargo xtask dist --llvm N` inside the root (as a Debian 13 user builds the
-/// packages), then lintian here on its .deb; returns what it built (below the root's
+/// packages; of the install just made there, when `from_install` names it), then
+/// lintian here on its .deb; returns what it built (below the root's
 /// target folder `build`).
 fn dist_inside(
     sh: &xshell::Shell,
@@ -200,17 +201,23 @@ fn dist_inside(
     cargo: &RootCargo,
     major: u32,
     build: &Path,
+    from_install: Option<&Path>,
 ) -> Result<dist::Built> {
     util::section(&format!(
         "LLVM {major} in Debian 13: cargo xtask dist --llvm {major} (inside the root)"
     ));
     let workspace = util::root();
     let llvm_arg = major.to_string();
+    let mut args = vec!["xtask", "dist", "--llvm", &llvm_arg, "--skip-lintian"];
+    let install_arg = from_install.map(|p| p.display().to_string());
+    if let Some(install) = &install_arg {
+        args.extend(["--from-install", install.as_str()]);
+    }
     let command = cargo.command(
         &workspace,
         build,
         &[debian13_gpu_install::install_env()],
-        &["xtask", "dist", "--llvm", &llvm_arg, "--skip-lintian"],
+        &args,
     );
     debian_root::chroot_cmd(sh, root, &as_strs(&command))
         .run()
@@ -287,7 +294,14 @@ impl Session {
 pub fn dist(major: u32) -> Result<dist::Built> {
     let session = Session::open(major)?;
     let sh = xshell::Shell::new()?;
-    dist_inside(&sh, &session.root, &session.cargo, major, &session.build)
+    dist_inside(
+        &sh,
+        &session.root,
+        &session.cargo,
+        major,
+        &session.build,
+        None,
+    )
 }
 
 fn run(major: u32) -> Result<Report> {
@@ -335,7 +349,7 @@ fn run(major: u32) -> Result<Report> {
             )
         })?;
     let install_secs = start.elapsed().as_secs_f64();
-    let package = dist_inside(&sh, root, cargo, major, build)?;
+    let package = dist_inside(&sh, root, cargo, major, build, Some(&prefix))?;
 
     util::section(&format!(
         "LLVM {major} in Debian 13: the compiler plugin's tests (inside the root)"

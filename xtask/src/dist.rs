@@ -22,7 +22,7 @@ pub mod package_check;
 mod tarball;
 
 use crate::{debian13_programs, install, llvm_release, util};
-use anyhow::{Context, Result};
+use anyhow::{ensure, Context, Result};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -42,6 +42,10 @@ pub struct Args {
     /// the machine's lintian afterwards: [`lintian`]).
     #[arg(long)]
     pub skip_lintian: bool,
+    /// Package this install (`cargo xtask install --prefix P --llvm N`, made from this
+    /// tree) instead of installing anew; only with `--llvm N`.
+    #[arg(long, requires = "llvm")]
+    pub from_install: Option<PathBuf>,
 }
 
 /// The project's version, as Cargo.toml says (the packages' upstream version).
@@ -101,7 +105,7 @@ pub fn main(args: Args) -> Result<()> {
     for major in majors {
         let release = Release { major };
         let built = if llvm_release::ensure_packaged_here(major).is_ok() {
-            build(release, args.skip_lintian)?
+            build(release, args.from_install.as_deref(), args.skip_lintian)?
         } else {
             // Another Debian release packages this LLVM: build there, in its root.
             gather(debian13_programs::dist(major)?)?
@@ -141,7 +145,7 @@ fn gather(built: Built) -> Result<Built> {
 }
 
 /// Install for `release` into a staging tree, then make its .deb and tarball.
-pub fn build(release: Release, skip_lintian: bool) -> Result<Built> {
+pub fn build(release: Release, from_install: Option<&Path>, skip_lintian: bool) -> Result<Built> {
     let staging = util::target_dir()
         .join("dist-build")
         .join(release.package());
@@ -151,7 +155,12 @@ pub fn build(release: Release, skip_lintian: bool) -> Result<Built> {
     // The package's file tree: what `dpkg -L` lists, and nothing else.
     let deb_root = staging.join("root");
     let prefix = host_path(&deb_root, &release.prefix());
-    install::install_for(&prefix, release.major)?;
+    match from_install {
+        Some(install) => copy_install(release, install, &prefix)?,
+        None => {
+            install::install_for(&prefix, release.major)?;
+        }
+    }
     util::section(&format!("dist: {}", release.package()));
     let notices = notices::write(release.major, &staging.join("THIRD-PARTY-NOTICES"))?;
     let out = out_dir();
@@ -162,6 +171,25 @@ pub fn build(release: Release, skip_lintian: bool) -> Result<Built> {
         lintian(&deb)?;
     }
     Ok(Built { deb, tarball })
+}
+
+/// The install at `from` (relocatable: the configs name everything relative to
+/// themselves) copied to `to`, after a check that it is LLVM `release`'s.
+fn copy_install(release: Release, from: &Path, to: &Path) -> Result<()> {
+    let compiler_plugin = from
+        .join("lib")
+        .join(install::compiler_plugin_file(release.major));
+    ensure!(
+        compiler_plugin.is_file(),
+        "{} is no install for LLVM {} (it has no {})",
+        from.display(),
+        release.major,
+        compiler_plugin.display()
+    );
+    fs::create_dir_all(to.parent().context("the prefix has a parent")?)?;
+    let sh = xshell::Shell::new()?;
+    xshell::cmd!(sh, "cp -a {from} {to}").run()?;
+    Ok(())
 }
 
 /// lintian on a .deb: no error allowed; what it says otherwise is printed.
