@@ -8,8 +8,8 @@
 //! standard programs): `debootstrap --variant=minbase trixie` ([`debian_root`]) plus
 //! [`packages`], cached in `target/debian13-root/`.
 
-use crate::debian_root;
 use crate::lit::debian_source;
+use crate::{debian_root, llvm_release};
 use anyhow::{ensure, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -19,28 +19,11 @@ pub const CODENAME: &str = "trixie";
 /// The LLVM versions this root holds (Debian 13 packages both; 16 is Debian 12's).
 pub const LLVM_MAJORS: [u32; 2] = [17, 18];
 
-/// What one LLVM version needs in the root: clang and its headers and libraries (clang-N
-/// pulls binutils, libc6-dev and libstdc++-dev), the offload packager and linker wrapper
-/// clang runs for `-fopenmp-targets` (clang-tools-N), libomp and libomptarget N with
-/// LLVM's plugins (libomp-N-dev), FileCheck, not and lit.py (llvm-N-tools), and what the
-/// compiler plugin builds against (llvm-N-dev for llvm-config and the C API headers,
-/// libclang-N-dev for clang's C++ headers, libclang-cppN-dev for the libclang-cpp.so link
-/// name).
-pub fn llvm_packages(major: u32) -> Vec<String> {
-    let mut packages: Vec<String> = ["clang", "clang-tools", "libomp", "llvm", "llvm", "libclang"]
-        .iter()
-        .zip(["", "", "-dev", "-tools", "-dev", "-dev"])
-        .map(|(name, suffix)| format!("{name}-{major}{suffix}"))
-        .collect();
-    packages.push(format!("libclang-cpp{major}-dev"));
-    packages
-}
-
-/// Every package the root of LLVM `major` gets: its [`llvm_packages`], python3 (lit),
+/// Every package the root of LLVM `major` gets: its [`llvm_release::packages`], python3 (lit),
 /// the C compiler driver names Rust's linker and the `cc` crate call (`cc`, `c++`), and
 /// what `cargo xtask dist` uses (dpkg-shlibdeps; git for the changelog's date).
 pub fn packages(major: u32) -> Vec<String> {
-    let mut all = llvm_packages(major);
+    let mut all = llvm_release::packages(major);
     all.extend(["python3", "gcc", "g++", "dpkg-dev", "git"].map(String::from));
     all
 }
@@ -94,7 +77,7 @@ mod tests {
     #[test]
     fn each_version_gets_its_compiler_runtime_and_dev_packages() {
         assert_eq!(
-            llvm_packages(18),
+            llvm_release::packages(18),
             [
                 "clang-18",
                 "clang-tools-18",

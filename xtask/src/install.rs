@@ -40,7 +40,7 @@
 //! - `share/omptarget-indirect/<triple>.cfg`: clang config files (see [`config_text_for`]);
 //! - `share/omptarget-indirect/examples/standard_indirect.cpp`: the self-tests' source.
 use crate::{
-    compiler_plugin, debian13, device, indirect_programs, llvm_release, nvptx_program, plugin, util,
+    compiler_plugin, device, indirect_programs, llvm_release, nvptx_program, plugin, util,
 };
 use anyhow::{ensure, Context, Result};
 use std::fs;
@@ -131,12 +131,12 @@ pub fn install(prefix: &Path) -> Result<PathBuf> {
 /// absolute prefix.
 pub fn install_for(prefix: &Path, major: u32) -> Result<PathBuf> {
     llvm_release::ensure_packaged_here(major)?;
-    if major != 16 {
-        // clang-N and libomptarget N (the config's compiler and what it links), and
-        // llvm-objcopy-N (the debug-info split below).
-        let packages = debian13::llvm_packages(major);
-        util::ensure_debian_packages(&packages.iter().map(String::as_str).collect::<Vec<_>>())?;
-    }
+    // clang-N, libomptarget N and LLVM N's tools (the config's compiler, what it links,
+    // llvm-objcopy-N for the debug-info split), before the device RTL is built: its
+    // bitcode is rewritten for every LLVM whose tools are here (`device::older_llvms`),
+    // and a fresh machine has none yet.
+    let packages = llvm_release::packages(major);
+    util::ensure_debian_packages(&packages.iter().map(String::as_str).collect::<Vec<_>>())?;
     device::build_all()?;
     let plugins = plugin::build_plugins_for(major)?;
     let compiler_plugin = compiler_plugin::build_for(major)?;

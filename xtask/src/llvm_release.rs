@@ -55,6 +55,24 @@ pub fn ensure_packaged_here(major: u32) -> Result<()> {
     check(wanted, &here)
 }
 
+/// What one LLVM version needs, to build the project for it and to use it (on its
+/// Debian release, or in a root of that release): clang and its headers and libraries (clang-N
+/// pulls binutils, libc6-dev and libstdc++-dev), the offload packager and linker wrapper
+/// clang runs for `-fopenmp-targets` (clang-tools-N), libomp and libomptarget N with
+/// LLVM's plugins (libomp-N-dev), FileCheck, not and lit.py (llvm-N-tools), and what the
+/// compiler plugin builds against (llvm-N-dev for llvm-config and the C API headers,
+/// libclang-N-dev for clang's C++ headers, libclang-cppN-dev for the libclang-cpp.so link
+/// name).
+pub fn packages(major: u32) -> Vec<String> {
+    let mut packages: Vec<String> = ["clang", "clang-tools", "libomp", "llvm", "llvm", "libclang"]
+        .iter()
+        .zip(["", "", "-dev", "-tools", "-dev", "-dev"])
+        .map(|(name, suffix)| format!("{name}-{major}{suffix}"))
+        .collect();
+    packages.push(format!("libclang-cpp{major}-dev"));
+    packages
+}
+
 fn check(wanted: &Packaged, here: &str) -> Result<()> {
     let Some(this) = SERVED.iter().find(|p| p.codename == here) else {
         return Ok(());
