@@ -3,7 +3,7 @@
 //! device RTL is installed for its architecture.
 
 use crate::device_rtl;
-use crate::dl::{self, Opened};
+use crate::dl;
 use crate::install::Install;
 use crate::report::Report;
 use libloading::Library;
@@ -166,19 +166,16 @@ pub fn version_text(version: c_int) -> String {
 pub fn check(report: &mut Report<impl Write>, install: &Install) -> Vec<CudaDevice> {
     // SAFETY: libcuda.so.1 is NVIDIA's driver library (or a stand-in for it); its
     // initialisers set up its own state only.
-    let lib = match unsafe { dl::open_first(&["libcuda.so.1"]) } {
-        Opened::Library(lib) => lib,
-        Opened::NotFound => {
-            report.skip("no CUDA driver (libcuda.so.1 not found)", None);
-            return Vec::new();
-        }
-        Opened::Failed(e) => {
-            report.fail(
-                format!("libcuda.so.1 does not load: {e}"),
-                "reinstall the NVIDIA driver's libcuda1 (nvidia-smi should work)",
-            );
-            return Vec::new();
-        }
+    let opened = unsafe {
+        dl::open_or_report(
+            report,
+            &["libcuda.so.1"],
+            "CUDA driver",
+            "reinstall the NVIDIA driver's libcuda1 (nvidia-smi should work)",
+        )
+    };
+    let Some(lib) = opened else {
+        return Vec::new();
     };
     let driver = match Driver::load(lib) {
         Ok(d) => d,

@@ -1,6 +1,8 @@
 //! Opening a vendor library at run time and naming the file that was opened.
 
+use crate::report::Report;
 use std::ffi::{c_void, CStr};
+use std::io::Write;
 use std::path::PathBuf;
 
 /// How opening one library by name went.
@@ -32,6 +34,32 @@ pub unsafe fn open_first(names: &[&str]) -> Opened {
         }
     }
     failure.map_or(Opened::NotFound, Opened::Failed)
+}
+
+/// The first of `names` the loader opens, as [`open_first`]; otherwise None, after a
+/// `skip` line when none is there (`no <what> (<names[0]> not found)`) or a `fail` line
+/// with `fix` when one is there but does not load.
+///
+/// # Safety
+/// As [`open_first`].
+pub unsafe fn open_or_report(
+    report: &mut Report<impl Write>,
+    names: &[&str],
+    what: &str,
+    fix: &str,
+) -> Option<libloading::Library> {
+    // SAFETY: the caller vouches for the library's initialisers.
+    match unsafe { open_first(names) } {
+        Opened::Library(lib) => Some(lib),
+        Opened::NotFound => {
+            report.skip(format!("no {what} ({} not found)", names[0]), None);
+            None
+        }
+        Opened::Failed(e) => {
+            report.fail(format!("{} does not load: {e}", names[0]), fix);
+            None
+        }
+    }
 }
 
 /// The file the loaded symbol at `address` lives in (dladdr).

@@ -4,7 +4,7 @@
 //! between ROCm releases, so it is not read from HIP).
 
 use crate::device_rtl;
-use crate::dl::{self, Opened};
+use crate::dl;
 use crate::install::Install;
 use crate::report::Report;
 use libloading::Library;
@@ -70,21 +70,16 @@ pub fn kfd_arches(nodes: &Path) -> Vec<String> {
 pub fn check(report: &mut Report<impl Write>, install: &Install) -> Vec<HipDevice> {
     // SAFETY: these are AMD's HIP runtime library under its three names; its
     // initialisers set up its own state only.
-    let lib = match unsafe {
-        dl::open_first(&["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"])
-    } {
-        Opened::Library(lib) => lib,
-        Opened::NotFound => {
-            report.skip("no HIP runtime (libamdhip64.so not found)", None);
-            return Vec::new();
-        }
-        Opened::Failed(e) => {
-            report.fail(
-                format!("libamdhip64.so does not load: {e}"),
-                "reinstall ROCm's HIP runtime (rocminfo should list the GPU)",
-            );
-            return Vec::new();
-        }
+    let opened = unsafe {
+        dl::open_or_report(
+            report,
+            &["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"],
+            "HIP runtime",
+            "reinstall ROCm's HIP runtime (rocminfo should list the GPU)",
+        )
+    };
+    let Some(lib) = opened else {
+        return Vec::new();
     };
     match devices(&lib) {
         Ok(mut devices) => {
