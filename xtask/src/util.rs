@@ -3,7 +3,7 @@
 //! as `$ <command>` on stderr, which CI logs show).
 
 use anyhow::{bail, ensure, Context, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use test_support::tools;
 use xshell::{cmd, Cmd, Shell};
 
@@ -191,6 +191,33 @@ pub fn llvm16(tool: &str) -> Result<PathBuf> {
 fn llvm(major: u32, tool: &str) -> Result<PathBuf> {
     ensure_debian_packages(tools::llvm_packages(major))?;
     Ok(tools::find_llvm(major, tool)?)
+}
+
+/// What makes a tar archive the same for the same files, whoever packs them: member
+/// order, owners and groups.
+pub const REPRODUCIBLE_TAR: [&str; 4] =
+    ["--sort=name", "--owner=0", "--group=0", "--numeric-owner"];
+
+/// Every path below `dir` (folders, files and links, not following links), parents
+/// before children, but those `skip` names and what is below them.
+pub fn paths_below(dir: &Path, skip: impl Fn(&Path) -> bool) -> Result<Vec<PathBuf>> {
+    let mut all = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(folder) = todo.pop() {
+        let entries =
+            std::fs::read_dir(&folder).with_context(|| format!("reading {}", folder.display()))?;
+        for entry in entries {
+            let path = entry?.path();
+            if skip(&path) {
+                continue;
+            }
+            if std::fs::symlink_metadata(&path)?.is_dir() {
+                todo.push(path.clone());
+            }
+            all.push(path);
+        }
+    }
+    Ok(all)
 }
 
 /// Print a section header so long logs read well.

@@ -81,7 +81,7 @@ pub fn build(release: Release, root: &Path, notices: &Path, out: &Path) -> Resul
 
 /// The `.debug` folders the install splits debug info into.
 fn remove_debug_info(prefix: &Path) -> Result<()> {
-    for dir in walk(prefix)? {
+    for dir in util::paths_below(prefix, |_| false)? {
         if dir.is_dir() && dir.file_name().is_some_and(|n| n == ".debug") {
             fs::remove_dir_all(&dir)?;
         }
@@ -205,7 +205,10 @@ fn write_overrides(release: Release, root: &Path) -> Result<()> {
 /// keeps them for its .debug files, which the package leaves out).
 fn strip_host_binaries(root: &Path) -> Result<()> {
     let sh = Shell::new()?;
-    for binary in walk(root)?.into_iter().filter(|p| is_host_binary(p)) {
+    for binary in util::paths_below(root, |_| false)?
+        .into_iter()
+        .filter(|p| is_host_binary(p))
+    {
         let shared = binary.extension().is_some_and(|e| e == "so");
         let how: &[&str] = if shared {
             &["--strip-unneeded"]
@@ -224,7 +227,7 @@ fn strip_host_binaries(root: &Path) -> Result<()> {
 /// Folders 0755, files 0644, or 0755 when executable (what dpkg-deb and lintian want
 /// whatever the builder's umask).
 fn normalise_permissions(root: &Path) -> Result<()> {
-    for path in walk(root)? {
+    for path in util::paths_below(root, |_| false)? {
         let meta = fs::symlink_metadata(&path)?;
         if meta.file_type().is_symlink() {
             continue;
@@ -250,7 +253,7 @@ pub fn llvm_dependencies(major: u32) -> [String; 3] {
 /// The Depends field: what dpkg-shlibdeps finds our host binaries link, and the LLVM
 /// packages the configs use. Fails when glibc newer than [`NEWEST_GLIBC`] is needed.
 fn depends(release: Release, root: &Path) -> Result<String> {
-    let binaries: Vec<PathBuf> = walk(root)?
+    let binaries: Vec<PathBuf> = util::paths_below(root, |_| false)?
         .into_iter()
         .filter(|p| is_host_binary(p))
         .collect();
@@ -339,7 +342,7 @@ fn check_glibc(shlibs: &str) -> Result<()> {
 fn write_control(release: Release, root: &Path, depends: &str) -> Result<()> {
     let dir = root.join("DEBIAN");
     fs::create_dir_all(&dir)?;
-    let size_kib = walk(root)?
+    let size_kib = util::paths_below(root, |_| false)?
         .iter()
         .filter_map(|p| fs::symlink_metadata(p).ok())
         .filter(|m| m.is_file())
@@ -374,7 +377,7 @@ fn write_control(release: Release, root: &Path, depends: &str) -> Result<()> {
 fn write_md5sums(root: &Path) -> Result<()> {
     let sh = Shell::new()?;
     let _in_root = sh.push_dir(root);
-    let files: Vec<String> = walk(root)?
+    let files: Vec<String> = util::paths_below(root, |_| false)?
         .into_iter()
         .filter(|p| !p.starts_with(root.join("DEBIAN")))
         .filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
@@ -409,22 +412,6 @@ fn gzip(to: &Path, data: &[u8]) -> Result<()> {
     ensure!(compressed.status.success(), "gzip failed");
     fs::write(to, compressed.stdout)?;
     Ok(())
-}
-
-/// Every path below `dir` (not following links), parents before children.
-fn walk(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut all = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for entry in fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
-            let path = entry?.path();
-            if fs::symlink_metadata(&path)?.is_dir() {
-                todo.push(path.clone());
-            }
-            all.push(path);
-        }
-    }
-    Ok(all)
 }
 
 #[cfg(test)]

@@ -379,22 +379,11 @@ fn files(root: &Path) -> Result<BTreeSet<PathBuf>> {
         "var/lib/apt/lists",
         "var/log",
     ];
-    let mut all = BTreeSet::new();
-    let mut todo = vec![root.to_path_buf()];
-    while let Some(dir) = todo.pop() {
-        for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-            let path = entry?.path();
-            let relative = path.strip_prefix(root)?.to_path_buf();
-            if SKIPPED.iter().any(|s| relative == Path::new(s)) {
-                continue;
-            }
-            if fs::symlink_metadata(&path)?.is_dir() {
-                todo.push(path);
-            }
-            all.insert(relative);
-        }
-    }
-    Ok(all)
+    let skipped = |path: &Path| SKIPPED.iter().any(|s| path == root.join(s));
+    Ok(util::paths_below(root, skipped)?
+        .into_iter()
+        .map(|path| path.strip_prefix(root).map(Path::to_path_buf))
+        .collect::<Result<_, _>>()?)
 }
 
 /// The paths `dpkg -L` lists for the installed package (relative to the root), checked

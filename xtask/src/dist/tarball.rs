@@ -31,9 +31,10 @@ pub fn build(
     fs::copy(notices, top.join("THIRD-PARTY-NOTICES"))?;
     let tarball = out.join(release.tarball_file());
     let dir = release.tarball_dir();
+    let reproducible = util::REPRODUCIBLE_TAR;
     cmd!(
         sh,
-        "tar --sort=name --owner=0 --group=0 --numeric-owner -czf {tarball} -C {staging} {dir}"
+        "tar --create {reproducible...} --gzip -f {tarball} -C {staging} {dir}"
     )
     .run()
     .with_context(|| format!("packing {}", tarball.display()))?;

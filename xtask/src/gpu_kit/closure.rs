@@ -545,6 +545,28 @@ fn cached_xz(source: &Path, target: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `archive` (tar, [`util::REPRODUCIBLE_TAR`], then [`xz`]) of the `members` of the
+/// folder `dir`, with tar's `options` besides; `tar` is the uncompressed archive's
+/// temporary path.
+pub fn tar_xz(
+    tar: &Path,
+    dir: &Path,
+    options: &[&str],
+    members: &[&str],
+    archive: &Path,
+) -> Result<()> {
+    let sh = Shell::new()?;
+    let reproducible = util::REPRODUCIBLE_TAR;
+    cmd!(
+        sh,
+        "tar --create {reproducible...} {options...} -f {tar} -C {dir} {members...}"
+    )
+    .run()?;
+    xz(tar, archive)?;
+    fs::remove_file(tar)?;
+    Ok(())
+}
+
 /// `xz -9e` of `source` into `target` (written under a temporary name, then renamed).
 pub fn xz(source: &Path, target: &Path) -> Result<()> {
     if let Some(dir) = target.parent() {

@@ -140,15 +140,7 @@ pub fn add(kit: &mut Kit, prefix: &Path) -> Result<()> {
 /// `archive` (tar, xz -9e) of the folder `stage`, its top the prefix.
 fn pack(stage: &Path, archive: &Path) -> Result<()> {
     let tar = build_dir().join("doctor/prefix.tar");
-    let sh = Shell::new()?;
-    cmd!(
-        sh,
-        "tar --create --sort=name --owner=0 --group=0 --numeric-owner -f {tar} -C {stage} ."
-    )
-    .run()?;
-    super::closure::xz(&tar, archive)?;
-    fs::remove_file(&tar)?;
-    Ok(())
+    super::closure::tar_xz(&tar, stage, &[], &["."], archive)
 }
 
 #[cfg(test)]

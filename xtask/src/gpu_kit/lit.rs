@@ -31,7 +31,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
-use xshell::{cmd, Shell};
+use xshell::Shell;
 
 /// Where lit builds the tests here and runs them there: the same absolute path on both
 /// machines, because a test program may name a library of its test by its path
@@ -398,16 +398,13 @@ fn pack(work: &Path, lit_package: &Path, tests: &Path, archive: &Path) -> Result
     link(&lit_package.join("lit"), staging.join("lit/lit"))?;
     link(tests, staging.join("tests"))?;
     link(&work.join("store"), staging.join("store"))?;
-    let tar = work.join("lit.tar");
-    let sh = Shell::new()?;
-    cmd!(
-        sh,
-        "tar --create --dereference --sort=name --owner=0 --group=0 --numeric-owner --exclude=__pycache__ -f {tar} -C {staging} lit tests store"
+    super::closure::tar_xz(
+        &work.join("lit.tar"),
+        &staging,
+        &["--dereference", "--exclude=__pycache__"],
+        &["lit", "tests", "store"],
+        archive,
     )
-    .run()?;
-    super::closure::xz(&tar, archive)?;
-    fs::remove_file(&tar)?;
-    Ok(())
 }
 
 #[cfg(test)]
