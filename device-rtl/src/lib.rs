@@ -48,8 +48,8 @@ use core::ptr;
 // sees for the value the plugin writes at run time; `#[used]` keeps them external
 // through `-mlink-builtin-bitcode`'s internalization, so the plugin can still find them
 // by name. Device code reads them with plain loads (never volatile). In the GPU bitcode
-// `cargo xtask build-device` then marks them `constant` (xtask/src/device.rs,
-// `mark_read_only_globals`): device code never writes them, so the compiler may load them
+// `cargo xtask build-device` then marks them `constant` (device-build's
+// `read_only_globals::mark`): device code never writes them, so the compiler may load them
 // once and hoist the loads out of a kernel's loops, even over indirect calls (NVPTX reads
 // them through the read-only cache, `ld.global.nc`); the driver still writes them before a
 // kernel runs, as any `.global`. In Rust they stay `static mut`: an immutable static's

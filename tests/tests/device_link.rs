@@ -601,7 +601,7 @@ fn assert_code_addresses_globals<'d>(bytes: &'d [u8], label: &str) -> File<'d> {
 }
 
 /// The LLVM 16 bitcode beside each GPU build (build-device's rewrite of rustc's LLVM 22
-/// IR, xtask/src/ir_compat.rs): clang-16's `-mlink-builtin-bitcode` reads it, and an
+/// IR, device-build/src/older_llvm.rs): clang-16's `-mlink-builtin-bitcode` reads it, and an
 /// sm_90 image (ptxas accepts it) and a gfx90a object keep the lookup's loads of all four
 /// globals, which stay exported; on NVPTX through the read-only cache, as with clang 22.
 #[test]
@@ -968,7 +968,7 @@ fn bench_kernel_ptx(bitcode: &Path, dir: &Path) -> String {
 
 /// A kernel that translates pointers in a loop, linked with the installed nvptx64
 /// bitcode, loads the lookup's globals (head, index header, table pointer and size) once,
-/// before the loop: they are constant to device code (xtask's `mark_read_only_globals`),
+/// before the loop: they are constant to device code (device-build's `read_only_globals::mark`),
 /// so the compiler hoists them over the loop's indirect call, which may write any
 /// writable memory. No load in the loop names them, and none is volatile. The control:
 /// the same bitcode with the globals left writable, as rustc emits them, keeps them in

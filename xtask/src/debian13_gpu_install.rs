@@ -4,7 +4,7 @@
 //!    for the GPU targets and LLVM 22, neither in the root), rewritten for LLVM N with
 //!    the root's own clang-N (its data layout) and llvm-as-N (which checks the result):
 //!    `device_rtl.llvmN.bc` beside each GPU bitcode. The install inside the root takes
-//!    the device RTL from there ([`device::DEVICE_DIR_ENV`], [`install_env`]).
+//!    the device RTL from there ([`device_build::DEVICE_DIR_ENV`], [`install_env`]).
 //! 2. [`device_link_test`]: `tests/tests/device_link.rs`'s clang-N test with the root's
 //!    clang-N: `clang-N -mlink-builtin-bitcode` links that bitcode into an sm_90 image
 //!    (ptxas accepts it) and a gfx90a object, and both keep the lookup's loads of its
@@ -14,7 +14,7 @@
 //!    calls pulled our member of the installed device runtime archive in) and the four
 //!    globals, exported, as the cuda plugin finds them by name.
 use crate::indirect_programs::{self, Clang};
-use crate::{debian_root, device, install, util};
+use crate::{debian_root, install, util};
 use anyhow::{ensure, Context, Result};
 use std::path::Path;
 
@@ -26,16 +26,16 @@ pub fn write_bitcode(major: u32, root: &Path) -> Result<()> {
     util::section(&format!(
         "LLVM {major} in Debian 13: the device RTL's GPU bitcode for clang-{major} (the root's tools)"
     ));
-    device::build_all()?;
-    device::write_older_bitcode_in_root(major, root)
+    device_build::build_all()?;
+    device_build::write_older_bitcode_in(major, &debian_root::InRoot(root))
 }
 
 /// `VAR=value` for the install inside the root: take the device RTL of this machine.
 pub fn install_env() -> String {
     format!(
         "{}={}",
-        device::DEVICE_DIR_ENV,
-        device::device_dir().display()
+        device_build::DEVICE_DIR_ENV,
+        device_build::device_dir().display()
     )
 }
 

@@ -156,6 +156,16 @@ pub fn chroot_cmd<'a>(sh: &'a Shell, root: &Path, args: &[&str]) -> xshell::Cmd<
     cmd!(sh, "chroot {root} {clean...} {args...}")
 }
 
+/// A Debian root as the place an older LLVM's tools run for the device build (its binds
+/// must show the device build's files at their own paths).
+pub struct InRoot<'a>(pub &'a Path);
+
+impl device_build::ToolPlace for InRoot<'_> {
+    fn cmd<'s>(&self, sh: &'s Shell, args: &[&str]) -> xshell::Cmd<'s> {
+        chroot_cmd(sh, self.0, args)
+    }
+}
+
 /// `args` (a program and its arguments) on this machine, or inside `root` as
 /// [`chroot_cmd`] runs them: for steps that run the same way for a version this machine
 /// has and for one a Debian root has.

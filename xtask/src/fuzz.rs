@@ -5,7 +5,6 @@
 //! entries -> fptr table, and `load_binary` on the host backend (real dlopen) with
 //! fuzzed entries against a real clang-16 device image.
 
-use crate::device;
 use crate::util::{llvm16, llvm22, read, root, section, target_dir, which};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -334,7 +333,7 @@ fn make_seeds(dir: &Path) -> Result<Seeds> {
 /// embeds in a real `-fopenmp-targets=x86_64-pc-linux-gnu` program.
 fn device_image_seeds(dir: &Path, clang16: &Path, program: &Path, s: &mut Seeds) -> Result<()> {
     let fixture = root().join("tests/fixtures/plugin/device_image.c");
-    let rtl = device::host_staticlib()?;
+    let rtl = device_build::host_staticlib()?;
     let clang22 = llvm22("clang")?;
     let sh = Shell::new()?;
     for (clang, tag) in [(clang16, "16"), (clang22.as_path(), "22")] {

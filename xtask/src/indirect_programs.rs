@@ -318,7 +318,7 @@ pub fn check_cubin(exe: &Path, sm: &str) -> Result<ImageFacts> {
     let facts = defined_symbols(&file);
     require_rtl(&facts, exe)?;
     // The plugin finds them by name in the loaded image (cuModuleGetGlobal).
-    for name in crate::device::EXPORTED_SYMBOLS {
+    for name in device_build::EXPORTED_SYMBOLS {
         let exported = file
             .symbols()
             .any(|s| s.name() == Ok(name) && (s.is_global() || s.is_weak()));
@@ -377,7 +377,7 @@ fn defined_symbols(file: &object::File) -> ImageFacts {
 }
 
 fn require_rtl(facts: &ImageFacts, exe: &Path) -> Result<()> {
-    for sym in crate::device::EXPORTED_SYMBOLS {
+    for sym in device_build::EXPORTED_SYMBOLS {
         ensure!(
             facts.defined.contains(*sym),
             "{}: the device image does not define {sym}",

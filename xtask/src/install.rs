@@ -13,7 +13,7 @@
 //! configs name clang N, and the device runtime archive is LLVM N's with our lookup as
 //! LLVM N bitcode (`device_rtl.llvmN.bc`, see [`archive_image`]). The plugin file is the
 //! same for every version. The GPU bitcode comes from `cargo xtask build-device` (Rust
-//! for the GPU targets and LLVM 22; [`device::DEVICE_DIR_ENV`] names one built
+//! for the GPU targets and LLVM 22; [`device_build::DEVICE_DIR_ENV`] names one built
 //! elsewhere), rewritten for LLVM N by LLVM N's own tools.
 //!
 //! Layout:
@@ -39,9 +39,7 @@
 //!   clang 17 and 18 read of glibc's header of that name (see the file for why);
 //! - `share/omptarget-indirect/<triple>.cfg`: clang config files (see [`config_text_for`]);
 //! - `share/omptarget-indirect/examples/standard_indirect.cpp`: the self-tests' source.
-use crate::{
-    compiler_plugin, device, indirect_programs, llvm_release, nvptx_program, plugin, util,
-};
+use crate::{compiler_plugin, indirect_programs, llvm_release, nvptx_program, plugin, util};
 use anyhow::{ensure, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -133,11 +131,11 @@ pub fn install_for(prefix: &Path, major: u32) -> Result<PathBuf> {
     llvm_release::ensure_packaged_here(major)?;
     // clang-N, libomptarget N and LLVM N's tools (the config's compiler, what it links,
     // llvm-objcopy-N for the debug-info split), before the device RTL is built: its
-    // bitcode is rewritten for every LLVM whose tools are here (`device::older_llvms`),
+    // bitcode is rewritten for every LLVM whose tools are here (`device_build::older_llvms`),
     // and a fresh machine has none yet.
     let packages = llvm_release::packages(major);
     util::ensure_debian_packages(&packages.iter().map(String::as_str).collect::<Vec<_>>())?;
-    device::build_all()?;
+    device_build::build_all()?;
     let plugins = plugin::build_plugins_for(major)?;
     let compiler_plugin = compiler_plugin::build_for(major)?;
     let inspect = build_offload_inspect()?;
@@ -397,7 +395,7 @@ fn copy(from: &Path, to: &Path) -> Result<()> {
 /// links into device images.
 fn install_host_device_rtl(dir: &Path) -> Result<()> {
     copy(
-        &device::host_staticlib()?,
+        &device_build::host_staticlib()?,
         &dir.join("x86_64-unknown-linux-gnu/libdevice_rtl.a"),
     )
 }
@@ -405,28 +403,28 @@ fn install_host_device_rtl(dir: &Path) -> Result<()> {
 /// The device RTL of every target under `dir` (lib/omptarget-indirect/), and the
 /// device runtime archive that clang `major`'s GPU links take the lookup from.
 fn install_device_rtl(dir: &Path, major: u32) -> Result<()> {
-    let device = device::device_dir();
+    let device = device_build::device_dir();
     install_host_device_rtl(dir)?;
     // Each GPU bitcode with its rewrites for the older LLVMs this machine has
     // (`device_rtl.llvmN.bc`, which clang-N's `-mlink-builtin-bitcode` reads).
     let bitcode_names: Vec<String> = std::iter::once("device_rtl.bc".to_owned())
         .chain(
-            device::older_llvms()
+            device_build::older_llvms()
                 .into_iter()
-                .map(device::older_bitcode_name),
+                .map(device_build::older_bitcode_name),
         )
         .collect();
     ensure!(
-        bitcode_names.contains(&device::older_bitcode_name(major)),
+        bitcode_names.contains(&device_build::older_bitcode_name(major)),
         "no LLVM {major} tools here (clang-{major}, llvm-as-{major}), so no bitcode clang-{major} reads"
     );
-    for variant in ["", device::WARP_COOPERATIVE] {
+    for variant in ["", device_build::WARP_COOPERATIVE] {
         for name in &bitcode_names {
             let rel = Path::new(NVPTX).join(variant).join(name);
             copy(&device.join(&rel), &dir.join(&rel))?;
         }
     }
-    for gfx in device::AMDGPU_ARCHES {
+    for gfx in device_build::AMDGPU_ARCHES {
         let rel = Path::new(AMDGCN).join(gfx);
         for name in &bitcode_names {
             copy(&device.join(&rel).join(name), &dir.join(&rel).join(name))?;
@@ -439,7 +437,7 @@ fn install_device_rtl(dir: &Path, major: u32) -> Result<()> {
     let gpus = NVPTX_INSTALL_ARCHES
         .iter()
         .map(|sm| (NVPTX, *sm))
-        .chain(device::AMDGPU_ARCHES.iter().map(|gfx| (AMDGCN, *gfx)));
+        .chain(device_build::AMDGPU_ARCHES.iter().map(|gfx| (AMDGCN, *gfx)));
     for (triple, arch) in gpus {
         let image = archive_image(dir, major, triple, arch, &scratch)?;
         members.push(tools.offload_object(&image, triple, arch, &scratch)?);
@@ -466,7 +464,7 @@ fn archive_image(
         _ => dir.join(AMDGCN).join(arch),
     };
     if major != 16 {
-        return Ok(folder.join(device::older_bitcode_name(major)));
+        return Ok(folder.join(device_build::older_bitcode_name(major)));
     }
     if triple == NVPTX {
         let installed = folder.join(format!("device_rtl.{arch}.cubin"));

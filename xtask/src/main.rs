@@ -15,7 +15,6 @@ mod gpu_kit;
 mod gpu_programs;
 mod indirect_programs;
 mod install;
-mod ir_compat;
 mod lit;
 mod llvm_release;
 mod nvptx_program;

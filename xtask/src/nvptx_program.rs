@@ -7,7 +7,7 @@
 //! driver: its relocatable cubin packed as an OffloadBinary (clang-offload-packager) and
 //! embedded in a host object that is linked with the program; the linker wrapper
 //! extracts it and nvlink resolves `__kmpc_target_translate_fptr` from it.
-use crate::{device, util};
+use crate::util;
 use anyhow::{ensure, Context, Result};
 use offload_formats::image::{find_images, ImageKind};
 use std::fs;
@@ -28,7 +28,7 @@ impl NvptxBuild {
     pub fn prepare(sm: &str, scratch: &Path) -> Result<Self> {
         let clang = util::llvm16("clang")?;
         let packager = util::llvm16("clang-offload-packager")?;
-        device::build_all()?;
+        device_build::build_all()?;
         fs::create_dir_all(scratch)?;
         let rtl_cubin = device_rtl_cubin_for(sm, scratch)?;
         let packed = scratch.join(format!("device_rtl.{sm}.offload"));
@@ -81,7 +81,7 @@ impl NvptxBuild {
 /// version (minor at most `sm`'s) assembled for `sm` by ptxas.
 pub fn device_rtl_cubin_for(sm: &str, scratch: &Path) -> Result<PathBuf> {
     let built_sm = rtl_family_of(sm)?;
-    let (ptx, cubin) = device::nvptx_outputs_of(built_sm);
+    let (ptx, cubin) = device_build::nvptx_outputs_of(built_sm);
     if built_sm == sm {
         return Ok(cubin);
     }
@@ -101,7 +101,7 @@ pub fn rtl_family_of(sm: &str) -> Result<&'static str> {
         want <= 90,
         "clang 16, the compiler libomptarget 16 goes with, targets at most sm_90"
     );
-    device::NVPTX_ARCHES
+    device_build::NVPTX_ARCHES
         .iter()
         .filter_map(|s| Some((number(s)?, *s)))
         .filter(|&(n, _)| n / 10 == want / 10 && n <= want)
@@ -110,7 +110,7 @@ pub fn rtl_family_of(sm: &str) -> Result<&'static str> {
         .with_context(|| {
             format!(
                 "no device RTL build runs on {sm} (built: {})",
-                device::NVPTX_ARCHES.join(", ")
+                device_build::NVPTX_ARCHES.join(", ")
             )
         })
 }
@@ -175,7 +175,7 @@ pub fn check_image(exe: &Path, sm: &str, also: &[&str]) -> Result<usize> {
         .filter(|s| s.is_definition())
         .filter_map(|s| s.name().ok().map(str::to_string))
         .collect();
-    let mut wanted: Vec<&str> = device::EXPORTED_SYMBOLS.to_vec();
+    let mut wanted: Vec<&str> = device_build::EXPORTED_SYMBOLS.to_vec();
     wanted.extend(also);
     let missing: Vec<&&str> = wanted
         .iter()

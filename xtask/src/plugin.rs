@@ -13,7 +13,7 @@
 //! One cdylib serves every kind: it reads its kind from the name libomptarget loaded it by,
 //! so the build compiles once and copies the library six times (copies, not links: one
 //! inode would be one dlopen handle, i.e. one plugin for all kinds).
-use crate::{device, util};
+use crate::util;
 use anyhow::{Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -147,7 +147,7 @@ fn install_copy(from: &Path, to: &Path) -> Result<()> {
 /// before the objects, so `--undefined` makes the linker take the lookup from it.
 pub fn compile_offload_program(source: &Path, output: &Path) -> Result<()> {
     let clang = util::llvm16("clang")?;
-    let rtl = device::host_staticlib()?;
+    let rtl = device_build::host_staticlib()?;
     let include = util::root().join("host-plugin/include");
     let x = "-Xoffload-linker-x86_64-pc-linux-gnu";
     let sh = Shell::new()?;

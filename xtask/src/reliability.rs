@@ -5,7 +5,7 @@
 //!
 //! `cargo test` runs shorter versions of the same programs (tests/tests/reliability_*.rs);
 //! this command runs them at full size, times them, and compares with LLVM's own plugin.
-use crate::{device, plugin, util};
+use crate::{plugin, util};
 use anyhow::{bail, Context, Result};
 use std::fmt::Write as _;
 use std::fs;
@@ -84,7 +84,7 @@ fn build_programs() -> Result<(Programs, PathBuf)> {
     let x = "-Xoffload-linker-x86_64-pc-linux-gnu";
     let (include, rtl) = (
         util::root().join("host-plugin/include"),
-        device::host_staticlib()?,
+        device_build::host_staticlib()?,
     );
     let (library_source, cycles_source) = (fixture("offload_lib.c"), fixture("dlopen_cycles.c"));
     let (library, cycles) = (&p.library, &p.cycles);

@@ -25,9 +25,7 @@
 //! Build steps stop at the first failure (later steps need their output); test steps all
 //! run so one report shows every failure. The last line is `xtask test: N passed, N failed`.
 
-use crate::{
-    debian13_programs, device, fuzz, gpu_programs, indirect_programs, install, lit, plugin, util,
-};
+use crate::{debian13_programs, fuzz, gpu_programs, indirect_programs, install, lit, plugin, util};
 use anyhow::{bail, ensure, Result};
 use std::time::Instant;
 use xshell::{cmd, Shell};
@@ -140,7 +138,7 @@ pub fn main(args: Args) -> Result<()> {
                 util::ptxas().map(|p| eprintln!("ptxas: {}", p.display()))
             }),
         ),
-        ("build device RTL", Box::new(device::build_all)),
+        ("build device RTL", Box::new(device_build::build_all)),
         (
             "build plugins",
             Box::new(|| plugin::build_plugins().map(|_| ())),

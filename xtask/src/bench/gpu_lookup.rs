@@ -8,7 +8,7 @@
 //! or GPU the driver prints one `SKIPPED:` line and exits 0. GPU machines have no clang: `cargo xtask gpu-bundle`
 //! packs the same cubins and driver (see [`bundle_files`]).
 
-use crate::{device, nvptx_program, util};
+use crate::{nvptx_program, util};
 use anyhow::{ensure, Context, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -92,7 +92,7 @@ pub fn main(args: Args) -> Result<()> {
 /// cubin (each lookup survived the link, ptxas accepts it, the symbols the driver needs
 /// are there), the driver, and the kernel checked on the CPU. Returns the driver.
 pub fn build_and_check() -> Result<PathBuf> {
-    device::build_all()?;
+    device_build::build_all()?;
     build_cubins()?;
     let driver = build_driver()?;
     check_kernel_on_host(&driver)?;
@@ -190,7 +190,7 @@ fn link_for(lookup: Lookup, sm: u32) -> Result<Link> {
     Ok(match lookup {
         Lookup::Direct | Lookup::Archive => Link::Nothing,
         Lookup::Ours(rel) => {
-            let bc = device::device_dir().join(rel);
+            let bc = device_build::device_dir().join(rel);
             if bc.is_file() {
                 Link::Bitcode(bc)
             } else {
@@ -450,7 +450,7 @@ const SIZES: [usize; 5] = [1, 16, 1024, 65536, 1 << 20];
 pub fn check_kernel_on_host(driver: &Path) -> Result<()> {
     util::section("gpu lookup bench: the kernel on the CPU vs the driver's reference");
     let clang = util::llvm22("clang")?;
-    let staticlib = device::host_staticlib()?;
+    let staticlib = device_build::host_staticlib()?;
     let dir = cubin_dir().join("host-check");
     std::fs::create_dir_all(&dir)?;
     let source = util::root().join("tests/fixtures/bench/gpu_lookup_host.c");

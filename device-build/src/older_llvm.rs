@@ -8,6 +8,7 @@
 //! attribute, a lifetime marker) or writes the same fact in the older spelling; it never
 //! adds one. A function attribute the rules do not know fails the rewrite, naming it;
 //! whatever else the older assembler does not know fails there, naming the line.
+use crate::targets::{self, Artifact};
 use anyhow::{bail, ensure, Context, Result};
 use std::path::Path;
 use xshell::{cmd, Shell};
@@ -362,38 +363,44 @@ fn effect_within(effect: &str, default: &str) -> bool {
     effect == "none" || effect == default || default == "readwrite"
 }
 
+/// A place where an older LLVM's tools run, other than this machine: a Debian root that
+/// has them (LLVM 17 and 18, which Debian 12 lacks). Its commands must see the bitcode
+/// and the outputs at their own paths. The test harness implements it for its roots.
+pub trait ToolPlace {
+    /// `args` (a program and its arguments) run in this place.
+    fn cmd<'s>(&self, sh: &'s Shell, args: &[&str]) -> xshell::Cmd<'s>;
+}
+
 /// Where an older LLVM's tools run: on this machine (Debian installs them as
-/// `<tool>-N`), or inside a Debian root that has them (LLVM 17 and 18, which Debian 12
-/// lacks; [`crate::debian13`]), whose binds must show `bitcode` and `out` at their own
-/// paths.
+/// `<tool>-N`), or in another [`ToolPlace`].
 #[derive(Clone, Copy)]
 pub enum OlderLlvm<'a> {
     Here(u32),
-    InRoot(u32, &'a Path),
+    Elsewhere(u32, &'a dyn ToolPlace),
 }
 
 impl OlderLlvm<'_> {
     pub fn major(self) -> u32 {
         match self {
-            OlderLlvm::Here(major) | OlderLlvm::InRoot(major, _) => major,
+            OlderLlvm::Here(major) | OlderLlvm::Elsewhere(major, _) => major,
         }
     }
 
     /// `tool` of this LLVM with `args`, where it runs.
     fn cmd<'s>(self, sh: &'s Shell, tool: &str, args: &[&str]) -> Result<xshell::Cmd<'s>> {
-        let (program, root) = match self {
-            OlderLlvm::Here(major) => (
-                test_support::tools::find_llvm(major, tool)?
-                    .display()
-                    .to_string(),
-                None,
-            ),
-            OlderLlvm::InRoot(major, root) => (format!("{tool}-{major}"), Some(root)),
-        };
-        let all: Vec<&str> = std::iter::once(program.as_str())
-            .chain(args.iter().copied())
-            .collect();
-        Ok(crate::debian_root::cmd_in(sh, root, &all))
+        Ok(match self {
+            OlderLlvm::Here(major) => {
+                let program = test_support::tools::find_llvm(major, tool)?;
+                cmd!(sh, "{program} {args...}")
+            }
+            OlderLlvm::Elsewhere(major, place) => {
+                let program = format!("{tool}-{major}");
+                let all: Vec<&str> = std::iter::once(program.as_str())
+                    .chain(args.iter().copied())
+                    .collect();
+                place.cmd(sh, &all)
+            }
+        })
     }
 }
 
@@ -403,8 +410,8 @@ impl OlderLlvm<'_> {
 pub fn to_older_bitcode(bitcode: &Path, out: &Path, older: OlderLlvm, triple: &str) -> Result<()> {
     let sh = Shell::new()?;
     let major = older.major();
-    let dis = crate::util::llvm22("llvm-dis")?;
-    let text = crate::util::read(cmd!(sh, "{dis} {bitcode} -o -"))?;
+    let dis = crate::tools::llvm22("llvm-dis")?;
+    let text = crate::tools::read(cmd!(sh, "{dis} {bitcode} -o -"))?;
     let layout = datalayout_of(&sh, older, triple)?;
     let rewritten = rewrite(&text, major, &layout)
         .with_context(|| format!("rewriting {} for LLVM {major}", bitcode.display()))?;
@@ -432,7 +439,7 @@ fn datalayout_of(sh: &Shell, older: OlderLlvm, triple: &str) -> Result<String> {
         "-o",
         "-",
     ];
-    let ir = crate::util::read(older.cmd(sh, "clang", &args)?)?;
+    let ir = crate::tools::read(older.cmd(sh, "clang", &args)?)?;
     ir.lines()
         .find_map(|l| l.strip_prefix("target datalayout = \""))
         .and_then(|l| l.strip_suffix('"'))
@@ -443,6 +450,49 @@ fn datalayout_of(sh: &Shell, older: OlderLlvm, triple: &str) -> Result<String> {
                 older.major()
             )
         })
+}
+
+/// The older LLVMs whose tools this machine has (as Debian installs them), for which the GPU
+/// bitcode is also written in their own IR ([`rewrite`]): clang 16 everywhere
+/// `cargo xtask test` runs; 17 and 18 inside their Debian 13 roots.
+pub fn older_llvms() -> Vec<u32> {
+    [16, 17, 18]
+        .into_iter()
+        .filter(|&n| {
+            ["llvm-as", "clang"]
+                .iter()
+                .all(|t| test_support::tools::find_llvm(n, t).is_ok())
+        })
+        .collect()
+}
+
+/// Every GPU bitcode (as build-device left it) rewritten for LLVM `major`, whose tools
+/// run in `place` ([`OlderLlvm::Elsewhere`]), beside it as `device_rtl.llvmN.bc`:
+/// how this machine, which lacks LLVM 17 and 18, makes their bitcode with their own
+/// clang's data layout and llvm-as. Rewritten every time (cheap), so never stale.
+pub fn write_older_bitcode_in(major: u32, place: &dyn ToolPlace) -> Result<()> {
+    for target in targets::all_targets()
+        .iter()
+        .filter(|t| t.artifact == Artifact::Bitcode)
+    {
+        let (bitcode, older) = (
+            targets::output_of(target),
+            targets::older_output_of(target, major),
+        );
+        ensure!(
+            bitcode.is_file(),
+            "{} is missing: run `cargo xtask build-device`",
+            bitcode.display()
+        );
+        to_older_bitcode(
+            &bitcode,
+            &older,
+            OlderLlvm::Elsewhere(major, place),
+            target.triple,
+        )?;
+        eprintln!("wrote {} (LLVM {major}, in its root)", older.display());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -536,5 +586,43 @@ mod tests {
             format!("{err:#}").contains("`sanitize_alloc_token` has no rule"),
             "{err:#}"
         );
+    }
+
+    /// Each flag and attribute rule, per older LLVM: the fact is gone exactly for the
+    /// versions before the one that introduced it, and kept from it on.
+    #[test]
+    fn each_rule_applies_to_exactly_the_versions_before_its_own() {
+        for major in [16, 17, 18] {
+            for rule in FLAG_RULES {
+                let line = format!("  %1 = {} {} i64 %a, %b\n", rule.opcode, rule.flag);
+                let out = rewrite(&line, major, LAYOUT).unwrap();
+                let kept = out.contains(&format!("{} {} ", rule.opcode, rule.flag));
+                assert_eq!(kept, major >= rule.since, "LLVM {major}: {line} -> {out}");
+            }
+            for rule in ATTRIBUTE_RULES {
+                let attribute = match rule.name.strip_suffix('(') {
+                    Some(name) => format!("{name}(i64 0, 8)"),
+                    None => rule.name.to_string(),
+                };
+                let line = format!("define void @f(ptr {attribute} %p) {{\n");
+                let out = rewrite(&line, major, LAYOUT).unwrap();
+                let expected = if major >= rule.since {
+                    line.clone()
+                } else if rule.replacement.is_empty() {
+                    "define void @f(ptr %p) {\n".to_string()
+                } else {
+                    format!("define void @f(ptr {} %p) {{\n", rule.replacement)
+                };
+                assert_eq!(out, expected, "LLVM {major}: {line}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_older_llvms_are_rewritten_for() {
+        for major in [15, 22, 23] {
+            let err = rewrite("ret void\n", major, LAYOUT).unwrap_err();
+            assert!(err.to_string().contains(&format!("LLVM {major}")), "{err}");
+        }
     }
 }
