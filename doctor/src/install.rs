@@ -1,5 +1,5 @@
-//! Where the doctor is installed, and the install's layout (as `cargo xtask install`
-//! writes it: xtask/src/install.rs).
+//! Where the doctor is installed, and the install it checks (its layout is the
+//! install-layout crate's, which `cargo xtask install` writes).
 //!
 //! The prefix is the folder above the one holding the doctor's own executable
 //! (`<prefix>/bin/omptarget-indirect-doctor`); the LLVM major N is in the compiler
@@ -10,30 +10,11 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// The offload targets a config file is installed for.
-pub const CONFIG_TRIPLES: [&str; 3] = [HOST_TRIPLE, NVPTX_TRIPLE, AMDGCN_TRIPLE];
-pub const HOST_TRIPLE: &str = "x86_64-pc-linux-gnu";
-pub const NVPTX_TRIPLE: &str = "nvptx64-nvidia-cuda";
-pub const AMDGCN_TRIPLE: &str = "amdgcn-amd-amdhsa";
-
-/// The self-test programs' folder below the prefix, and their name before
-/// `.<triple>[.<arch>]`.
-pub const SELF_TEST_DIR: &str = "libexec/omptarget-indirect/self-test";
-pub const SELF_TEST_NAME: &str = "standard_indirect";
-
-/// The compiler plugin's installed file name for clang `major`.
-pub fn compiler_plugin_file(major: u32) -> String {
-    format!("libomptarget-indirect-clang{major}.so")
-}
-
-/// N of `libomptarget-indirect-clangN.so`.
-pub fn major_of_compiler_plugin(file_name: &str) -> Option<u32> {
-    file_name
-        .strip_prefix("libomptarget-indirect-clang")?
-        .strip_suffix(".so")?
-        .parse()
-        .ok()
-}
+use install_layout::Prefix;
+pub use install_layout::{
+    compiler_plugin_file, major_of_compiler_plugin, AMDGCN_TRIPLE, CONFIG_TRIPLES, HOST_TRIPLE,
+    NVPTX_TRIPLE, SELF_TEST_DIR, SELF_TEST_NAME,
+};
 
 /// An install prefix and the LLVM major it was installed for.
 #[derive(Clone, Debug)]
@@ -45,31 +26,28 @@ pub struct Install {
 }
 
 impl Install {
+    fn layout(&self) -> Prefix {
+        Prefix::new(&self.prefix)
+    }
+
     pub fn lib(&self) -> PathBuf {
-        self.prefix.join("lib")
+        self.layout().lib()
     }
 
     /// `<prefix>/share/omptarget-indirect/<triple>.cfg`
     pub fn config(&self, triple: &str) -> PathBuf {
-        self.prefix
-            .join("share/omptarget-indirect")
-            .join(format!("{triple}.cfg"))
+        self.layout().config(triple)
     }
 
     /// `<prefix>/lib/omptarget-indirect/libomptarget.devicertl.a`: LLVM N's device
     /// runtime plus one member of ours per GPU architecture.
     pub fn devicertl_archive(&self) -> PathBuf {
-        self.lib()
-            .join("omptarget-indirect/libomptarget.devicertl.a")
+        self.layout().devicertl_archive()
     }
 
     /// `standard_indirect.<triple>` (x86_64) or `standard_indirect.<triple>.<arch>`.
     pub fn self_test_program(&self, triple: &str, arch: Option<&str>) -> PathBuf {
-        let name = match arch {
-            Some(arch) => format!("{SELF_TEST_NAME}.{triple}.{arch}"),
-            None => format!("{SELF_TEST_NAME}.{triple}"),
-        };
-        self.prefix.join(SELF_TEST_DIR).join(name)
+        self.layout().self_test_program(triple, arch)
     }
 
     /// The architectures a self-test program for `triple` is installed for.
@@ -89,11 +67,6 @@ impl Install {
     pub fn llvm_lib(&self) -> PathBuf {
         self.llvm_root.join("lib")
     }
-}
-
-/// The prefix of an executable installed as `<prefix>/bin/<name>`.
-pub fn prefix_of_exe(exe: &Path) -> Option<PathBuf> {
-    Some(exe.parent()?.parent()?.to_path_buf())
 }
 
 /// The majors of the compiler plugins in `lib`, ascending.
@@ -145,8 +118,8 @@ fn prefix(report: &mut Report<impl Write>, given: Option<&Path>) -> Option<PathB
         return Some(absolute);
     }
     match own_executable() {
-        Ok(exe) => match prefix_of_exe(&exe) {
-            Some(p) => {
+        Ok(exe) => match Prefix::of_executable(&exe) {
+            Some(Prefix(p)) => {
                 report.ok(format!(
                     "prefix {} (the folder above the doctor's own {})",
                     p.display(),
@@ -228,78 +201,5 @@ fn major(report: &mut Report<impl Write>, prefix: &Path, given: Option<u32>) -> 
             );
             None
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_major_is_in_the_compiler_plugins_name() {
-        assert_eq!(
-            major_of_compiler_plugin(&compiler_plugin_file(16)),
-            Some(16)
-        );
-        assert_eq!(
-            major_of_compiler_plugin("libomptarget-indirect-clang18.so"),
-            Some(18)
-        );
-        assert_eq!(
-            major_of_compiler_plugin("libomptarget-indirect-clang.so"),
-            None
-        );
-        assert_eq!(major_of_compiler_plugin("libomptarget.rtl.cuda.so"), None);
-    }
-
-    /// The names here are the ones `cargo xtask install` writes (xtask is a binary, so
-    /// its source is what can be compared).
-    #[test]
-    fn the_layout_is_the_one_xtask_installs() {
-        let xtask = include_str!("../../xtask/src/install.rs");
-        for needle in [
-            format!("pub const SELF_TEST_DIR: &str = \"{SELF_TEST_DIR}\";"),
-            format!("format!(\"{SELF_TEST_NAME}.{{triple}}.{{arch}}\")"),
-            format!("format!(\"{SELF_TEST_NAME}.{{triple}}\")"),
-            "format!(\"libomptarget-indirect-clang{major}.so\")".to_owned(),
-            // lib/omptarget-indirect/libomptarget.devicertl.a
-            "install_device_rtl(&lib.join(\"omptarget-indirect\"), major)".to_owned(),
-            "&dir.join(\"libomptarget.devicertl.a\")".to_owned(),
-        ] {
-            assert!(
-                xtask.contains(&needle),
-                "xtask/src/install.rs has no {needle}"
-            );
-        }
-        for triple in CONFIG_TRIPLES {
-            assert!(xtask.contains(&format!("\"{triple}\"")), "{triple}");
-        }
-    }
-
-    #[test]
-    fn the_prefix_is_above_bin() {
-        assert_eq!(
-            prefix_of_exe(Path::new("/opt/omp/bin/omptarget-indirect-doctor")),
-            Some(PathBuf::from("/opt/omp"))
-        );
-    }
-
-    #[test]
-    fn self_test_programs_are_named_by_triple_and_arch() {
-        let install = Install {
-            prefix: "/p".into(),
-            major: 16,
-            llvm_root: "/usr/lib/llvm-16".into(),
-        };
-        assert_eq!(
-            install.self_test_program(HOST_TRIPLE, None),
-            Path::new(
-                "/p/libexec/omptarget-indirect/self-test/standard_indirect.x86_64-pc-linux-gnu"
-            )
-        );
-        assert_eq!(
-            install.self_test_program(NVPTX_TRIPLE, Some("sm_90")),
-            Path::new("/p/libexec/omptarget-indirect/self-test/standard_indirect.nvptx64-nvidia-cuda.sm_90")
-        );
     }
 }

@@ -18,11 +18,12 @@ fn prefix() -> PathBuf {
     target_dir().join("install")
 }
 
+fn layout() -> install_layout::Prefix {
+    install_layout::Prefix::new(prefix())
+}
+
 fn x86_config() -> PathBuf {
-    require_file(
-        prefix().join("share/omptarget-indirect/x86_64-pc-linux-gnu.cfg"),
-        HOW,
-    )
+    require_file(layout().config(install_layout::HOST_TRIPLE), HOW)
 }
 
 /// What the compiler printed (warnings) and the program it built.
@@ -470,7 +471,7 @@ fn an_invoke_through_a_pointer_is_translated_too_and_inline_asm_is_not() {
 
 #[test]
 fn the_plugin_refuses_another_clang_and_says_which() {
-    let plugin = require_file(prefix().join("lib/libomptarget-indirect-clang16.so"), HOW);
+    let plugin = require_file(layout().compiler_plugin(16), HOW);
     let dir = scratch("compiler-plugin", "clang22");
     let src = dir.join("x.c");
     fs::write(&src, "int f(int x) { return x; }\n").unwrap();

@@ -16,7 +16,8 @@ fn prefix() -> PathBuf {
 }
 
 fn doctor() -> PathBuf {
-    require_file(prefix().join("bin/omptarget-indirect-doctor"), HOW)
+    let layout = install_layout::Prefix::new(prefix());
+    require_file(layout.bin(install_layout::DOCTOR), HOW)
 }
 
 /// One run: its exit status, its output, and the pid it ran as.

@@ -14,7 +14,7 @@
 //!    calls pulled our member of the installed device runtime archive in) and the four
 //!    globals, exported, as the cuda plugin finds them by name.
 use crate::indirect_programs::{self, Clang};
-use crate::{debian_root, install, util};
+use crate::{debian_root, util};
 use anyhow::{ensure, Context, Result};
 use std::path::Path;
 
@@ -78,7 +78,7 @@ pub fn config_program(root: &Path, major: u32, prefix: &Path, out: &Path) -> Res
         .iter()
         .find(|p| p.name == PROGRAM)
         .context("the kits have no indirect_standard program")?;
-    let config = install::config_path(prefix, install::NVPTX_TRIPLE);
+    let config = install_layout::Prefix::new(prefix).config(install_layout::NVPTX_TRIPLE);
     program.build(Clang::InRoot { major, root }, &config, SM, out)?;
     Ok(format!(
         "{PROGRAM} through the installed clang-{major} nvptx64 config: the {SM} image defines and exports the lookup and its globals, a kernel calls it"

@@ -31,8 +31,7 @@
 
 use crate::root_cargo::RootCargo;
 use crate::{
-    debian13, debian13_gpu_image, debian13_gpu_install, debian_root, dist, indirect_programs,
-    install, util,
+    debian13, debian13_gpu_image, debian13_gpu_install, debian_root, dist, indirect_programs, util,
 };
 use anyhow::{bail, ensure, Context, Result};
 use std::fs;
@@ -395,7 +394,7 @@ fn run(major: u32) -> Result<Report> {
         "LLVM {major} in Debian 13: the standard programs through the installed config"
     ));
     let start = Instant::now();
-    let config = install::config_path(&prefix, install::HOST_TRIPLE);
+    let config = install_layout::Prefix::new(&prefix).config(install_layout::HOST_TRIPLE);
     let (mut passed, mut failed) = (Vec::new(), Vec::new());
     for program in PROGRAMS {
         for opt in OPT_LEVELS {

@@ -136,7 +136,7 @@ fn build_standard(
                 "demo: compile examples/standard_indirect.cpp (standard OpenMP C++, no project \
                  header) with clang++-16 through the installed x86_64 config",
             );
-            let config = install::config_path(prefix, "x86_64-pc-linux-gnu");
+            let config = install_layout::Prefix::new(prefix).config(install_layout::HOST_TRIPLE);
             let exe = out_dir.join("standard_indirect");
             cmd!(sh, "{clang} --config={config} -O2 {source} -o {exe}").run()?;
             Ok((exe, "x86_64"))
@@ -146,7 +146,7 @@ fn build_standard(
                 "demo: compile examples/standard_indirect.cpp (standard OpenMP C++, no project \
                  header) with clang++-16 through the installed nvptx64 config for {sm}"
             ));
-            let config = install::config_path(prefix, "nvptx64-nvidia-cuda");
+            let config = install_layout::Prefix::new(prefix).config(install_layout::NVPTX_TRIPLE);
             let cuda = nvptx_program::cuda_path_for_clang16()?;
             let exe = out_dir.join(format!("standard_indirect.{sm}"));
             cmd!(

@@ -80,7 +80,7 @@ impl Release {
     }
     /// The doctor's name on PATH, from the package (one per version, so they coexist).
     pub fn doctor_on_path(&self) -> String {
-        format!("{}-{}", install::DOCTOR, self.major)
+        format!("{}-{}", install_layout::DOCTOR, self.major)
     }
 }
 
@@ -178,7 +178,7 @@ pub fn build(release: Release, from_install: Option<&Path>, skip_lintian: bool) 
 fn copy_install(release: Release, from: &Path, to: &Path) -> Result<()> {
     let compiler_plugin = from
         .join("lib")
-        .join(install::compiler_plugin_file(release.major));
+        .join(install_layout::compiler_plugin_file(release.major));
     ensure!(
         compiler_plugin.is_file(),
         "{} is no install for LLVM {} (it has no {})",

@@ -26,7 +26,7 @@
 //! names a program or benchmark that none of its tests runs.
 
 use crate::nvptx_program::{check_image, NvptxBuild};
-use crate::{indirect_programs, install, util};
+use crate::{indirect_programs, util};
 use anyhow::{Context, Result};
 use offload_formats::entries::holder;
 use serde_json::json;
@@ -226,7 +226,7 @@ fn build_benchmarks<'a>(
     util::section(&format!(
         "gpu-programs: benchmarks for {sm} (installed config)"
     ));
-    let config = install::config_path(prefix, "nvptx64-nvidia-cuda");
+    let config = install_layout::Prefix::new(prefix).config(install_layout::NVPTX_TRIPLE);
     let mut args = indirect_programs::cuda_args(sm)?;
     args.push("-O2".into());
     BENCHMARKS

@@ -93,7 +93,7 @@ pub fn build_and_check_gfx90a(prefix: &Path) -> Result<()> {
 
 pub fn build_gpu_programs(prefix: &Path, out_dir: &Path, sm: &str) -> Result<Vec<GpuProgram>> {
     fs::create_dir_all(out_dir)?;
-    let config = install::config_path(prefix, "nvptx64-nvidia-cuda");
+    let config = install_layout::Prefix::new(prefix).config(install_layout::NVPTX_TRIPLE);
     ensure!(
         config.is_file(),
         "{} is missing: run `cargo xtask install --prefix {}`",
@@ -412,7 +412,7 @@ fn check_holders(defined: &HashSet<String>, exe: &Path) -> Result<()> {
 /// code refers to the lookup (its GOT slot's dynamic relocation names it).
 pub fn check_gfx90a(prefix: &Path, out_dir: &Path) -> Result<()> {
     fs::create_dir_all(out_dir)?;
-    let config = install::config_path(prefix, "amdgcn-amd-amdhsa");
+    let config = install_layout::Prefix::new(prefix).config(install_layout::AMDGCN_TRIPLE);
     let exe = out_dir.join("indirect_standard.gfx90a");
     let args = vec![
         "--offload-arch=gfx90a".to_string(),

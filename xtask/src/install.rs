@@ -16,31 +16,29 @@
 //! for the GPU targets and LLVM 22; [`device_build::DEVICE_DIR_ENV`] names one built
 //! elsewhere), rewritten for LLVM N by LLVM N's own tools.
 //!
-//! Layout:
-//! - `lib/libomptarget.rtl.{x86_64,cuda,amdgpu}[.nextgen].so`: the plugin copies, debug
-//!   info stripped (one `lib/.debug/libomptarget-rs.debug` that each copy's
-//!   `.gnu_debuglink` names; gdb looks in `.debug/` beside the library);
-//! - `lib/libomptarget-indirect-clangN.so`: the compiler plugin (same debug-info split);
-//! - `lib/omptarget-indirect/<triple>/...`: the device RTL for every target;
-//! - `lib/omptarget-indirect/libomptarget.devicertl.a`: LLVM N's own device runtime
-//!   archive plus our device RTL packed as offload objects, one per GPU architecture
-//!   (see [`OffloadTools::devicertl_archive`] for why, [`archive_image`] for what);
-//! - `libexec/omptarget-indirect/omptarget-rs-device`: the isolated host device's
-//!   process (`OMPTARGET_RS_ISOLATED=1`), which the x86_64 plugin starts;
-//! - `libexec/omptarget-indirect/self-test/standard_indirect.<triple>[.<arch>]`:
-//!   examples/standard_indirect.cpp built by clang-N through the installed configs
-//!   ([`install_self_tests`]): `.x86_64-pc-linux-gnu` always, `.nvptx64-nvidia-cuda.sm_XY`
-//!   for each of [`NVPTX_INSTALL_ARCHES`] the CUDA folder clang gets can target (CUDA
-//!   13's ptxas has no sm_70; none without ptxas); the doctor runs them on every device;
-//! - `include/omp_indirect.h`, `bin/offload-inspect`, `bin/omptarget-indirect-doctor`
-//!   (doctor/: checks the install, which plugin libomptarget loads, the GPUs, and runs
-//!   the self-tests; same debug-info split);
-//! - `include/omptarget-indirect/glibc-compat/bits/floatn.h`: what GPU compiles by
-//!   clang 17 and 18 read of glibc's header of that name (see the file for why);
-//! - `share/omptarget-indirect/<triple>.cfg`: clang config files (see [`config_text_for`]);
-//! - `share/omptarget-indirect/examples/standard_indirect.cpp`: the self-tests' source.
+//! The layout (which file goes where below P) is the install-layout crate's, which the
+//! doctor, the plugin and the tests read too. What this writes there:
+//! - the plugin copies, debug info stripped (one `lib/.debug/libomptarget-rs.debug` that
+//!   each copy's `.gnu_debuglink` names; gdb looks in `.debug/` beside the library);
+//! - the compiler plugin, the isolated device's process, `offload-inspect` and the
+//!   doctor (the same debug-info split);
+//! - the device RTL for every target, and LLVM N's own device runtime archive plus our
+//!   device RTL packed as offload objects, one per GPU architecture (see
+//!   [`OffloadTools::devicertl_archive`] for why, [`archive_image`] for what);
+//! - the self-test programs: examples/standard_indirect.cpp built by clang-N through the
+//!   installed configs ([`install_self_tests`]): for the host always, for each of
+//!   [`NVPTX_INSTALL_ARCHES`] the CUDA folder clang gets can target (CUDA 13's ptxas has
+//!   no sm_70; none without ptxas); the doctor runs them on every device;
+//! - `glibc-compat/bits/floatn.h`: what GPU compiles by clang 17 and 18 read of glibc's
+//!   header of that name (see the file for why);
+//! - the clang config files (see [`config_text_for`]) and the self-tests' source.
 use crate::{compiler_plugin, indirect_programs, llvm_release, nvptx_program, plugin, util};
 use anyhow::{ensure, Context, Result};
+use install_layout::{
+    Prefix, AMDGCN_TRIPLE, CONFIG_DIR, CONFIG_TRIPLES, DEVICERTL_ARCHIVE, DEVICE_EXECUTABLE,
+    DOCTOR, EXAMPLE, GLIBC_COMPAT_DIR, HEADER, HOST_TRIPLE, LIBEXEC_DIR, NVPTX_TRIPLE,
+    OFFLOAD_INSPECT, SELF_TEST_DIR,
+};
 use std::fs;
 use std::path::{Path, PathBuf};
 use xshell::{cmd, Shell};
@@ -57,16 +55,6 @@ pub struct Args {
 
 /// Each installed plugin copy must stay below this (issue 17).
 pub const MAX_PLUGIN_COPY_BYTES: u64 = 4 << 20;
-/// The compiler plugin's installed file name for clang `major`.
-pub fn compiler_plugin_file(major: u32) -> String {
-    format!("libomptarget-indirect-clang{major}.so")
-}
-/// The offload targets a config file is installed for.
-pub const CONFIG_TRIPLES: &[&str] = &[
-    "x86_64-pc-linux-gnu",
-    "nvptx64-nvidia-cuda",
-    "amdgcn-amd-amdhsa",
-];
 /// The header GPU compiles by clang 17 and 18 read instead of glibc's: its include
 /// folder, in compiler-plugin/include/ and installed in include/omptarget-indirect/.
 const GLIBC_COMPAT: &str = "glibc-compat";
@@ -79,18 +67,10 @@ pub fn glibc_compat_dir() -> PathBuf {
         .join(GLIBC_COMPAT)
 }
 
-/// The offload target of the host CPU.
-pub const HOST_TRIPLE: &str = "x86_64-pc-linux-gnu";
-/// The offload target of NVIDIA GPUs.
-pub const NVPTX_TRIPLE: &str = "nvptx64-nvidia-cuda";
 /// NVIDIA GPUs the device RTL is installed for (clang 16 targets at most sm_90).
 pub const NVPTX_INSTALL_ARCHES: &[&str] = &["sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"];
 /// The debug file every plugin copy points to.
 const PLUGIN_DEBUG_FILE: &str = "libomptarget-rs.debug";
-/// The doctor's executable (doctor/), in `bin/`.
-pub const DOCTOR: &str = "omptarget-indirect-doctor";
-/// The self-test programs' folder below the prefix (the doctor's `install::SELF_TEST_DIR`).
-pub const SELF_TEST_DIR: &str = "libexec/omptarget-indirect/self-test";
 /// The self-tests' source, below the workspace root; installed in
 /// `share/omptarget-indirect/examples/`.
 const SELF_TEST_SOURCE: &str = "examples/standard_indirect.cpp";
@@ -102,7 +82,7 @@ pub fn main(args: Args) -> Result<()> {
     for triple in CONFIG_TRIPLES {
         println!(
             "  clang-{major} --config={} ...",
-            config_path(&prefix, triple).display()
+            Prefix::new(&prefix).config(triple).display()
         );
     }
     println!(
@@ -110,13 +90,6 @@ pub fn main(args: Args) -> Result<()> {
         prefix.join("lib").display()
     );
     Ok(())
-}
-
-/// `P/share/omptarget-indirect/<triple>.cfg`
-pub fn config_path(prefix: &Path, triple: &str) -> PathBuf {
-    prefix
-        .join("share/omptarget-indirect")
-        .join(format!("{triple}.cfg"))
 }
 
 /// Build everything and install it under `prefix` for clang 16; returns the absolute
@@ -141,73 +114,50 @@ pub fn install_for(prefix: &Path, major: u32) -> Result<PathBuf> {
     let inspect = build_offload_inspect()?;
     let doctor = build_doctor()?;
     let objcopy = objcopy(major)?;
-    let compiler_plugin_name = compiler_plugin_file(major);
 
     util::section(&format!("install into {}", prefix.display()));
     fs::create_dir_all(prefix)?;
     let prefix = prefix
         .canonicalize()
         .with_context(|| format!("resolving {}", prefix.display()))?;
-    let lib = prefix.join("lib");
+    let layout = Prefix::new(&prefix);
+    let lib = layout.lib();
     for dir in [
-        "lib/.debug",
-        "bin/.debug",
-        "libexec/omptarget-indirect/.debug",
-        "include",
-        "share/omptarget-indirect",
+        lib.join(".debug"),
+        prefix.join("bin/.debug"),
+        prefix.join(LIBEXEC_DIR).join(".debug"),
+        prefix.join(CONFIG_DIR),
     ] {
-        fs::create_dir_all(prefix.join(dir))?;
+        fs::create_dir_all(dir)?;
     }
     install_plugins(&objcopy, &plugins, &lib)?;
     // The isolated host device's process: the x86_64 plugin finds it from its own file,
     // in ../libexec/omptarget-indirect/.
-    install_stripped(
-        &objcopy,
-        &plugins.join(plugin::DEVICE_EXECUTABLE),
-        &prefix
-            .join("libexec/omptarget-indirect")
-            .join(plugin::DEVICE_EXECUTABLE),
-        &format!("{}.debug", plugin::DEVICE_EXECUTABLE),
-    )?;
-    install_stripped(
-        &objcopy,
-        &compiler_plugin,
-        &lib.join(&compiler_plugin_name),
-        &format!("{compiler_plugin_name}.debug"),
-    )?;
-    install_stripped(
-        &objcopy,
-        &inspect,
-        &prefix.join("bin/offload-inspect"),
-        "offload-inspect.debug",
-    )?;
-    install_stripped(
-        &objcopy,
-        &doctor,
-        &prefix.join("bin").join(DOCTOR),
-        &format!("{DOCTOR}.debug"),
-    )?;
+    let stripped = [
+        (plugins.join(DEVICE_EXECUTABLE), layout.device_executable()),
+        (compiler_plugin, layout.compiler_plugin(major)),
+        (inspect, layout.bin(OFFLOAD_INSPECT)),
+        (doctor, layout.bin(DOCTOR)),
+    ];
+    for (from, to) in stripped {
+        let debug_name = format!("{}.debug", to.file_name().unwrap().to_string_lossy());
+        install_stripped(&objcopy, &from, &to, &debug_name)?;
+    }
     copy(
         &util::root().join("host-plugin/include/omp_indirect.h"),
-        &prefix.join("include/omp_indirect.h"),
+        &prefix.join(HEADER),
     )?;
     copy(
         &glibc_compat_dir().join(GLIBC_COMPAT_FLOATN),
-        &prefix
-            .join("include/omptarget-indirect")
-            .join(GLIBC_COMPAT)
-            .join(GLIBC_COMPAT_FLOATN),
+        &prefix.join(GLIBC_COMPAT_DIR).join(GLIBC_COMPAT_FLOATN),
     )?;
-    install_device_rtl(&lib.join("omptarget-indirect"), major)?;
+    install_device_rtl(&layout.device_rtl_dir(), major)?;
     for triple in CONFIG_TRIPLES {
-        let path = config_path(&prefix, triple);
+        let path = layout.config(triple);
         fs::write(&path, config_text_for(triple, major))
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    copy(
-        &util::root().join(SELF_TEST_SOURCE),
-        &prefix.join("share/omptarget-indirect/examples/standard_indirect.cpp"),
-    )?;
+    copy(&util::root().join(SELF_TEST_SOURCE), &prefix.join(EXAMPLE))?;
     install_self_tests(&prefix, major)?;
     Ok(prefix)
 }
@@ -237,15 +187,6 @@ fn build_doctor() -> Result<PathBuf> {
     util::build_release(&sh, "doctor", &["--bin", DOCTOR], DOCTOR)
 }
 
-/// `P/libexec/omptarget-indirect/self-test/standard_indirect.<triple>[.<arch>]`
-pub fn self_test_path(prefix: &Path, triple: &str, arch: Option<&str>) -> PathBuf {
-    let name = match arch {
-        Some(arch) => format!("standard_indirect.{triple}.{arch}"),
-        None => format!("standard_indirect.{triple}"),
-    };
-    prefix.join(SELF_TEST_DIR).join(name)
-}
-
 /// The doctor's self-test programs: [`SELF_TEST_SOURCE`] built by clang-`major` through
 /// the configs just installed under `prefix`, for the x86_64 host device (always) and
 /// for every [`NVPTX_INSTALL_ARCHES`] that the CUDA folder clang is given can target
@@ -260,9 +201,9 @@ fn install_self_tests(prefix: &Path, major: u32) -> Result<()> {
         fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
     }
     fs::create_dir_all(&dir)?;
-    let host = self_test_path(prefix, HOST_TRIPLE, None);
+    let host = Prefix::new(prefix).self_test_program(HOST_TRIPLE, None);
     ensure!(
-        build_self_test(major, &config_path(prefix, HOST_TRIPLE), &[], &host)?,
+        build_self_test(major, &Prefix::new(prefix).config(HOST_TRIPLE), &[], &host)?,
         "{} was not built",
         host.display()
     );
@@ -282,9 +223,9 @@ fn install_self_tests(prefix: &Path, major: u32) -> Result<()> {
         };
         build_self_test(
             major,
-            &config_path(prefix, NVPTX_TRIPLE),
+            &Prefix::new(prefix).config(NVPTX_TRIPLE),
             &args,
-            &self_test_path(prefix, NVPTX_TRIPLE, Some(sm)),
+            &Prefix::new(prefix).self_test_program(NVPTX_TRIPLE, Some(sm)),
         )?;
     }
     Ok(())
@@ -337,12 +278,13 @@ fn build_self_test(major: u32, config: &Path, args: &[String], out: &Path) -> Re
 
 /// The six plugin copies, each stripped of debug info and linked to one debug file.
 fn install_plugins(objcopy: &Path, plugins: &Path, lib: &Path) -> Result<()> {
-    let built = plugins.join(plugin::plugin_file_names(plugin::PLUGIN_KINDS[0])[0].as_str());
+    let built = plugins
+        .join(install_layout::plugin_file_names(install_layout::PLUGIN_KINDS[0])[0].as_str());
     let debug = lib.join(".debug").join(PLUGIN_DEBUG_FILE);
     let sh = Shell::new()?;
     cmd!(sh, "{objcopy} --only-keep-debug {built} {debug}").run()?;
-    for kind in plugin::PLUGIN_KINDS {
-        for name in plugin::plugin_file_names(kind) {
+    for kind in install_layout::PLUGIN_KINDS {
+        for name in install_layout::plugin_file_names(kind) {
             let to = lib.join(&name);
             strip_with_debuglink(objcopy, &built, &to, &debug)?;
             let size = fs::metadata(&to)?.len();
@@ -442,11 +384,11 @@ fn install_device_rtl(dir: &Path, major: u32) -> Result<()> {
         let image = archive_image(dir, major, triple, arch, &scratch)?;
         members.push(tools.offload_object(&image, triple, arch, &scratch)?);
     }
-    tools.devicertl_archive(&members, &dir.join("libomptarget.devicertl.a"))
+    tools.devicertl_archive(&members, &dir.join(DEVICERTL_ARCHIVE))
 }
 
 const NVPTX: &str = NVPTX_TRIPLE;
-const AMDGCN: &str = "amdgcn-amd-amdhsa";
+const AMDGCN: &str = AMDGCN_TRIPLE;
 
 /// What clang `major`'s device link takes of ours for one GPU (the installed file under
 /// `dir`). clang 16: machine code (a relocatable cubin, an AMDGPU object from LLVM 22's
@@ -585,7 +527,10 @@ fn llvm_devicertl(major: u32) -> PathBuf {
 /// The clang `major` config file for one offload target. Paths are relative to the file
 /// (`<CFGDIR>`, which clang expands), so the prefix can move.
 pub fn config_text_for(triple: &str, major: u32) -> String {
-    let plugin = format!("<CFGDIR>/../../lib/{}", compiler_plugin_file(major));
+    let plugin = format!(
+        "<CFGDIR>/../../lib/{}",
+        install_layout::compiler_plugin_file(major)
+    );
     let mut common = format!(
         "-fopenmp\n\
          -fopenmp-version=51\n\
@@ -634,7 +579,7 @@ pub fn config_text_for(triple: &str, major: u32) -> String {
                 format!(
                     "# Device compiles read glibc 2.41's bits/floatn.h without _Float128, whose\n\
                      # complex typedef clang 17 and 18 reject for GPUs (see the header).\n\
-                     -Xarch_device -isystem<CFGDIR>/../../include/omptarget-indirect/{GLIBC_COMPAT}\n"
+                     -Xarch_device -isystem<CFGDIR>/../../{GLIBC_COMPAT_DIR}\n"
                 )
             } else {
                 String::new()
@@ -697,7 +642,7 @@ mod tests {
         for major in [16, 17, 18] {
             for triple in CONFIG_TRIPLES {
                 let text = config_text_for(triple, major);
-                let gpu = *triple != HOST_TRIPLE;
+                let gpu = triple != HOST_TRIPLE;
                 assert_eq!(
                     text.lines().any(|l| l == line),
                     gpu && major != 16,

@@ -22,9 +22,6 @@ use xshell::{cmd, Shell};
 #[derive(clap::Args, Default)]
 pub struct BuildArgs {}
 
-/// The plugin kinds libomptarget 16 looks for, by their file-name part.
-pub const PLUGIN_KINDS: &[&str] = &["x86_64", "cuda", "amdgpu"];
-
 pub fn build_main(_args: BuildArgs) -> Result<()> {
     let dir = build_plugins()?;
     println!("plugins in {}", dir.display());
@@ -34,14 +31,6 @@ pub fn build_main(_args: BuildArgs) -> Result<()> {
 /// target/plugin/
 pub fn plugin_dir() -> PathBuf {
     util::target_dir().join("plugin")
-}
-
-/// The file names libomptarget 16 dlopens for one kind (nextgen first).
-pub fn plugin_file_names(kind: &str) -> [String; 2] {
-    [
-        format!("libomptarget.rtl.{kind}.so"),
-        format!("libomptarget.rtl.{kind}.nextgen.so"),
-    ]
 }
 
 pub fn build_plugins() -> Result<PathBuf> {
@@ -71,17 +60,18 @@ pub fn build_plugins_for(major: u32) -> Result<PathBuf> {
 
     let dir = plugin_dir();
     fs::create_dir_all(&dir)?;
-    for kind in PLUGIN_KINDS {
-        for name in plugin_file_names(kind) {
+    for kind in install_layout::PLUGIN_KINDS {
+        for name in install_layout::plugin_file_names(kind) {
             install_copy(&built, &dir.join(name))?;
         }
     }
     // The isolated host device's process, where the x86_64 plugin looks for it: beside
     // the plugin file.
-    install_copy(&device, &dir.join(DEVICE_EXECUTABLE))?;
+    install_copy(&device, &dir.join(install_layout::DEVICE_EXECUTABLE))?;
     eprintln!(
-        "installed {} plugins and {DEVICE_EXECUTABLE} in {}",
-        PLUGIN_KINDS.len() * 2,
+        "installed {} plugins and {} in {}",
+        install_layout::PLUGIN_KINDS.len() * 2,
+        install_layout::DEVICE_EXECUTABLE,
         dir.display()
     );
     Ok(dir)
@@ -116,17 +106,13 @@ fn build_standin(sh: &Shell) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// The isolated host device's executable (`OMPTARGET_RS_ISOLATED=1`), found by the x86_64
-/// plugin beside its own file.
-pub const DEVICE_EXECUTABLE: &str = "omptarget-rs-device";
-
 /// Build the isolated device's executable (host-plugin's one binary).
 pub fn build_device_executable(sh: &Shell) -> Result<PathBuf> {
     util::build_release(
         sh,
         "host-plugin",
-        &["--bin", DEVICE_EXECUTABLE],
-        DEVICE_EXECUTABLE,
+        &["--bin", install_layout::DEVICE_EXECUTABLE],
+        install_layout::DEVICE_EXECUTABLE,
     )
 }
 

@@ -136,7 +136,7 @@ fn build(prefix: &Path) -> Result<Builds> {
     let dir = util::target_dir().join("bench");
     std::fs::create_dir_all(&dir)?;
     let source = util::root().join("tests/fixtures/bench/virtual_calls.cpp");
-    let config = install::config_path(prefix, "x86_64-pc-linux-gnu");
+    let config = install_layout::Prefix::new(prefix).config(install_layout::HOST_TRIPLE);
     let no_plugin = dir.join("x86_64-no-plugin.cfg");
     let text = std::fs::read_to_string(&config)?;
     std::fs::write(

@@ -12,9 +12,9 @@
 //! `lintian` must report no error; the warnings it gives are printed.
 
 use super::{Release, VERSION};
-use crate::install::DOCTOR;
 use crate::util;
 use anyhow::{bail, ensure, Context, Result};
+use install_layout::DOCTOR;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

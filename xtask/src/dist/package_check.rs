@@ -20,9 +20,9 @@
 
 use super::{Built, Release};
 use crate::debian_root::{self, Mounts};
-use crate::install::DOCTOR;
 use crate::{llvm_release, util};
 use anyhow::{bail, ensure, Context, Result};
+use install_layout::DOCTOR;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};

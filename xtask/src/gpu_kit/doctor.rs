@@ -35,7 +35,7 @@
 //! there) and passes, so the step requires no FAIL line and exit status 0.
 
 use super::{build_dir, relative, Kit, SM};
-use crate::{plugin, util};
+use crate::util;
 use anyhow::{ensure, Context, Result};
 use serde_json::json;
 use std::fs;
@@ -112,9 +112,9 @@ pub fn add(kit: &mut Kit, prefix: &Path) -> Result<()> {
     kit.packed_roots
         .extend(runs.iter().map(|relative| stage.join(relative)));
 
-    let plugin_copies: Vec<String> = plugin::PLUGIN_KINDS
+    let plugin_copies: Vec<String> = install_layout::PLUGIN_KINDS
         .iter()
-        .flat_map(|kind| plugin::plugin_file_names(kind))
+        .flat_map(|kind| install_layout::plugin_file_names(kind))
         .map(|name| format!("lib/{name}"))
         .collect();
     let not_loaded: Vec<_> = NOT_LOADED
@@ -146,26 +146,27 @@ fn pack(stage: &Path, archive: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::install;
 
-    /// The names here are the install's (xtask/src/install.rs) and the doctor's.
+    /// The names here are the install's (install-layout's, which the doctor reads too).
     #[test]
     fn the_carried_paths_are_the_installs() {
-        let doctor = format!("bin/{}", install::DOCTOR);
+        let doctor = format!("bin/{}", install_layout::DOCTOR);
         assert_eq!(RUNS[0], doctor);
-        let host = install::self_test_path(Path::new(""), install::HOST_TRIPLE, None);
-        let gpu = install::self_test_path(Path::new(""), install::NVPTX_TRIPLE, Some("{SM}"));
+        let host = install_layout::Prefix::new(Path::new(""))
+            .self_test_program(install_layout::HOST_TRIPLE, None);
+        let gpu = install_layout::Prefix::new(Path::new(""))
+            .self_test_program(install_layout::NVPTX_TRIPLE, Some("{SM}"));
         assert_eq!(Path::new(RUNS[2]), host);
         assert_eq!(Path::new(RUNS[3]), gpu);
         assert_eq!(
             Path::new(RUNS[1]),
-            Path::new("libexec/omptarget-indirect").join(plugin::DEVICE_EXECUTABLE)
+            Path::new(install_layout::LIBEXEC_DIR).join(install_layout::DEVICE_EXECUTABLE)
         );
-        for triple in install::CONFIG_TRIPLES {
-            let config = install::config_path(Path::new(""), triple);
+        for triple in install_layout::CONFIG_TRIPLES {
+            let config = install_layout::Prefix::new(Path::new("")).config(triple);
             assert!(READ_ONLY.iter().any(|p| Path::new(p) == config), "{triple}");
         }
-        let compiler_plugin = format!("lib/{}", install::compiler_plugin_file(16));
+        let compiler_plugin = format!("lib/{}", install_layout::compiler_plugin_file(16));
         assert!(READ_ONLY.contains(&compiler_plugin.as_str()));
         assert_eq!(NOT_LOADED[0].0, compiler_plugin);
     }

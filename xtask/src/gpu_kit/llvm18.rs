@@ -77,7 +77,7 @@ pub fn build_kit() -> Result<PathBuf> {
             major: LLVM,
             root: &root,
         };
-        let config = install::config_path(&prefix, install::NVPTX_TRIPLE);
+        let config = install_layout::Prefix::new(&prefix).config(install_layout::NVPTX_TRIPLE);
         add_programs(&mut kit, clang, &config)?;
         lit::add_suite(
             &mut kit,

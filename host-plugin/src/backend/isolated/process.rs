@@ -21,8 +21,9 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-/// The device process's file name, installed beside the plugin.
-pub const DEVICE_EXECUTABLE: &str = "omptarget-rs-device";
+/// The device process's file name, installed in the install's libexec folder (or beside
+/// the plugin).
+pub use install_layout::DEVICE_EXECUTABLE;
 /// Where to find it instead (tests, unusual installs).
 pub const DEVICE_EXECUTABLE_ENV: &str = "OMPTARGET_RS_DEVICE_EXE";
 /// How often the device process may exec itself for a layout that does not overlap the
@@ -73,7 +74,8 @@ pub fn find_executable() -> Result<PathBuf, String> {
     let dir = plugin.parent().unwrap_or(Path::new("."));
     let candidates = [
         dir.join(DEVICE_EXECUTABLE),
-        dir.join("../libexec/omptarget-indirect")
+        dir.join("..")
+            .join(install_layout::LIBEXEC_DIR)
             .join(DEVICE_EXECUTABLE),
     ];
     candidates
