@@ -17,7 +17,7 @@
 // For an NVIDIA GPU (what `cargo xtask demo` does when nvidia-smi reports one): clang-16
 // -fopenmp-targets=nvptx64-nvidia-cuda -Xopenmp-target -march=sm_90, with the device
 // RTL's cubin packed by clang-offload-packager and embedded in a host object that is
-// linked in (nvlink takes it from there; see xtask/src/demo.rs).
+// linked in (nvlink takes it from there; see harness/src/demo.rs).
 // Where no offload device exists, libomptarget runs the region on the host: that counts
 // as a failure unless OMPTARGET_RS_ALLOW_HOST_FALLBACK=1 (the GPU kit sets it in a bare
 // root without a GPU), and then the host versions must give the results.

@@ -296,7 +296,7 @@ fn rewrite_attribute_group(line: &str, major: u32) -> Result<String> {
         } else {
             bail!(
                 "function attribute `{token}` has no rule for LLVM {major} \
-                 (xtask/src/ir_compat.rs): {line}"
+                 (device-build/src/older_llvm.rs): {line}"
             );
         }
     }

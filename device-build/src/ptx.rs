@@ -4,7 +4,7 @@
 use crate::targets::{
     nvptx_outputs, nvptx_targets, output_of, DeviceTarget, NVPTX_ARCHES, NVPTX_TRIPLE, PTX_FEATURE,
 };
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use std::path::{Path, PathBuf};
 use xshell::{cmd, Shell};
 
@@ -66,4 +66,43 @@ fn assemble_one(target: &DeviceTarget, sm: &str) -> Result<()> {
 /// longer supports (sm_70).
 fn cuda12_ptxas() -> Result<PathBuf> {
     crate::tools::wheel_tool("nvidia-cuda-nvcc-cu12", "cuda_nvcc/bin/ptxas")
+}
+
+/// A relocatable device RTL cubin for exactly `sm` (nvlink links objects of one
+/// architecture): build-device's own for sm_70/80/90, else its PTX of the same major
+/// version (minor at most `sm`'s) assembled for `sm` by ptxas.
+pub fn device_rtl_cubin_for(sm: &str, scratch: &Path) -> Result<PathBuf> {
+    let built_sm = rtl_family_of(sm)?;
+    let (ptx, cubin) = crate::targets::nvptx_outputs_of(built_sm);
+    if built_sm == sm {
+        return Ok(cubin);
+    }
+    let out = scratch.join(format!("device_rtl.{sm}.cubin"));
+    let ptxas = crate::tools::ptxas()?;
+    let sh = Shell::new()?;
+    cmd!(sh, "{ptxas} --compile-only -arch {sm} {ptx} -o {out}").run()?;
+    Ok(out)
+}
+
+/// The build-device architecture whose PTX serves `sm`: the same major version, the
+/// highest minor at most `sm`'s. Fails for GPUs clang 16 cannot target.
+pub fn rtl_family_of(sm: &str) -> Result<&'static str> {
+    let number = |s: &str| -> Option<u32> { s.strip_prefix("sm_")?.parse().ok() };
+    let want = number(sm).with_context(|| format!("{sm} is not an sm_XY architecture"))?;
+    ensure!(
+        want <= 90,
+        "clang 16, the compiler libomptarget 16 goes with, targets at most sm_90"
+    );
+    crate::targets::NVPTX_ARCHES
+        .iter()
+        .filter_map(|s| Some((number(s)?, *s)))
+        .filter(|&(n, _)| n / 10 == want / 10 && n <= want)
+        .max()
+        .map(|(_, s)| s)
+        .with_context(|| {
+            format!(
+                "no device RTL build runs on {sm} (built: {})",
+                crate::targets::NVPTX_ARCHES.join(", ")
+            )
+        })
 }

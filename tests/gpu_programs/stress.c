@@ -5,7 +5,7 @@
 // address), which must come back unchanged. Three rounds with different seeds.
 //
 // Built by `cargo xtask gpu-bundle` with clang-16 for sm_90 (the device RTL linked by
-// nvlink; see xtask/src/nvptx_program.rs) and run by the kit's run.sh.
+// nvlink; see harness/src/nvptx_program.rs) and run by the kit's run.sh.
 #include <stdint.h>
 
 #include "kit_program.h"

@@ -56,7 +56,7 @@ fn programs_dir() -> PathBuf {
     target_dir().join("gpu-programs").join(SM)
 }
 
-/// target/gpu-programs/sm_90/manifest.json (its format: xtask/src/gpu_programs.rs).
+/// target/gpu-programs/sm_90/manifest.json (its format: harness/src/gpu_programs.rs).
 fn manifest() -> serde_json::Value {
     let manifest = require_file(programs_dir().join("manifest.json"), PROGRAMS_HINT);
     serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap()

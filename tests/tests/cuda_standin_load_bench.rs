@@ -14,8 +14,8 @@ use e2e_tests::plugin::entry;
 use host_plugin::host_entry::FLAG_INDIRECT;
 use host_plugin::{Plugin, PluginKind};
 
-/// The entries of the cubin `cargo xtask gpu-programs` generates (xtask/src/gpu_programs.rs,
-/// `LOAD_BENCH_ENTRIES`), named by `generate_cubin` in xtask/src/bench/load_binary.rs.
+/// The entries of the cubin `cargo xtask gpu-programs` generates (harness/src/gpu_programs.rs,
+/// `LOAD_BENCH_ENTRIES`), named by `generate_cubin` in harness/src/bench/load_binary.rs.
 const ENTRIES: usize = 10_000;
 
 #[test]

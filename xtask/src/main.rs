@@ -1,31 +1,17 @@
-//! Project automation: `cargo xtask <command>`. See README.md.
+//! Project automation: `cargo xtask <command>`. See README.md. Orchestration only: each
+//! command calls the product's build (device-build, release) or the test harness.
 
-mod bench;
-mod compiler_plugin;
-mod debian13;
-mod debian13_gpu_image;
-mod debian13_gpu_install;
-mod debian13_programs;
-mod debian_root;
-mod demo;
 mod device;
 mod dist;
-mod fuzz;
-mod gpu_kit;
-mod gpu_programs;
-mod indirect_programs;
 mod install;
-mod lit;
-mod llvm_release;
-mod nvptx_program;
-mod plugin;
-mod reliability;
-mod root_cargo;
 mod test;
-mod util;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use harness::{
+    bench, debian13_programs, demo, fuzz, gpu_kit, gpu_programs, indirect_programs, lit,
+    reliability,
+};
 
 #[derive(Parser)]
 #[command(
@@ -42,7 +28,7 @@ enum Cmd {
     /// Build device-rtl for nvptx64 / amdgcn (bitcode) and x86_64 (static library).
     BuildDevice(device::Args),
     /// Build the libomptarget 16 plugins (x86_64, cuda, amdgpu) into target/plugin/.
-    BuildPlugin(plugin::BuildArgs),
+    BuildPlugin,
     /// Build the packages a user installs into target/dist/: a .deb and a relocatable
     /// tarball per LLVM version (`--llvm N`; default: every one this release packages).
     Dist(dist::Args),
@@ -86,7 +72,11 @@ enum Cmd {
 fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::BuildDevice(a) => device::main(a),
-        Cmd::BuildPlugin(a) => plugin::build_main(a),
+        Cmd::BuildPlugin => {
+            let dir = release::plugin::build_plugins()?;
+            println!("plugins in {}", dir.display());
+            Ok(())
+        }
         Cmd::Dist(a) => dist::main(a),
         Cmd::Demo(a) => demo::main(a),
         Cmd::Install(a) => install::main(a),

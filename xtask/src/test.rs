@@ -25,8 +25,9 @@
 //! Build steps stop at the first failure (later steps need their output); test steps all
 //! run so one report shows every failure. The last line is `xtask test: N passed, N failed`.
 
-use crate::{debian13_programs, fuzz, gpu_programs, indirect_programs, install, lit, plugin, util};
 use anyhow::{bail, ensure, Result};
+use harness::{debian13_programs, fuzz, gpu_programs, indirect_programs, lit};
+use release::{install, plugin, util};
 use std::time::Instant;
 use xshell::{cmd, Shell};
 
@@ -199,8 +200,8 @@ pub fn main(args: Args) -> Result<()> {
     // The demo program for an NVIDIA GPU, compiled by clang 16 with the device RTL
     // linked in by nvlink, its image checked (it runs only where a GPU is).
     steps.push(timed("demo for CUDA: build + image check", || {
-        crate::demo::main(crate::demo::Args {
-            backend: crate::demo::Backend::Cuda,
+        harness::demo::main(harness::demo::Args {
+            backend: harness::demo::Backend::Cuda,
             build_only: true,
             sm: "sm_90".into(),
         })
@@ -216,13 +217,13 @@ pub fn main(args: Args) -> Result<()> {
     // direct) built and checked on the CPU against the driver's reference, so a change
     // that breaks them shows here and not first on a GPU machine.
     steps.push(timed("GPU lookup bench: build + CPU check", || {
-        crate::bench::gpu_lookup::build_and_check().map(|_| ())
+        harness::bench::gpu_lookup::build_and_check().map(|_| ())
     }));
     // The GPU kit built and run in a bare Debian root: nothing missing, every GPU step
     // SKIPPED, the clang-16 programs correct on libomptarget's host fallback.
     if !args.skip_kit {
         steps.push(timed("GPU kit: build + run in a bare Debian root", || {
-            let proof = crate::gpu_kit::bare_root::prove()?;
+            let proof = harness::gpu_kit::bare_root::prove()?;
             eprintln!("{}", proof.report());
             Ok(())
         }));
@@ -233,10 +234,10 @@ pub fn main(args: Args) -> Result<()> {
     steps.push(timed(
         "package for LLVM 16: dist + README quick start in a bare Debian 12 root",
         || {
-            let release = crate::dist::Release { major: 16 };
+            let release = release::dist::Release { major: 16 };
             // The install the tests used, packaged as it is.
-            let built = crate::dist::build(release, Some(&install_prefix()), false)?;
-            let report = crate::dist::package_check::check(&[(release, built)])?;
+            let built = release::dist::build(release, Some(&install_prefix()), false)?;
+            let report = harness::package_check::check(&[(release, built)])?;
             eprintln!("{}", report.summary());
             Ok(())
         },
@@ -258,7 +259,7 @@ pub fn main(args: Args) -> Result<()> {
             let packages = &mut debian13_packages;
             steps.push(timed(name, move || {
                 let report = debian13_programs::check(major)?;
-                packages.push((crate::dist::Release { major }, report.package));
+                packages.push((release::dist::Release { major }, report.package));
                 Ok(())
             }));
         }
@@ -273,7 +274,7 @@ pub fn main(args: Args) -> Result<()> {
                     "the Debian 13 steps built {} of the 2 packages",
                     debian13_packages.len()
                 );
-                let report = crate::dist::package_check::check(&debian13_packages)?;
+                let report = harness::package_check::check(&debian13_packages)?;
                 eprintln!("{}", report.summary());
                 Ok(())
             },
@@ -284,7 +285,7 @@ pub fn main(args: Args) -> Result<()> {
             steps.push(timed(
                 "GPU kit for LLVM 18: build + run in a bare Debian 13 root",
                 || {
-                    let proof = crate::gpu_kit::llvm18::prove()?;
+                    let proof = harness::gpu_kit::llvm18::prove()?;
                     eprintln!("{}", proof.report());
                     Ok(())
                 },

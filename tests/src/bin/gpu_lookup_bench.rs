@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 const CUBINS_ENV: &str = "OMPTARGET_RS_GPU_BENCH_DIR";
 /// The SMs `cargo xtask bench gpu` builds for.
 const ARCHES: [u32; 2] = [90, 80];
-/// Lookup variants, in table order (names as xtask/src/bench/gpu_lookup.rs builds them).
+/// Lookup variants, in table order (names as harness/src/bench/gpu_lookup.rs builds them).
 const VARIANTS: [(&str, Lookup); 6] = [
     ("direct", Lookup::Direct),
     ("ours_index", Lookup::Ours { index: true }),

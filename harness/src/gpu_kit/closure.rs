@@ -672,7 +672,7 @@ mod tests {
     /// own folder, and files that are not ELF (a script, JSON, an xz archive). Returns
     /// the folder and the ELF files that must be roots.
     fn fake_kit(name: &str) -> (PathBuf, Vec<PathBuf>) {
-        let kit = crate::util::test_scratch(name);
+        let kit = crate::test_scratch(name);
         let place = |relative: &str, from: &str| {
             let to = kit.join(relative);
             fs::create_dir_all(to.parent().unwrap()).unwrap();

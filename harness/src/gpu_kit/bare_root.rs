@@ -54,7 +54,7 @@ impl Proof {
 pub fn prove() -> Result<Proof> {
     ensure_can_prove()?;
     let kit = super::build_kit()?;
-    run_in_bare_root(&kit, &debian_root::os_release_codename()?)
+    run_in_bare_root(&kit, &release::llvm_release::os_release_codename()?)
 }
 
 /// What a bare-root proof needs of this machine.

@@ -1,4 +1,4 @@
-//! run.sh and the Python files it runs (checked in under xtask/kit/, reviewed there):
+//! run.sh and the Python files it runs (checked in under harness/kit/, reviewed there):
 //! - `run.sh`: finds python3 and hands over to the runner;
 //! - `kit/runner.py`: every step, each step's log and the summary;
 //! - `kit/lit_tool.py` and `kit/lit.site.cfg.py`: LLVM's lit suite compiled here and

@@ -12,7 +12,6 @@ use anyhow::{ensure, Context, Result};
 use offload_formats::image::{find_images, ImageKind};
 use std::fs;
 use std::path::{Path, PathBuf};
-use test_support::cuda;
 use xshell::{cmd, Shell};
 
 /// What every program built for one GPU architecture shares: the compilers, a CUDA
@@ -30,7 +29,7 @@ impl NvptxBuild {
         let packager = util::llvm16("clang-offload-packager")?;
         device_build::build_all()?;
         fs::create_dir_all(scratch)?;
-        let rtl_cubin = device_rtl_cubin_for(sm, scratch)?;
+        let rtl_cubin = device_build::ptx::device_rtl_cubin_for(sm, scratch)?;
         let packed = scratch.join(format!("device_rtl.{sm}.offload"));
         let sh = Shell::new()?;
         cmd!(
@@ -48,7 +47,7 @@ impl NvptxBuild {
         .run()?;
         Ok(NvptxBuild {
             sm: sm.to_owned(),
-            cuda_path: cuda_path_for_clang16()?,
+            cuda_path: release::cuda::cuda_path_for_clang16()?,
             rtl_holder,
         })
     }
@@ -74,59 +73,6 @@ impl NvptxBuild {
         .run()?;
         Ok(())
     }
-}
-
-/// A relocatable device RTL cubin for exactly `sm` (nvlink links objects of one
-/// architecture): build-device's own for sm_70/80/90, else its PTX of the same major
-/// version (minor at most `sm`'s) assembled for `sm` by ptxas.
-pub fn device_rtl_cubin_for(sm: &str, scratch: &Path) -> Result<PathBuf> {
-    let built_sm = rtl_family_of(sm)?;
-    let (ptx, cubin) = device_build::nvptx_outputs_of(built_sm);
-    if built_sm == sm {
-        return Ok(cubin);
-    }
-    let out = scratch.join(format!("device_rtl.{sm}.cubin"));
-    let ptxas = util::ptxas()?;
-    let sh = Shell::new()?;
-    cmd!(sh, "{ptxas} --compile-only -arch {sm} {ptx} -o {out}").run()?;
-    Ok(out)
-}
-
-/// The build-device architecture whose PTX serves `sm`: the same major version, the
-/// highest minor at most `sm`'s. Fails for GPUs clang 16 cannot target.
-pub fn rtl_family_of(sm: &str) -> Result<&'static str> {
-    let number = |s: &str| -> Option<u32> { s.strip_prefix("sm_")?.parse().ok() };
-    let want = number(sm).with_context(|| format!("{sm} is not an sm_XY architecture"))?;
-    ensure!(
-        want <= 90,
-        "clang 16, the compiler libomptarget 16 goes with, targets at most sm_90"
-    );
-    device_build::NVPTX_ARCHES
-        .iter()
-        .filter_map(|s| Some((number(s)?, *s)))
-        .filter(|&(n, _)| n / 10 == want / 10 && n <= want)
-        .max()
-        .map(|(_, s)| s)
-        .with_context(|| {
-            format!(
-                "no device RTL build runs on {sm} (built: {})",
-                device_build::NVPTX_ARCHES.join(", ")
-            )
-        })
-}
-
-/// A `--cuda-path` for clang 16: the CUDA installation ptxas comes from when it has
-/// `include/cuda.h`, else a folder of links into the `nvidia-cuda-nvcc` wheel (ptxas,
-/// nvlink, libdevice) with a `cuda.h` that states a version clang 16 accepts (the same
-/// folder the tests build, from test-support).
-pub fn cuda_path_for_clang16() -> Result<PathBuf> {
-    let ptxas = util::ptxas()?;
-    if let Some(installation) = cuda::complete_installation(&ptxas) {
-        return Ok(installation);
-    }
-    let folder = util::target_dir().join("nvptx/cuda-for-clang16");
-    cuda::folder_for_clang(&ptxas, &folder)
-        .with_context(|| format!("making the --cuda-path folder {}", folder.display()))
 }
 
 /// The flags that make an OpenMP compile for nvptx64 target `sm`, with the CUDA folder

@@ -19,15 +19,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use xshell::{cmd, Shell};
 
-#[derive(clap::Args, Default)]
-pub struct BuildArgs {}
-
-pub fn build_main(_args: BuildArgs) -> Result<()> {
-    let dir = build_plugins()?;
-    println!("plugins in {}", dir.display());
-    Ok(())
-}
-
 /// target/plugin/
 pub fn plugin_dir() -> PathBuf {
     util::target_dir().join("plugin")

@@ -227,7 +227,7 @@ fn build_benchmarks<'a>(
         "gpu-programs: benchmarks for {sm} (installed config)"
     ));
     let config = install_layout::Prefix::new(prefix).config(install_layout::NVPTX_TRIPLE);
-    let mut args = indirect_programs::cuda_args(sm)?;
+    let mut args = release::cuda::cuda_args(sm)?;
     args.push("-O2".into());
     BENCHMARKS
         .iter()

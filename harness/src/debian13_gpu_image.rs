@@ -27,7 +27,7 @@ const FIXTURE: &str = "tests/fixtures/debian13/gpu_image.c";
 /// The folders the root must see for clang to build for NVIDIA GPUs: the `--cuda-path`
 /// folder (under target/) and the CUDA installation its links point into.
 pub fn cuda_binds() -> Result<(PathBuf, PathBuf)> {
-    let folder = nvptx_program::cuda_path_for_clang16()?;
+    let folder = release::cuda::cuda_path_for_clang16()?;
     let ptxas = fs::canonicalize(folder.join("bin/ptxas"))?;
     let installation = test_support::tools::installation_of(&ptxas)
         .with_context(|| format!("{} is not in a bin/ folder", ptxas.display()))?

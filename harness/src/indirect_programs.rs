@@ -197,7 +197,7 @@ impl StandardGpuProgram {
     ) -> Result<GpuProgram> {
         let fixtures = util::root().join("tests/fixtures");
         let exe = out_dir.join(format!("{}.{sm}", self.name));
-        let mut args = cuda_args(sm)?;
+        let mut args = release::cuda::cuda_args(sm)?;
         args.push(format!(
             "-I{}",
             fixtures.join("third_party/openmp_vv").display()
@@ -252,16 +252,6 @@ fn check_vtable_holders(defined: &HashSet<String>, exe: &Path) -> Result<()> {
         exe.display()
     );
     Ok(())
-}
-
-/// clang-16's arguments for an `sm` device image (the CUDA installation it wants).
-pub fn cuda_args(sm: &str) -> Result<Vec<String>> {
-    let cuda = nvptx_program::cuda_path_for_clang16()?;
-    Ok(vec![
-        format!("--offload-arch={sm}"),
-        format!("--cuda-path={}", cuda.display()),
-        "-Wno-unknown-cuda-version".to_string(),
-    ])
 }
 
 /// clang-16 (clang++-16 for C++) through the config file `config`.

@@ -369,7 +369,7 @@ mod tests {
     }
 
     fn world(name: &str) -> World {
-        let root = crate::util::test_scratch(name);
+        let root = crate::test_scratch(name);
         let w = World {
             ours: root.join("ours"),
             theirs: root.join("theirs"),

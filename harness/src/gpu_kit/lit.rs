@@ -2,8 +2,8 @@
 //! GPU machine. LLVM 16's for the LLVM 16 kit, on this machine; LLVM 18's for the LLVM
 //! 18 kit, in its Debian 13 root ([`Suite`]).
 //!
-//! lit runs here in the build mode of xtask/kit/lit.site.cfg.py: every compile of every
-//! RUN line runs clang N for the kit's GPU through xtask/kit/lit_tool.py, which stores
+//! lit runs here in the build mode of harness/kit/lit.site.cfg.py: every compile of every
+//! RUN line runs clang N for the kit's GPU through harness/kit/lit_tool.py, which stores
 //! its output file, stdout, stderr and exit status; programs are not run. The kit gets
 //! lit itself (llvm-N-tools' pure-Python package), the test directory (Debian's
 //! llvm-toolchain-N source, [`crate::lit::debian_source`]) and the stored compiles, in

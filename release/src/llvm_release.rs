@@ -4,8 +4,7 @@
 //! version the running release lacks gets a message naming the release that has it
 //! instead of apt's "Unable to locate package".
 
-use crate::debian_root;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 /// What `--llvm` means when it is not given.
 pub const DEFAULT: u32 = 16;
@@ -51,7 +50,7 @@ pub fn packaged(major: u32) -> Result<&'static Packaged> {
 /// decides), else the message naming the release that does.
 pub fn ensure_packaged_here(major: u32) -> Result<()> {
     let wanted = packaged(major)?;
-    let here = debian_root::os_release_codename().unwrap_or_default();
+    let here = os_release_codename().unwrap_or_default();
     check(wanted, &here)
 }
 
@@ -94,6 +93,16 @@ fn check(wanted: &Packaged, here: &str) -> Result<()> {
         this.major,
         wanted.release
     )
+}
+
+/// This machine's Debian release, by codename (`/etc/os-release`).
+pub fn os_release_codename() -> Result<String> {
+    let text = std::fs::read_to_string("/etc/os-release")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
+        .map(|v| v.trim_matches('"').to_owned())
+        .filter(|v| !v.is_empty())
+        .context("/etc/os-release has no VERSION_CODENAME")
 }
 
 #[cfg(test)]

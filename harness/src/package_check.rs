@@ -18,11 +18,11 @@
 //! Packages of one release (17 and 18 on Debian 13) are checked in one root, one after
 //! the other ([`check`] says why), after a check that no path is in two of them.
 
-use super::{Built, Release};
 use crate::debian_root::{self, Mounts};
 use crate::{llvm_release, util};
 use anyhow::{bail, ensure, Context, Result};
 use install_layout::DOCTOR;
+use release::dist::{Built, Release};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};

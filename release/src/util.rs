@@ -84,18 +84,6 @@ pub fn cargo_executable(json: &str, name: &str) -> Option<PathBuf> {
         })
 }
 
-/// A scratch folder for a unit test, under target/ (no tempfile dependency in xtask),
-/// emptied.
-#[cfg(test)]
-pub fn test_scratch(name: &str) -> PathBuf {
-    let d = target_dir()
-        .join("xtask-test-scratch")
-        .join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -116,18 +116,9 @@ pub fn fresh_copy(base: &Path, dir: &str) -> Result<PathBuf> {
     Ok(copy)
 }
 
-pub fn os_release_codename() -> Result<String> {
-    let text = fs::read_to_string("/etc/os-release")?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
-        .map(|v| v.trim_matches('"').to_owned())
-        .filter(|v| !v.is_empty())
-        .context("/etc/os-release has no VERSION_CODENAME")
-}
-
 /// The archive this machine's apt takes its own release's `main` from.
 fn archive() -> Result<String> {
-    let codename = os_release_codename()?;
+    let codename = release::llvm_release::os_release_codename()?;
     let sh = Shell::new()?;
     let policy = util::read(cmd!(sh, "apt-cache policy"))?;
     archive_in_policy(&policy, &codename).with_context(|| {

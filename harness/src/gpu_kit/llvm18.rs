@@ -157,7 +157,7 @@ fn add_programs(kit: &mut Kit, clang: Clang, config: &Path) -> Result<()> {
     }
     for p in gpu_programs::MACRO_PROGRAMS {
         let exe = folder.join(format!("{}.{SM}", p.name));
-        let mut args = indirect_programs::cuda_args(SM)?;
+        let mut args = release::cuda::cuda_args(SM)?;
         args.push("-O2".into());
         indirect_programs::compile_with(
             clang,

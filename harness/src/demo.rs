@@ -15,7 +15,7 @@
 //! `--backend` forces one (`host`: the in-process host device); `--build-only` compiles
 //! and checks the device images without running (what CI does for CUDA here, on a
 //! machine without a GPU).
-use crate::nvptx_program::{self, check_image, NvptxBuild};
+use crate::nvptx_program::{check_image, NvptxBuild};
 use crate::{install, plugin, util};
 use anyhow::{bail, ensure, Context, Result};
 use offload_formats::entries::holder;
@@ -73,7 +73,7 @@ pub fn main(args: Args) -> Result<()> {
     let target = match (args.backend, gpu) {
         (Backend::Host, _) => Target::Host { isolated: false },
         (Backend::Isolated, _) | (Backend::Auto, None) => Target::Host { isolated: true },
-        (Backend::Auto, Some(sm)) => match nvptx_program::rtl_family_of(&sm) {
+        (Backend::Auto, Some(sm)) => match device_build::ptx::rtl_family_of(&sm) {
             Ok(_) => Target::Cuda { sm },
             Err(why) => {
                 eprintln!(
@@ -147,7 +147,7 @@ fn build_standard(
                  header) with clang++-16 through the installed nvptx64 config for {sm}"
             ));
             let config = install_layout::Prefix::new(prefix).config(install_layout::NVPTX_TRIPLE);
-            let cuda = nvptx_program::cuda_path_for_clang16()?;
+            let cuda = release::cuda::cuda_path_for_clang16()?;
             let exe = out_dir.join(format!("standard_indirect.{sm}"));
             cmd!(
                 sh,

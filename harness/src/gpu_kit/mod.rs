@@ -15,7 +15,7 @@
 //! - [`closure`]: the runtime closure of all of that beyond glibc (libomptarget.so.16,
 //!   libomp, LLVM 16's cuda plugin, libLLVM-16, ...; FileCheck and `not`), each file
 //!   compressed with xz;
-//! - [`script`]: run.sh and its Python runner (xtask/kit/), which unpacks the closure
+//! - [`script`]: run.sh and its Python runner (harness/kit/), which unpacks the closure
 //!   into a temporary folder, runs every step, and writes each step's log and a summary
 //!   into the results folder;
 //! - [`bare_root`]: the proof, on this CPU-only machine, that the kit is

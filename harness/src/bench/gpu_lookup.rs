@@ -8,7 +8,7 @@
 //! or GPU the driver prints one `SKIPPED:` line and exits 0. GPU machines have no clang: `cargo xtask gpu-bundle`
 //! packs the same cubins and driver (see [`bundle_files`]).
 
-use crate::{nvptx_program, util};
+use crate::util;
 use anyhow::{ensure, Context, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -146,7 +146,7 @@ pub fn build_cubins() -> Result<PathBuf> {
                 // As clang 16 links: the kernel relocatable, nvlink adding the device
                 // RTL's cubin for the same architecture.
                 let object = cubin.with_extension("o.cubin");
-                let rtl = nvptx_program::device_rtl_cubin_for(&arch, &dir)?;
+                let rtl = device_build::ptx::device_rtl_cubin_for(&arch, &dir)?;
                 let nvlink = ptxas.with_file_name("nvlink");
                 cmd!(sh, "{ptxas} --compile-only -arch={arch} {ptx} -o {object}").run()?;
                 cmd!(sh, "{nvlink} -arch={arch} {object} {rtl} -o {cubin}").run()?;
