@@ -242,7 +242,30 @@ pub fn check(major: u32) -> Result<Report> {
         report.failed.len(),
         report.failed.len() + report.passed.len()
     );
+    CHECKED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(major);
     Ok(report)
+}
+
+/// The LLVM versions whose [`check`] passed in this process.
+static CHECKED: std::sync::Mutex<std::collections::BTreeSet<u32>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// LLVM `major`'s install in its root, made and checked ([`check`]) unless this process
+/// already did: `cargo xtask test`'s LLVM 18 kit step builds through the install its
+/// Debian 13 step made and checked, instead of making and checking it again.
+pub fn ensure_checked(major: u32) -> Result<()> {
+    if CHECKED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&major)
+    {
+        eprintln!("LLVM {major} in Debian 13: install made and checked earlier in this run");
+        return Ok(());
+    }
+    check(major).map(|_| ())
 }
 
 /// The root of LLVM `major` made ready for cargo runs inside it: this machine's

@@ -4,8 +4,8 @@
 //!
 //! What it holds:
 //! - `programs/`: clang-18's sm_90 programs, built inside the root through the LLVM 18
-//!   install's nvptx64 config (`install --llvm 18`, made by `cargo xtask
-//!   debian13-programs --llvm 18`, which this runs first): the standard C program, the
+//!   install's nvptx64 config (`install --llvm 18`, made and checked by `cargo xtask
+//!   debian13-programs --llvm 18`, which this runs first unless the same process did): the standard C program, the
 //!   C++ virtual-call fixture (two units) at -O0 and -O2, OpenMP_VV's declare target
 //!   indirect test, and the kit's four macro programs (examples/indirect_calls.c, virtual
 //!   calls through the macros, a table handed over through `__tgt_rtl_set_function_ptr_map`,
@@ -57,7 +57,7 @@ pub fn build_kit() -> Result<PathBuf> {
     let start = Instant::now();
     // The LLVM 18 install inside the root (and its checks), which the programs build
     // through.
-    debian13_programs::check(LLVM)?;
+    debian13_programs::ensure_checked(LLVM)?;
     let prefix = debian13_programs::install_prefix(LLVM);
     let plugins = plugin::build_plugins()?;
     let (root, _) = debian13::root(LLVM)?;
