@@ -9,15 +9,15 @@ use crate::backend::{
     Backend, BackendDevice, DeviceAddr, DeviceLimit, EventHandle, InteropHandles, LoadedModule,
     QueueHandle,
 };
-use crate::device_memory::DeviceMemory;
+use crate::device_buffer::DeviceMemory;
 use crate::device_settings::{DeviceSettings, HEAP_SIZE_ENV, STACK_SIZE_ENV};
-use crate::device_table::{DeviceTable, IndexInfo};
 use crate::diag;
 use crate::error::{backend_err, backend_err_with, PluginError};
-use crate::fptr::{self, FptrMapEntry};
 use crate::kernels::{KernelRecord, KernelRegistry};
 use crate::locking::lock;
 use crate::plugin_kind::PluginKind;
+use crate::table::device_table::{DeviceTable, IndexInfo};
+use crate::table::fptr::{self, FptrMapEntry};
 use std::ffi::CStr;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 

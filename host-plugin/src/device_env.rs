@@ -7,7 +7,8 @@
 //! - 18: then IndirectCallTable (a device pointer), IndirectCallTableSize (rows) and
 //!   HardwareParallelism (u64 each), 48 bytes. LLVM 18's `__llvm_omp_indirect_call_lookup`
 //!   searches that table; its rows are this plugin's (host, device) rows, sorted by host
-//!   address, so the image's table is published there too ([`crate::device_table`]).
+//!   address, so the image's table is published there too
+//!   ([`crate::table::device_table`]).
 //!
 //! The layouts and names are offload-formats' ([`offload_formats::device_runtime`]).
 

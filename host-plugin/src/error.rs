@@ -2,8 +2,8 @@
 //! layer prints it and returns OFFLOAD_FAIL.
 
 use crate::backend::BackendError;
-use crate::fptr::FptrError;
 use crate::image::ImageError;
+use crate::table::fptr::FptrError;
 use thiserror::Error;
 
 #[derive(Debug, Error)]

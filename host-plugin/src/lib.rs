@@ -2,7 +2,7 @@
 //!
 //! When libomptarget loads a device image, the plugin resolves the image's offload entries,
 //! builds the sorted host -> device function pointer table from its indirect entries
-//! ([`fptr`]), copies it to the device and points the device runtime's
+//! ([`table::fptr`]), copies it to the device and points the device runtime's
 //! `__omp_offloading_fptr_map_p` / `__omp_offloading_fptr_map_size` at it, so that
 //! `__kmpc_target_translate_fptr` can translate host function addresses on the device.
 //!
@@ -20,16 +20,12 @@
 pub mod abi;
 pub mod backend;
 pub mod device;
+pub mod device_buffer;
 pub mod device_env;
-pub mod device_memory;
 pub mod device_settings;
-pub mod device_table;
 pub mod diag;
 pub mod error;
-pub mod fptr;
-pub mod fptr_index;
 pub mod host_entry;
-pub mod host_index;
 mod huge_pages;
 pub mod image;
 pub mod kernels;
@@ -40,19 +36,23 @@ mod own_file;
 pub mod plugin;
 pub mod plugin_kind;
 mod prefetch;
-pub mod radix;
 pub mod resolve;
 pub mod symbols;
+pub mod table;
 
 pub use backend::{Backend, BackendError, DeviceAddr};
 pub use device::Device;
 /// The table's head as the device reads it (device-rtl's, the one definition).
 pub use device_rtl::head as fptr_head;
 pub use device_rtl::FptrHead;
-pub use device_table::IndexInfo;
 pub use error::PluginError;
-pub use fptr::FptrMapEntry;
 pub use host_entry::{EntryKind, HostOffloadEntry};
 pub use load::DeviceEntry;
 pub use plugin::Plugin;
 pub use plugin_kind::PluginKind;
+pub use table::device_table::IndexInfo;
+pub use table::fptr::FptrMapEntry;
+
+// The paths other crates (the tests, the benches, the fuzz targets) name these by.
+pub use device_buffer as device_memory;
+pub use table::{fptr, fptr_index, host_index};

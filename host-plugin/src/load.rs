@@ -7,7 +7,7 @@
 //!    environment is written ([`crate::device_env`]);
 //! 4. its entries resolve ([`crate::resolve`]);
 //! 5. the indirect function table is built from their rows and installed
-//!    ([`crate::device_table`]), while the caller's entry table is published;
+//!    ([`crate::table::device_table`]), while the caller's entry table is published;
 //! 6. the image replaces any image of the same key in the device's registry.
 //!
 //! Every step owns what it made until the next takes it over (the loaded module, the
@@ -15,13 +15,13 @@
 
 use crate::backend::{DeviceAddr, StagedImage};
 use crate::device::{Device, LoadedImage};
-use crate::device_table::DeviceTable;
 use crate::diag;
 use crate::error::PluginError;
-use crate::fptr::{self, FptrMapEntry};
 use crate::host_entry::{self, HostEntry, HostOffloadEntry};
 use crate::image::{ImageError, ImageSymbols};
 use crate::resolve::{row_origins, EntryResolver, ResolvedEntries, ENTRIES_PER_LOAD_THREAD};
+use crate::table::device_table::DeviceTable;
+use crate::table::fptr::{self, FptrMapEntry};
 use std::collections::{HashMap, HashSet};
 
 /// `OMPTARGET_RS_TRANSLATE=0` turns the translation off: no table is installed, so

@@ -1,7 +1,7 @@
 //! Entry resolution: each host entry of one image matched with its device side
 //! (a kernel, a global, an indirect function or vtable), the table's (host, device)
 //! rows gathered on the way, and the device runtime's table globals found. Reads the
-//! device only; what the load installs is [`crate::device_table`]'s.
+//! device only; what the load installs is [`crate::table::device_table`]'s.
 //!
 //! Here: the resolver, each entry dispatched by its kind, and the table globals. Its
 //! children: kernels and globals ([`kernels_and_globals`]), indirect entries
@@ -15,13 +15,13 @@ mod threads;
 
 use crate::backend::{DeviceAddr, LoadedModule};
 use crate::device::Device;
-use crate::device_table::{FptrMapGlobals, TableGlobals};
 use crate::error::PluginError;
-use crate::fptr::{self, FptrMapEntry, Origin};
-use crate::fptr_index;
 use crate::host_entry::{EntryKind, HostEntry};
 use crate::kernels::KernelRecord;
 use crate::symbols::{Symbol, Wanted};
+use crate::table::device_table::{FptrMapGlobals, TableGlobals};
+use crate::table::fptr::{self, FptrMapEntry, Origin};
+use crate::table::fptr_index;
 use crate::{diag, image};
 use device_rtl::head::HEAD_BYTES;
 use device_rtl::symbols::{HEAD_C, INDEX_C, TABLE_C, TABLE_SIZE_C};

@@ -822,11 +822,14 @@ fn the_vendor_check_fails_on_a_vendor_it_did_not_read() {
     let mut core = graph(good);
     core.insert(
         "backend::cuda::device".to_owned(),
-        BTreeSet::from(["backend::error".to_owned(), "device_table".to_owned()]),
+        BTreeSet::from([
+            "backend::error".to_owned(),
+            "table::device_table".to_owned(),
+        ]),
     );
     assert_eq!(
         vendor_import_problems(&core),
-        ["a vendor imports the core: backend::cuda::device -> device_table"]
+        ["a vendor imports the core: backend::cuda::device -> table::device_table"]
     );
 }
 
@@ -988,7 +991,7 @@ fn the_reader_finds_cycles_it_is_shown() {
     assert!(real["abi"].contains("plugin"), "{:?}", real["abi"]);
     assert!(real["device"].contains("backend"), "{:?}", real["device"]);
     assert!(
-        real["resolve"].contains("device_table"),
+        real["resolve"].contains("table::device_table"),
         "{:?}",
         real["resolve"]
     );

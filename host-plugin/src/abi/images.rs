@@ -12,8 +12,8 @@ use super::{
 };
 use crate::diag;
 use crate::error::PluginError;
-use crate::fptr::FptrMapEntry;
 use crate::host_entry::HostEntry;
+use crate::table::fptr::FptrMapEntry;
 use std::ffi::c_void;
 
 /// Largest vtable we read from host memory for an indirect vtable entry: far above any

@@ -28,7 +28,8 @@ pub type DeviceAddr = u64;
 
 /// A capability a backend may offer ([`BackendDevice::host_memory`]): device memory that is
 /// this process's own (the host device). The core then builds what it writes for the
-/// device in place ([`crate::host_index`]) and prefetches globals it is about to read.
+/// device in place ([`crate::table::host_index`]) and prefetches globals it is about to
+/// read.
 #[derive(Debug)]
 pub struct HostMemory;
 

@@ -3,7 +3,7 @@
 
 use super::Device;
 use crate::backend::{AllocKind, DeviceAddr};
-use crate::device_memory::DeviceBuffer;
+use crate::device_buffer::DeviceBuffer;
 use crate::error::{backend_err, backend_err_with, PluginError};
 
 impl Device {

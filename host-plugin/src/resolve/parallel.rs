@@ -6,10 +6,10 @@ use super::threads::{indirect_count, load_threads};
 use super::{EntryResolver, ResolvedEntries};
 use crate::backend::DeviceAddr;
 use crate::error::PluginError;
-use crate::fptr::FptrMapEntry;
 use crate::host_entry::{EntryKind, HostEntry};
 use crate::locking::lock;
 use crate::symbols::Symbol;
+use crate::table::fptr::FptrMapEntry;
 
 impl<'a> EntryResolver<'a> {
     /// Each entry's device address, in entry order; with the kernels' addresses and the

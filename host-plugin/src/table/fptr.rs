@@ -275,7 +275,7 @@ fn translates(host: u64, tgt: u64) -> bool {
 /// translating rows have more than one target are returned beside, with every one of
 /// their rows' targets in input order (to match their origins one to one).
 fn sorted_table(mut rows: Vec<FptrMapEntry>) -> (Vec<FptrMapEntry>, Vec<Collision>) {
-    crate::radix::sort_by_u64_key(&mut rows, |r| r.host_ptr);
+    crate::table::radix::sort_by_u64_key(&mut rows, |r| r.host_ptr);
     let mut collisions: Vec<Collision> = Vec::new();
     let mut kept = 0;
     let mut start = 0;

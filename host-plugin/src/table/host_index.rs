@@ -1,14 +1,14 @@
 //! The fptr index built in place where device memory is this process's own (the host
 //! device, [`BackendDevice::host_memory`]): in a device allocation directly, so no second
 //! copy is made and written (for an index of a million entries, 20 MB). Elsewhere the
-//! index is built apart and copied ([`crate::device_table`]).
+//! index is built apart and copied ([`crate::table::device_table`]).
 //!
 //! [`BackendDevice::host_memory`]: crate::backend::BackendDevice::host_memory
 
 use crate::backend::{AllocKind, BackendError};
-use crate::device_memory::{DeviceBuffer, DeviceMemory};
-use crate::fptr::FptrMapEntry;
-use crate::fptr_index::{self, Bucket, DeviceIndex, FptrIndex, PlacedIndex, BUCKET_BYTES};
+use crate::device_buffer::{DeviceBuffer, DeviceMemory};
+use crate::table::fptr::FptrMapEntry;
+use crate::table::fptr_index::{self, Bucket, DeviceIndex, FptrIndex, PlacedIndex, BUCKET_BYTES};
 
 /// The index of the sorted, duplicate-free `table`, built in a buffer of `memory`,
 /// which must be this process's own ([`BackendDevice::host_memory`]; else an error). Nothing
@@ -102,7 +102,7 @@ mod tests {
     use super::*;
     use crate::backend::host::HostBackend;
     use crate::backend::Backend;
-    use crate::fptr_index::IndexView;
+    use crate::table::fptr_index::IndexView;
 
     fn table(n: u64) -> Vec<FptrMapEntry> {
         (0..n)

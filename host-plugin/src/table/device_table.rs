@@ -1,14 +1,14 @@
 //! An image's indirect function table on its device, from install to release: the
 //! sorted rows copied to a device buffer, the device runtime's globals pointed at them,
-//! and the index beside them ([`crate::fptr_index`]). One owner for the whole life
-//! (install, replace, release); its buffers free themselves, so a step that fails
+//! and the index beside them ([`crate::table::fptr_index`]). One owner for the whole
+//! life (install, replace, release); its buffers free themselves, so a step that fails
 //! leaves nothing allocated.
 
 use crate::backend::{AllocKind, DeviceAddr};
-use crate::device_memory::{DeviceBuffer, DeviceMemory};
+use crate::device_buffer::{DeviceBuffer, DeviceMemory};
 use crate::error::{backend_err, PluginError};
-use crate::fptr::{self, FptrMapEntry};
-use crate::fptr_index::{self, DeviceIndex, FptrIndex, PlacedIndex, BUCKET_BYTES};
+use crate::table::fptr::{self, FptrMapEntry};
+use crate::table::fptr_index::{self, DeviceIndex, FptrIndex, PlacedIndex, BUCKET_BYTES};
 use device_rtl::symbols::INDEX_C;
 use device_rtl::FptrHead;
 
@@ -178,7 +178,7 @@ impl DeviceTable {
         let placed = if !fptr_index::enabled() {
             Err("turned off by OMPTARGET_RS_FPTR_INDEX=0".to_string())
         } else if memory.vendor().host_memory().is_some() {
-            crate::host_index::build(memory, &self.rows)
+            crate::table::host_index::build(memory, &self.rows)
         } else {
             build_and_copy_index(memory, &self.rows)
         };

@@ -7,8 +7,8 @@
 //! `OMPTARGET_RS_FPTR_INDEX=0` turns it off (the device then searches the sorted table),
 //! for comparisons and as a way out should an index ever misbehave.
 
-use crate::device_memory::DeviceBuffer;
-use crate::fptr::FptrMapEntry;
+use crate::device_buffer::DeviceBuffer;
+use crate::table::fptr::FptrMapEntry;
 use device_rtl::index::{self, BuildPolicy};
 use std::sync::OnceLock;
 
@@ -41,7 +41,8 @@ impl HostIndex {
     }
 }
 
-/// Build the index of a sorted, duplicate-free table (what [`crate::fptr::build`] returns).
+/// Build the index of a sorted, duplicate-free table (what [`crate::table::fptr::build`]
+/// returns).
 pub fn build(table: &[FptrMapEntry]) -> Result<HostIndex, BuildError> {
     let built = build_with(table, |n| vec![Bucket::default(); n])?;
     Ok(HostIndex {
