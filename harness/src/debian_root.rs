@@ -102,6 +102,13 @@ pub fn bare(codename: &str) -> Result<(PathBuf, Option<f64>)> {
     })
 }
 
+/// `root` (a copy made by [`fresh_copy`]) removed, what is still mounted in it
+/// unmounted first.
+pub fn remove_root(root: &Path) -> Result<()> {
+    unmount_below(root)?;
+    fs::remove_dir_all(root).with_context(|| format!("removing {}", root.display()))
+}
+
 /// A copy of the root `base` at target/`dir`, made anew (what an earlier run left
 /// mounted in it unmounted first).
 pub fn fresh_copy(base: &Path, dir: &str) -> Result<PathBuf> {

@@ -163,7 +163,7 @@ pub fn check(built: &[(Release, Built)]) -> Result<Report> {
     let start = Instant::now();
     let (base, _) = debian_root::bare(codename)?;
     let root = debian_root::fresh_copy(&base, &format!("package-check/{codename}"))?;
-    let _mounts = Mounts::new(&root, &[])?;
+    let mounts = Mounts::new(&root, &[])?;
     let sh = Shell::new()?;
     prepare(&sh, &root, built)?;
     timed("root ready".into(), start);
@@ -224,6 +224,13 @@ pub fn check(built: &[(Release, Built)]) -> Result<Report> {
             ),
             start,
         );
+    }
+
+    // Passed: the root (LLVM and its packages installed, a GiB or more) goes; a failed
+    // check leaves it for a look.
+    drop(mounts);
+    if let Err(e) = debian_root::remove_root(&root) {
+        eprintln!("package check passed, but its root stays: {e:#}");
     }
 
     Ok(Report {
