@@ -8,7 +8,7 @@
 use host_plugin::host_entry::{
     EntryKind, HostEntry, HostOffloadEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE,
 };
-use host_plugin::fptr::{self, FptrError, IndirectPair, Origin};
+use host_plugin::table::fptr::{self, FptrError, IndirectPair, Origin};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use std::collections::{HashMap, HashSet};

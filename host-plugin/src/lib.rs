@@ -52,7 +52,3 @@ pub use plugin::Plugin;
 pub use plugin_kind::PluginKind;
 pub use table::device_table::IndexInfo;
 pub use table::fptr::FptrMapEntry;
-
-// The paths other crates (the tests, the benches, the fuzz targets) name these by.
-pub use device_buffer as device_memory;
-pub use table::{fptr, fptr_index, host_index};

@@ -11,7 +11,7 @@ use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
 use host_plugin::backend::AllocKind;
 use host_plugin::backend::LaunchRequest;
-use host_plugin::device_memory::DeviceBuffer;
+use host_plugin::device_buffer::DeviceBuffer;
 use host_plugin::host_entry::FLAG_INDIRECT;
 use host_plugin::{DeviceAddr, FptrMapEntry, HostOffloadEntry, Plugin, PluginKind};
 
@@ -492,7 +492,7 @@ fn synthetic_tables_surround_the_real_rows() {
         .collect();
     for total in [1000, 1_000_000] {
         let rows = big_table(&real, total);
-        let table = host_plugin::fptr::from_rows(&rows).expect("no conflicting rows");
+        let table = host_plugin::table::fptr::from_rows(&rows).expect("no conflicting rows");
         assert_eq!(table.len(), total, "no duplicate host addresses");
         let at = |h| table.iter().position(|r| r.host_ptr == h).unwrap();
         for r in &real {

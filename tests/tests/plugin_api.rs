@@ -5,8 +5,8 @@ mod plugin_support;
 
 use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::AllocKind;
-use host_plugin::fptr_index::FptrIndex;
 use host_plugin::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
+use host_plugin::table::fptr_index::FptrIndex;
 use host_plugin::{
     fptr_head, DeviceEntry, FptrHead, HostOffloadEntry, IndexInfo, Plugin, PluginError, PluginKind,
 };

@@ -23,9 +23,9 @@ use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
 use host_plugin::backend::AllocKind;
 use host_plugin::backend::LaunchRequest;
-use host_plugin::device_memory::DeviceBuffer;
-use host_plugin::fptr_index::{BuildError, FptrIndex};
+use host_plugin::device_buffer::DeviceBuffer;
 use host_plugin::host_entry::FLAG_INDIRECT;
+use host_plugin::table::fptr_index::{BuildError, FptrIndex};
 use host_plugin::{DeviceAddr, FptrMapEntry, HostOffloadEntry, Plugin, PluginKind};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -536,7 +536,7 @@ impl Bench<'_> {
                 }
                 Lookup::Llvm19 => {
                     // LLVM 19's rows are {host, device} pairs too, sorted unsigned.
-                    let table = self.upload(host_plugin::fptr::as_bytes(&rows))?;
+                    let table = self.upload(host_plugin::table::fptr::as_bytes(&rows))?;
                     let table_addr = table.addr();
                     owned.push(table);
                     let env = image.environment.ok_or("no LLVM 19 environment")?;
@@ -725,14 +725,14 @@ fn print_index(size: usize) -> Result<String, String> {
             tgt_ptr: (r % FUNCTIONS) as u64,
         })
         .collect();
-    let index = match host_plugin::fptr_index::build(&rows) {
+    let index = match host_plugin::table::fptr_index::build(&rows) {
         Ok(index) => index,
         // What the plugin installs for a 1-entry table: no index (the search answers).
         Err(BuildError::TooSmall { .. }) => return Ok("0 0 0\n".into()),
         Err(e) => {
             return Err(format!(
                 "no index: {}",
-                host_plugin::fptr_index::describe(e)
+                host_plugin::table::fptr_index::describe(e)
             ))
         }
     };
