@@ -104,9 +104,7 @@ pub fn build(release: Release, from_install: Option<&Path>, skip_lintian: bool) 
 /// The install at `from` (relocatable: the configs name everything relative to
 /// themselves) copied to `to`, after a check that it is LLVM `release`'s.
 fn copy_install(release: Release, from: &Path, to: &Path) -> Result<()> {
-    let compiler_plugin = from
-        .join("lib")
-        .join(install_layout::compiler_plugin_file(release.major));
+    let compiler_plugin = install_layout::Prefix::new(from).compiler_plugin(release.major);
     ensure!(
         compiler_plugin.is_file(),
         "{} is no install for LLVM {} (it has no {})",
