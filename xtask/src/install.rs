@@ -18,18 +18,14 @@ pub struct Args {
 pub fn main(args: Args) -> Result<()> {
     let major = args.llvm;
     let prefix = install::install_for(&args.prefix, major)?;
+    let layout = install_layout::Prefix::new(&prefix);
     println!("installed into {} for clang {major}", prefix.display());
     for triple in install_layout::CONFIG_TRIPLES {
         println!(
             "  clang-{major} --config={} ...",
-            install_layout::Prefix::new(&prefix)
-                .config(triple)
-                .display()
+            layout.config(triple).display()
         );
     }
-    println!(
-        "  run with LD_LIBRARY_PATH={}",
-        prefix.join("lib").display()
-    );
+    println!("  run with LD_LIBRARY_PATH={}", layout.lib().display());
     Ok(())
 }
