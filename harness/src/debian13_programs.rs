@@ -6,9 +6,13 @@
 //!    built there, against the root's LLVM N (the compiler plugin for clang N, the plugin
 //!    file, the x86_64 device RTL), with this machine's Rust toolchain (its cargo and
 //!    rustup homes and the workspace are bind-mounted at their own paths), offline, from
-//!    the crates fetched on this machine first ([`crate::root_cargo`]), and a target
-//!    folder of its own, `target/debian13-build/llvmN/`, which never mixes with this
-//!    machine's builds (and stays cached there between runs);
+//!    the crates fetched on this machine first ([`crate::root_cargo`]), and a cargo
+//!    target folder of the Debian 13 roots, `target/debian13-build/cargo/`, which never
+//!    mixes with this machine's builds (and stays cached there between runs). LLVM 17
+//!    and 18 share it: the same toolchain builds the same plugin file and dependencies
+//!    for both, so the second version compiles only what depends on its LLVM (the
+//!    compiler plugin); what is per version (install, programs) lives in
+//!    `target/debian13-build/llvmN/`;
 //!    then `cargo xtask dist --llvm N` the same way: the packages a Debian 13 user
 //!    installs, built there and checked by this machine's lintian;
 //! 2. the compiler plugin's own tests (`cargo test -p compiler-plugin --features llvmN`)
@@ -192,14 +196,14 @@ impl Report {
 
 /// `cargo xtask dist --llvm N` inside the root (as a Debian 13 user builds the
 /// packages; of the install just made there, when `from_install` names it), then
-/// lintian here on its .deb; returns what it built (below the root's
-/// target folder `build`).
+/// lintian here on its .deb; returns what it built (below the roots' cargo target
+/// folder `cargo_target`).
 fn dist_inside(
     sh: &xshell::Shell,
     root: &Path,
     cargo: &RootCargo,
     major: u32,
-    build: &Path,
+    cargo_target: &Path,
     from_install: Option<&Path>,
 ) -> Result<dist::Built> {
     util::section(&format!(
@@ -214,7 +218,7 @@ fn dist_inside(
     }
     let command = cargo.command(
         &workspace,
-        build,
+        cargo_target,
         &[debian13_gpu_install::install_env()],
         &args,
     );
@@ -222,7 +226,7 @@ fn dist_inside(
         .run()
         .with_context(|| format!("cargo xtask dist --llvm {major} inside {}", root.display()))?;
     let release = dist::Release { major };
-    let out = build.join("dist");
+    let out = cargo_target.join("dist");
     let built = dist::Built {
         deb: out.join(release.deb_file()),
         tarball: out.join(release.tarball_file()),
@@ -275,7 +279,10 @@ struct Session {
     root: PathBuf,
     root_secs: Option<f64>,
     workspace: PathBuf,
+    /// target/debian13-build/llvmN/: this version's install and programs.
     build: PathBuf,
+    /// The cargo target folder of every Debian 13 root ([`cargo_target_dir`]).
+    cargo_target: PathBuf,
     cargo: RootCargo,
     cuda_path: PathBuf,
     _mounts: debian_root::Mounts,
@@ -304,6 +311,7 @@ impl Session {
             root_secs,
             workspace,
             build: build_dir(major),
+            cargo_target: cargo_target_dir(),
             cargo,
             cuda_path,
             _mounts: mounts,
@@ -321,7 +329,7 @@ pub fn dist(major: u32) -> Result<dist::Built> {
         &session.root,
         &session.cargo,
         major,
-        &session.build,
+        &session.cargo_target,
         None,
     )
 }
@@ -333,6 +341,7 @@ fn run(major: u32) -> Result<Report> {
         root_secs,
         workspace,
         build,
+        cargo_target,
         cargo,
         cuda_path,
         ..
@@ -351,7 +360,7 @@ fn run(major: u32) -> Result<Report> {
     let (prefix_arg, llvm_arg) = (prefix.display().to_string(), major.to_string());
     let install = cargo.command(
         workspace,
-        build,
+        cargo_target,
         &[debian13_gpu_install::install_env()],
         &[
             "xtask",
@@ -371,7 +380,7 @@ fn run(major: u32) -> Result<Report> {
             )
         })?;
     let install_secs = start.elapsed().as_secs_f64();
-    let package = dist_inside(&sh, root, cargo, major, build, Some(&prefix))?;
+    let package = dist_inside(&sh, root, cargo, major, cargo_target, Some(&prefix))?;
 
     util::section(&format!(
         "LLVM {major} in Debian 13: the compiler plugin's tests (inside the root)"
@@ -383,7 +392,7 @@ fn run(major: u32) -> Result<Report> {
     let features = format!("llvm{major}");
     let unit_tests = cargo.command(
         workspace,
-        build,
+        cargo_target,
         &[llvm_sys_prefix],
         &[
             "test",
@@ -447,9 +456,17 @@ fn run(major: u32) -> Result<Report> {
     })
 }
 
-/// target/debian13-build/llvmN/: the root's own build folder.
+/// target/debian13-build/llvmN/: what the step makes for LLVM `major` (its install,
+/// its programs).
 fn build_dir(major: u32) -> PathBuf {
     util::target_dir().join(format!("debian13-build/llvm{major}"))
+}
+
+/// target/debian13-build/cargo/: the `CARGO_TARGET_DIR` of cargo inside every Debian 13
+/// root (one toolchain, one glibc: what does not depend on the LLVM version is built
+/// once for 17 and 18).
+fn cargo_target_dir() -> PathBuf {
+    util::target_dir().join("debian13-build/cargo")
 }
 
 /// Where the step installs for LLVM `major` (inside the root, at this path).
