@@ -385,16 +385,18 @@ fn run(llvm: &Llvm, options: &Options) -> Result<LitSummary> {
         );
     }
 
-    // One run per label at a time: a second run would clear this one's loader logs.
+    // One run per folder at a time: a second run would clear this one's loader logs.
+    // Runs of other LLVM versions have folders of their own, and go on beside it.
     let lit_dir = util::target_dir().join("lit");
     fs::create_dir_all(&lit_dir)?;
-    let lock = fs::File::create(lit_dir.join(format!("{label}.lock")))?;
+    let run_name = llvm.run_dir_name(label);
+    let lock = fs::File::create(lit_dir.join(format!("{run_name}.lock")))?;
     if lock.try_lock().is_err() {
-        eprintln!("lit: another `{label}` run holds {label}.lock; waiting");
+        eprintln!("lit: another `{run_name}` run holds {run_name}.lock; waiting");
         lock.lock()?;
     }
     // A fresh directory per run: stale loader logs or markers would void the proof.
-    let run_dir = lit_dir.join(llvm.run_dir_name(label));
+    let run_dir = lit_dir.join(&run_name);
     if run_dir.exists() {
         fs::remove_dir_all(&run_dir).with_context(|| format!("clearing {}", run_dir.display()))?;
     }

@@ -110,7 +110,9 @@ pub fn build_device_executable(sh: &Shell) -> Result<PathBuf> {
 /// Copy through a temporary name and rename: a program that has the old file mapped
 /// keeps its (unchanged) pages, and the new file is never seen half-written.
 fn install_copy(from: &Path, to: &Path) -> Result<()> {
-    let tmp = to.with_extension("tmp");
+    // Renamed into place: a process running the old file keeps it. The temporary name
+    // is this process's own, for `cargo xtask test` runs two processes that install.
+    let tmp = to.with_extension(format!("tmp.{}", std::process::id()));
     fs::copy(from, &tmp).with_context(|| format!("copying to {}", tmp.display()))?;
     fs::rename(&tmp, to).with_context(|| format!("renaming to {}", to.display()))?;
     Ok(())
