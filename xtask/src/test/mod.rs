@@ -1,33 +1,38 @@
-//! `cargo xtask test`: everything CI runs, in order.
+//! `cargo xtask test`: everything CI runs, in two lanes after the builds.
 //!
-//! 1. prerequisites (Debian packages and the ptxas wheel; installed when run as root),
-//! 2. formatting and clippy with `-D warnings`,
-//! 3. the artifacts the tests read: device RTL (all targets), the plugins and the CUDA
-//!    driver stand-in, the install (compiler plugin, config files) under target/install,
-//!    and the GPU kit's sm_90 programs under target/gpu-programs/ (their images checked),
-//! 4. `cargo test --workspace`: unit, property, link-survival and end-to-end tests, and
-//!    the end-to-end tests again on the isolated host device (`OMPTARGET_RS_ISOLATED=1`),
-//! 5. the standard `declare target indirect` program built for gfx90a through the
-//!    installed config file, its code object checked;
-//!    the CUDA demo program and the GPU lookup benchmark built, the demo's device image
-//!    and the benchmark's kernels checked on the CPU (they run only where a GPU is),
-//! 6. the GPU kit (`cargo xtask gpu-bundle`) built and run in a bare Debian root,
-//!    and LLVM 17 and 18 in their Debian 13 roots: the project installed inside each
-//!    (`install --llvm N`), the standard programs built with clang-N and run through it,
-//!    the GPU device RTL for clang-N checked; then the LLVM 18 kit (`gpu-bundle --llvm
-//!    18`) built and run in a bare Debian 13 root,
-//!    and the LLVM 16 package: built (`cargo xtask dist`), lintian-clean, installed in a
-//!    bare Debian 12 root where the README's quick start runs as written,
-//! 7. LLVM 16's libomptarget lit suite through our x86_64 plugin, in-process and on the
-//!    isolated host device,
-//! 8. bounded fuzzing of every parser.
+//! First, in order (a failure stops the run: every later step needs their output):
+//! prerequisites (Debian packages and the ptxas wheel; installed when run as root), the
+//! device RTL (all targets), the plugins and the CUDA driver stand-in, the install
+//! (compiler plugin, config files) under target/install, and the GPU kit's sm_90
+//! programs under target/gpu-programs/ (their images checked).
 //!
-//! Build steps stop at the first failure (later steps need their output); test steps all
-//! run so one report shows every failure. The last line is `xtask test: N passed, N failed`.
+//! Then two lanes side by side, each step in a lane after the one before it:
+//! - **host** (this process): `cargo fmt --check` and clippy with `-D warnings`;
+//!   `cargo test --workspace` (unit, property, link-survival and end-to-end tests) and
+//!   the end-to-end tests again on the isolated host device (`OMPTARGET_RS_ISOLATED=1`);
+//!   the CUDA demo, the gfx90a standard program and the GPU lookup benchmark built and
+//!   their images checked on the CPU; the GPU kit (`cargo xtask gpu-bundle`) built and
+//!   run in a bare Debian 12 root; the LLVM 16 package built (`cargo xtask dist`),
+//!   lintian-clean, installed in a bare Debian 12 root where the README's quick start
+//!   runs as written; LLVM 16's lit suite through our x86_64 plugin, in-process and on
+//!   the isolated host device; bounded fuzzing of every parser;
+//! - **debian13** (a second `xtask test`, [`lane`]): LLVM 17 and 18 in their Debian 13
+//!   roots (the project installed and packaged inside each, the standard programs built
+//!   with clang-N and run through it, the GPU device RTL for clang-N checked), both
+//!   packages' quick start in a bare Debian 13 root, the LLVM 18 kit (`gpu-bundle --llvm
+//!   18`) in a bare Debian 13 root, and LLVM 17's and 18's lit suites through their
+//!   plugin and ours. `--sequential` runs them after the host lane, in this process.
+//!
+//! Test steps all run so one report shows every failure. The summary table gives each
+//! step's lane and time, then the wall clock; the last line is
+//! `xtask test: N passed, N failed`.
+
+mod lane;
 
 use anyhow::{bail, ensure, Result};
 use harness::{debian13_programs, fuzz, gpu_programs, indirect_programs, lit};
 use release::{install, plugin, util};
+use std::path::PathBuf;
 use std::time::Instant;
 use xshell::{cmd, Shell};
 
@@ -51,6 +56,14 @@ pub struct Args {
     /// Skip LLVM 17 and 18 in their Debian 13 roots (install inside, standard programs).
     #[arg(long)]
     pub skip_debian13: bool,
+    /// Run the Debian 13 steps after the host's, in this process, instead of beside
+    /// them in a second one.
+    #[arg(long)]
+    pub sequential: bool,
+    /// Run only the Debian 13 steps and write their results to this file: how the
+    /// second process is started.
+    #[arg(long, hide = true)]
+    pub lane_results: Option<PathBuf>,
 }
 
 /// The end-to-end test files that run programs through libomptarget: run a second time
@@ -106,13 +119,21 @@ fn install_prefix() -> std::path::PathBuf {
     util::target_dir().join("install")
 }
 
-struct Step {
-    name: &'static str,
+/// One step's outcome, as the summary table shows it.
+pub struct Step {
+    name: String,
+    /// Which process ran it: [`HOST_LANE`] or [`DEBIAN13_LANE`].
+    lane: &'static str,
     result: Result<()>,
     secs: f64,
 }
 
-fn timed(name: &'static str, f: impl FnOnce() -> Result<()>) -> Step {
+/// The steps this process runs: builds, lint, cargo test, the kit, lit 16, fuzzing.
+const HOST_LANE: &str = "host";
+/// The steps of LLVM 17 and 18 in Debian 13 roots, run beside the host's (see [`lane`]).
+const DEBIAN13_LANE: &str = "debian13";
+
+fn timed(name: &str, f: impl FnOnce() -> Result<()>) -> Step {
     util::section(name);
     let start = Instant::now();
     let result = f();
@@ -121,17 +142,50 @@ fn timed(name: &'static str, f: impl FnOnce() -> Result<()>) -> Step {
         Ok(()) => eprintln!("<== {name}: ok ({secs:.1} s)"),
         Err(e) => eprintln!("<== {name}: FAILED ({secs:.1} s): {e:#}"),
     }
-    Step { name, result, secs }
+    Step {
+        name: name.to_owned(),
+        lane: HOST_LANE,
+        result,
+        secs,
+    }
 }
 
 pub fn main(args: Args) -> Result<()> {
+    if let Some(results) = &args.lane_results {
+        // The child of `spawn_debian13_lane`: its steps only, their results to the file.
+        let steps = debian13_steps(&args);
+        return lane::write_results(results, &steps);
+    }
+    let start = Instant::now();
     let mut steps = Vec::new();
-    let sh = Shell::new()?;
-    let cargo = util::cargo();
+    for (name, f) in build_steps() {
+        let step = timed(name, f);
+        let failed = step.result.is_err();
+        steps.push(step);
+        if failed {
+            return summarize(&steps, start);
+        }
+    }
+    // The Debian 13 steps need the builds above and nothing the host steps make.
+    let debian13 = if args.sequential {
+        None
+    } else {
+        spawn_debian13_lane(&args)?
+    };
+    steps.extend(host_steps(&args));
+    match debian13 {
+        Some(lane) => steps.extend(lane.join()),
+        None => steps.extend(debian13_steps(&args)),
+    }
+    summarize(&steps, start)
+}
 
-    // Build steps: each later step needs what these produce, so stop at the first failure.
-    type BuildStep = (&'static str, Box<dyn FnOnce() -> Result<()>>);
-    let build_steps: Vec<BuildStep> = vec![
+/// A build step: its name and what it runs.
+type BuildStep = (&'static str, Box<dyn FnOnce() -> Result<()>>);
+
+/// The builds every later step reads; the first failure stops the run.
+fn build_steps() -> Vec<BuildStep> {
+    vec![
         (
             "prerequisites",
             Box::new(|| {
@@ -156,16 +210,37 @@ pub fn main(args: Args) -> Result<()> {
             "build the GPU programs for sm_90",
             Box::new(|| gpu_programs::build_with_install("sm_90").map(|_| ())),
         ),
-    ];
-    for (name, f) in build_steps {
-        let step = timed(name, f);
-        let failed = step.result.is_err();
-        steps.push(step);
-        if failed {
-            return summarize(&steps);
-        }
-    }
+    ]
+}
 
+/// The Debian 13 lane in a child process, when it has a step to run.
+fn spawn_debian13_lane(args: &Args) -> Result<Option<lane::Lane>> {
+    if args.skip_debian13 && args.skip_lit {
+        return Ok(None);
+    }
+    let flags: Vec<String> = [
+        (args.skip_debian13, "--skip-debian13"),
+        (args.skip_lit, "--skip-lit"),
+        (args.skip_kit, "--skip-kit"),
+    ]
+    .iter()
+    .filter(|(skip, _)| *skip)
+    .map(|(_, flag)| flag.to_string())
+    .collect();
+    let results = util::target_dir().join("xtask-test-debian13-lane.tsv");
+    lane::Lane::spawn(DEBIAN13_LANE, &flags, &results).map(Some)
+}
+
+/// The host lane: lint, the workspace's tests, programs and images, the LLVM 16 kit
+/// and package, LLVM 16's lit suite, fuzzing. Each runs whatever the others gave.
+fn host_steps(args: &Args) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let Ok(sh) = Shell::new() else {
+        return vec![timed("a shell for the host steps", || {
+            Shell::new().map(|_| ()).map_err(Into::into)
+        })];
+    };
+    let cargo = util::cargo();
     if !args.skip_lint {
         steps.push(timed("cargo fmt --check", || {
             Ok(cmd!(sh, "{cargo} fmt --all --check").run()?)
@@ -242,56 +317,6 @@ pub fn main(args: Args) -> Result<()> {
             Ok(())
         },
     ));
-    // LLVM 17 and 18 as a Debian 13 user has them: the install built inside the root,
-    // standard programs compiled by clang-N through it and run through our plugin.
-    if !args.skip_debian13 {
-        let mut debian13_packages = Vec::new();
-        for (major, name) in [
-            (
-                17,
-                "LLVM 17 in Debian 13: install and dist inside + standard programs",
-            ),
-            (
-                18,
-                "LLVM 18 in Debian 13: install and dist inside + standard programs",
-            ),
-        ] {
-            let packages = &mut debian13_packages;
-            steps.push(timed(name, move || {
-                let report = debian13_programs::check(major)?;
-                packages.push((release::dist::Release { major }, report.package));
-                Ok(())
-            }));
-        }
-        // Both packages in one bare Debian 13 root, in turn (Debian's OpenMP runtimes of
-        // 17 and 18 exclude each other), after a check that no file is in both: the
-        // README's quick start (for 17 and for 18) runs from each, then from each tarball.
-        steps.push(timed(
-            "packages for LLVM 17 and 18: README quick start in a bare Debian 13 root",
-            || {
-                ensure!(
-                    debian13_packages.len() == 2,
-                    "the Debian 13 steps built {} of the 2 packages",
-                    debian13_packages.len()
-                );
-                let report = harness::package_check::check(&debian13_packages)?;
-                eprintln!("{}", report.summary());
-                Ok(())
-            },
-        ));
-        // The second GPU kit: clang-18's programs and libomptarget 18 from that root,
-        // run in a bare Debian 13 root, with the check of glibc symbol versions.
-        if !args.skip_kit {
-            steps.push(timed(
-                "GPU kit for LLVM 18: build + run in a bare Debian 13 root",
-                || {
-                    let proof = harness::gpu_kit::llvm18::prove()?;
-                    eprintln!("{}", proof.report());
-                    Ok(())
-                },
-            ));
-        }
-    }
     if !args.skip_lit {
         steps.push(timed("libomptarget 16 lit suite (our plugin)", || {
             let dir = util::target_dir().join("plugin");
@@ -306,31 +331,101 @@ pub fn main(args: Args) -> Result<()> {
                 lit::assert_isolated_matches(&summary)
             },
         ));
-        // LLVM 17's and 18's own suites in their Debian 13 roots (Debian 12 packages
-        // neither), through their plugins and ours, compared.
-        steps.push(timed(
-            "libomptarget 17 lit suite in Debian 13 (LLVM 17's plugin vs ours, in-process and isolated)",
-            || lit::compare_in_debian13(17, &util::target_dir().join("plugin")),
-        ));
-        steps.push(timed(
-            "libomptarget 18 lit suite in Debian 13 (LLVM 18's plugin vs ours, in-process and isolated)",
-            || lit::compare_in_debian13(18, &util::target_dir().join("plugin")),
-        ));
     }
     if !args.skip_fuzz {
         steps.push(timed("bounded fuzzing", || {
             fuzz::run_all(args.fuzz_seconds, &[]).map(|_| ())
         }));
     }
-    summarize(&steps)
+    steps
 }
 
-fn summarize(steps: &[Step]) -> Result<()> {
+/// The Debian 13 lane: LLVM 17 and 18 as a Debian 13 user has them (the install built
+/// inside each root, standard programs compiled by clang-N through it and run through
+/// our plugin), their packages, the LLVM 18 kit, and their lit suites.
+fn debian13_steps(args: &Args) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let mut step = |name: &str, f: &mut dyn FnMut() -> Result<()>| {
+        let mut s = timed(name, f);
+        s.lane = DEBIAN13_LANE;
+        steps.push(s);
+    };
+    if !args.skip_debian13 {
+        let mut debian13_packages = Vec::new();
+        for (major, name) in [
+            (
+                17,
+                "LLVM 17 in Debian 13: install and dist inside + standard programs",
+            ),
+            (
+                18,
+                "LLVM 18 in Debian 13: install and dist inside + standard programs",
+            ),
+        ] {
+            step(name, &mut || {
+                let report = debian13_programs::check(major)?;
+                debian13_packages.push((release::dist::Release { major }, report.package));
+                Ok(())
+            });
+        }
+        // Both packages in one bare Debian 13 root, in turn (Debian's OpenMP runtimes of
+        // 17 and 18 exclude each other), after a check that no file is in both: the
+        // README's quick start (for 17 and for 18) runs from each, then from each tarball.
+        step(
+            "packages for LLVM 17 and 18: README quick start in a bare Debian 13 root",
+            &mut || {
+                ensure!(
+                    debian13_packages.len() == 2,
+                    "the Debian 13 steps built {} of the 2 packages",
+                    debian13_packages.len()
+                );
+                let report = harness::package_check::check(&debian13_packages)?;
+                eprintln!("{}", report.summary());
+                Ok(())
+            },
+        );
+        // The second GPU kit: clang-18's programs and libomptarget 18 from that root,
+        // run in a bare Debian 13 root, with the check of glibc symbol versions.
+        if !args.skip_kit {
+            step(
+                "GPU kit for LLVM 18: build + run in a bare Debian 13 root",
+                &mut || {
+                    let proof = harness::gpu_kit::llvm18::prove()?;
+                    eprintln!("{}", proof.report());
+                    Ok(())
+                },
+            );
+        }
+    }
+    if !args.skip_lit {
+        // LLVM 17's and 18's own suites in their Debian 13 roots (Debian 12 packages
+        // neither), through their plugins and ours, compared.
+        for (major, name) in [
+            (17, "libomptarget 17 lit suite in Debian 13 (LLVM 17's plugin vs ours, in-process and isolated)"),
+            (18, "libomptarget 18 lit suite in Debian 13 (LLVM 18's plugin vs ours, in-process and isolated)"),
+        ] {
+            step(name, &mut || {
+                lit::compare_in_debian13(major, &util::target_dir().join("plugin"))
+            });
+        }
+    }
+    steps
+}
+
+fn summarize(steps: &[Step], start: Instant) -> Result<()> {
     util::section("summary");
     for s in steps {
         let verdict = if s.result.is_ok() { "ok" } else { "FAILED" };
-        eprintln!("  {verdict:>6}  {:7.1} s  {}", s.secs, s.name);
+        eprintln!(
+            "  {verdict:>6}  {:7.1} s  {:<8}  {}",
+            s.secs, s.lane, s.name
+        );
     }
+    eprintln!(
+        "  {:>6}  {:7.1} s  wall clock (the {HOST_LANE} and {DEBIAN13_LANE} lanes side by side)",
+        "total",
+        start.elapsed().as_secs_f64()
+    );
     let failed = steps.iter().filter(|s| s.result.is_err()).count();
     let passed = steps.len() - failed;
     println!("xtask test: {passed} passed, {failed} failed");
