@@ -2,10 +2,10 @@
 //! are x86-64 shared objects loaded with dlopen, memory is malloc'd process memory,
 //! kernels are called through libffi with one pointer argument per mapped variable.
 
-use super::dlopen::{self, ImageFile};
+use super::host_common::dlopen::{self, ImageFile};
+use super::host_common::ffi_call;
 use super::{
-    ffi_call, AllocKind, Backend, BackendDevice, BackendError, DeviceAddr, LoadedModule,
-    StagedImage,
+    AllocKind, Backend, BackendDevice, BackendError, DeviceAddr, LoadedModule, StagedImage,
 };
 use crate::launch_shape::Shape;
 use libloading::os::unix::Library;
@@ -27,8 +27,7 @@ pub fn inspect_loadable(
     crate::image::inspect_shared_object_for(image, object::elf::EM_X86_64, &check_loadable)
 }
 
-/// LLVM's host plugin offers four devices; tests in LLVM's suite use more than one.
-pub const HOST_DEVICE_COUNT: usize = 4;
+pub use super::host_common::HOST_DEVICE_COUNT;
 
 #[derive(Default)]
 pub struct HostBackend;

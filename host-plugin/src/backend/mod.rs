@@ -10,13 +10,12 @@
 
 pub mod cuda;
 mod device_code;
-mod dlopen;
 mod error;
 mod facts;
-mod ffi_call;
 mod handles;
 pub mod hip;
 pub mod host;
+mod host_common;
 pub mod isolated;
 
 pub use error::{BackendError, HandleKind};

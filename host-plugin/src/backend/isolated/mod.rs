@@ -6,8 +6,8 @@
 //!
 //! Beside [`super::host`], it shares the ELF checks and the whole load path of the core
 //! (entries resolve from the image's symbol tables and the load bias the device
-//! process reports), and dlopen ([`super::dlopen`]) and the libffi call
-//! ([`super::ffi_call`]) with the in-process host device.
+//! process reports), and dlopen and the libffi call ([`super::host_common`]) with the
+//! in-process host device.
 //!
 //! - [`address_space`]: the window, reservations, and why no host address can be
 //!   reached on the device;
@@ -25,7 +25,7 @@ pub mod process;
 pub mod protocol;
 pub mod server;
 
-use super::dlopen;
+use super::host_common::{dlopen, HOST_DEVICE_COUNT};
 use super::{
     AllocKind, Backend, BackendDevice, BackendError, DeviceAddr, LoadedModule, StagedImage,
 };
@@ -423,7 +423,7 @@ impl Backend for IsolatedBackend {
     }
 
     fn device_count(&self) -> usize {
-        super::host::HOST_DEVICE_COUNT
+        HOST_DEVICE_COUNT
     }
 
     fn device(&self, index: usize) -> Arc<dyn BackendDevice> {
@@ -576,8 +576,7 @@ impl BackendDevice for IsolatedDevice {
                 "device {} of {}: the host CPU in a process of its own \
                  ({ISOLATED_ENV}), shared by the devices: host addresses fault there, as \
                  on a discrete GPU",
-                self.index,
-                super::host::HOST_DEVICE_COUNT
+                self.index, HOST_DEVICE_COUNT
             ),
             format!("device process: {state}"),
             format!(

@@ -584,7 +584,8 @@ mod tests {
     #[test]
     fn a_descriptor_travels_beside_a_packet() {
         let (a, b) = socket_pair().unwrap();
-        let (file, _) = crate::backend::dlopen::image_descriptor(b"image bytes").unwrap();
+        let (file, _) =
+            crate::backend::host_common::dlopen::image_descriptor(b"image bytes").unwrap();
         use std::os::fd::AsFd;
         send(a.as_fd(), &Request::Load.encode(), Some(file.as_fd())).unwrap();
         let (packet, fd) = receive(b.as_fd()).unwrap().unwrap();

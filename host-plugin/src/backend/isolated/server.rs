@@ -16,7 +16,7 @@ use super::args::Args;
 use super::doorbell::{self, Doorbell, Mapped};
 use super::protocol::Range;
 use super::protocol::{self, FaultRecord, Reply, Request};
-use crate::backend::{dlopen, ffi_call};
+use crate::backend::host_common::{dlopen, ffi_call};
 use libloading::os::unix::Library;
 use std::collections::HashMap;
 use std::ffi::CString;

@@ -2,7 +2,7 @@
 //! host backend does in this process and the isolated device process does in its own
 //! (one copy of the rules for both).
 
-use super::BackendError;
+use crate::backend::BackendError;
 use libloading::os::unix::{Library, RTLD_LAZY, RTLD_LOCAL};
 use std::ffi::CString;
 use std::io::Write;

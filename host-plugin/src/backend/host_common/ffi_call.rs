@@ -2,7 +2,7 @@
 //! value per mapped variable. The host backend calls kernels so in this process, the
 //! isolated device process in its own.
 
-use super::{BackendError, DeviceAddr};
+use crate::backend::{BackendError, DeviceAddr};
 use libffi::low::{self, ffi_abi_FFI_DEFAULT_ABI, ffi_cif, ffi_type, CodePtr};
 use std::ffi::c_void;
 use std::sync::OnceLock;
