@@ -26,6 +26,7 @@
 //! (what LLVM's own plugin gives), 22 unsupported, no failure. `cargo xtask lit`
 //! applies it (without a `--filter`; with one, it requires no failures only).
 
+mod compile_cache;
 pub(crate) mod debian13_suites;
 pub(crate) mod debian_source;
 mod load_proof;
@@ -34,6 +35,7 @@ mod site_config;
 
 use crate::{debian_root, plugin, util};
 use anyhow::{bail, Context, Result};
+use compile_cache::CompileCache;
 use results::{Status, TestResult};
 use site_config::SiteConfig;
 pub(crate) use site_config::LLVM16_PREFIX;
@@ -407,11 +409,12 @@ fn run(llvm: &Llvm, options: &Options) -> Result<LitSummary> {
     let exec_root = fs::canonicalize(&exec_root)?;
     let ld_debug_dir = fs::canonicalize(&ld_debug_dir)?;
     let marker = run_dir.join("plugin-load-marker.txt");
+    let cache = CompileCache::for_suite(&lit_dir, &format!("llvm{major}"))?;
     // A chrooted run sees these at the same paths as this machine: the run's folder
-    // (programs, logs, marker), the tests, our plugins.
+    // (programs, logs, marker), the compile cache, the tests, our plugins.
     let _mounts = match &llvm.root {
         Some(root) => {
-            let mut binds: Vec<&Path> = vec![&run_dir];
+            let mut binds: Vec<&Path> = vec![&run_dir, cache.dir()];
             binds.extend(llvm.binds.iter().map(PathBuf::as_path));
             if ours {
                 binds.push(&plugin_dir);
@@ -434,12 +437,14 @@ fn run(llvm: &Llvm, options: &Options) -> Result<LitSummary> {
     let sh = Shell::new()?;
     let clang = llvm.prefix.join("bin/clang");
     let clang_version = util::read(llvm.command(&sh, &clang, &["-dumpversion"]))?;
+    let compiler_prefix = cache.command_prefix(&run_dir)?;
     let site = SiteConfig {
         prefix: &llvm.prefix,
         tests: &tests,
         exec_root: &exec_root,
         clang_version: clang_version.trim(),
         environment: &environment,
+        compiler_prefix: Some(&compiler_prefix),
     };
     for f in site.required_files() {
         if !llvm.host_path(&f).exists() {
@@ -479,6 +484,10 @@ fn run(llvm: &Llvm, options: &Options) -> Result<LitSummary> {
     let start = Instant::now();
     run_streaming(lit, &run_dir.join("lit.log"))?;
     let run_time = start.elapsed();
+    let (hits, misses) = cache.counts()?;
+    eprintln!(
+        "lit: compile cache: {hits} compile(s) taken from an earlier run of this suite, {misses} run"
+    );
 
     let results = results::read(&report_path)?;
     if results.is_empty() {

@@ -19,6 +19,9 @@ pub struct SiteConfig<'a> {
     pub clang_version: &'a str,
     /// Variables every test command gets (lit cleans the environment otherwise).
     pub environment: &'a [(String, String)],
+    /// What stands before the compiler in `%clang` and `%clangxx`: the compile cache's
+    /// command ([`super::compile_cache`]), or nothing.
+    pub compiler_prefix: Option<&'a str>,
 }
 
 impl SiteConfig<'_> {
@@ -46,9 +49,19 @@ impl SiteConfig<'_> {
                 python_str(v)?
             ));
         }
+        let compiler = |name: &str| -> Result<String> {
+            let path = bin.join(name);
+            let path = path
+                .to_str()
+                .with_context(|| format!("path is not UTF-8: {}", path.display()))?;
+            python_str(&match self.compiler_prefix {
+                Some(prefix) => format!("{prefix} {path}"),
+                None => path.to_owned(),
+            })
+        };
         let substitutions = [
-            ("C_COMPILER", python_path(&bin.join("clang"))?),
-            ("CXX_COMPILER", python_path(&bin.join("clang++"))?),
+            ("C_COMPILER", compiler("clang")?),
+            ("CXX_COMPILER", compiler("clang++")?),
             ("COMPILER_FEATURES", format!("[{}]", features.join(", "))),
             ("EXEC_ROOT", python_path(self.exec_root)?),
             ("LIBRARY_DIR", python_path(&lib)?),
@@ -133,6 +146,7 @@ mod tests {
             exec_root: Path::new("/t/x86_64-pc-linux-gnu"),
             clang_version: "16.0.6",
             environment: env,
+            compiler_prefix: None,
         }
     }
 
@@ -161,6 +175,19 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("config.has_libomptarget_ompt = True"));
+    }
+
+    #[test]
+    fn the_compile_cache_stands_before_both_compilers() {
+        let mut site = config(&[]);
+        site.compiler_prefix = Some("/usr/bin/python3 /c/compile_cache.py /c /run");
+        let out = site.render(TEMPLATE).unwrap();
+        for compiler in ["clang", "clang++"] {
+            let line = format!(
+                "'/usr/bin/python3 /c/compile_cache.py /c /run /usr/lib/llvm-16/bin/{compiler}'"
+            );
+            assert!(out.contains(&line), "{out}");
+        }
     }
 
     #[test]
