@@ -2,6 +2,7 @@
 //! and HIP's own message. Grouped by noun, like cudarc's `result` layer.
 
 use super::sys::{self, HipApi, HipDeviceptr, HipFunction, HipModule};
+use crate::backend::BackendError;
 use std::ffi::{c_int, c_void, CStr};
 use thiserror::Error;
 
@@ -14,6 +15,15 @@ pub struct HipCallError {
 }
 
 pub type HipResult<T> = Result<T, HipCallError>;
+
+/// A failed HIP call as the typed driver error.
+pub(super) fn driver_failed(e: HipCallError) -> BackendError {
+    BackendError::Driver {
+        call: e.call,
+        code: e.code,
+        name: e.message,
+    }
+}
 
 fn check(api: &HipApi, call: &'static str, code: sys::HipError) -> HipResult<()> {
     if code == sys::HIP_SUCCESS {
