@@ -33,6 +33,7 @@ pub mod protocol;
 mod running;
 pub mod server;
 
+pub use args::ISOLATED_ENV;
 pub use device::IsolatedDevice;
 pub use running::Isolated;
 
@@ -40,8 +41,6 @@ use super::host_common::HOST_DEVICE_COUNT;
 use super::{Backend, BackendDevice};
 use running::ProcessOnFirstUse;
 use std::sync::Arc;
-
-pub use args::ISOLATED_ENV;
 
 /// Whether this process asked for the isolated device.
 pub fn requested() -> bool {
