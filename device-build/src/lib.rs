@@ -63,12 +63,7 @@ pub fn build(force: bool) -> Result<()> {
         return Ok(());
     }
     let toolchain = Toolchain::select()?;
-    let mut timings = Vec::new();
-    for target in targets::all_targets() {
-        let start = Instant::now();
-        compile::build_target(&toolchain, &target)?;
-        timings.push((target.label(), start.elapsed().as_secs_f64()));
-    }
+    let mut timings = compile_all(&toolchain, &targets::all_targets())?;
     let start = Instant::now();
     ptx::assemble_all()?;
     timings.push((
@@ -81,6 +76,37 @@ pub fn build(force: bool) -> Result<()> {
     }
     list_outputs(&all);
     Ok(())
+}
+
+/// Builds every target, as many at a time as the machine has cores: each has its own
+/// target folder and outputs, and much of a build is rustc's single-threaded front end
+/// on `core`. Returns each target's seconds, in the targets' order; the first error
+/// (after every started build ends).
+fn compile_all(toolchain: &Toolchain, all: &[targets::DeviceTarget]) -> Result<Vec<(String, f64)>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Result<f64>>>> =
+        all.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..workers.min(all.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(target) = all.get(i) else { break };
+                let start = Instant::now();
+                let result = compile::build_target(toolchain, target)
+                    .map(|()| start.elapsed().as_secs_f64());
+                *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+            });
+        }
+    });
+    all.iter()
+        .zip(results)
+        .map(|(target, result)| {
+            let result = result.into_inner().unwrap_or_else(|e| e.into_inner());
+            let secs = result.unwrap_or_else(|| Err(anyhow::anyhow!("not built")))?;
+            Ok((target.label(), secs))
+        })
+        .collect()
 }
 
 /// Every artifact, rebuilt only where one is older than its inputs.
