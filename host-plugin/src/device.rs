@@ -15,6 +15,7 @@ use crate::diag;
 use crate::error::{backend_err, backend_err_with, PluginError};
 use crate::kernels::{KernelRecord, KernelRegistry};
 use crate::locking::lock;
+use crate::memory_pool::MemoryPool;
 use crate::plugin_kind::PluginKind;
 use crate::table::device_table::{DeviceTable, IndexInfo};
 use crate::table::fptr::{self, FptrMapEntry};
@@ -70,6 +71,9 @@ pub struct Device {
     /// What the C ABI handed out for this device that lives as long as the device
     /// (interop's async infos): freed with it.
     kept: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
+    /// libomptarget's device memory, pooled where the vendor pools
+    /// ([`BackendDevice::pools_memory`]); made on first use, from the settings.
+    pool: OnceLock<Option<Arc<MemoryPool>>>,
 }
 
 impl Device {
@@ -93,6 +97,7 @@ impl Device {
             settings: OnceLock::new(),
             limits_set: Mutex::new(false),
             kept: Mutex::default(),
+            pool: OnceLock::new(),
         }
     }
 
@@ -139,6 +144,39 @@ impl Device {
         DeviceMemory::new(Arc::clone(&self.vendor))
     }
 
+    /// This device's memory as libomptarget allocates it: through the pool, where the
+    /// device has one.
+    pub(crate) fn user_memory(&self) -> DeviceMemory {
+        match self.pool() {
+            Some(pool) => DeviceMemory::pooled(Arc::clone(&self.vendor), Arc::clone(pool)),
+            None => self.memory(),
+        }
+    }
+
+    /// The device's pool, made on first use where the vendor pools and the settings'
+    /// threshold is not 0.
+    pub fn pool(&self) -> Option<&Arc<MemoryPool>> {
+        self.pool
+            .get_or_init(|| {
+                let settings = self.settings().pool;
+                (self.vendor.pools_memory() && settings.threshold > 0)
+                    .then(|| Arc::new(MemoryPool::new(settings)))
+            })
+            .as_ref()
+    }
+
+    /// Give the pool's free blocks back to the driver (at the end of the device's use,
+    /// and when the plugin unloads everything).
+    fn trim_pool(&self) -> Result<(), PluginError> {
+        match self.pool.get() {
+            Some(Some(pool)) => pool
+                .trim(self.vendor.as_ref())
+                .map(|_| ())
+                .map_err(backend_err(self.id(), "giving the memory pool back")),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn load_thread_cap(&self) -> usize {
         self.load_thread_cap
     }
@@ -150,7 +188,9 @@ impl Device {
     /// Unload every image (`__tgt_rtl_deinit_plugin`).
     pub fn unload_all(&self) -> Result<(), PluginError> {
         let removed = std::mem::take(&mut *lock(&self.images));
-        self.release(removed)
+        let unloaded = self.release(removed);
+        let trimmed = self.trim_pool();
+        unloaded.and(trimmed)
     }
 
     /// The keys of the images loaded here.
@@ -432,6 +472,16 @@ static EVENT_TOKEN: u8 = 0;
 /// returns, so there is nothing to wait for): an address no backend event can have.
 pub fn token_event() -> EventHandle {
     &EVENT_TOKEN as *const u8 as EventHandle
+}
+
+impl Drop for Device {
+    /// The pool's free blocks go back to the driver before the vendor's device (and
+    /// with it a GPU's context) goes.
+    fn drop(&mut self) {
+        if let Err(e) = self.trim_pool() {
+            diag::debug(|| format!("{e}"));
+        }
+    }
 }
 
 #[cfg(test)]

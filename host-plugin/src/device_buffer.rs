@@ -5,18 +5,30 @@
 
 use crate::backend::{AllocKind, BackendDevice, BackendError, DeviceAddr};
 use crate::diag;
+use crate::memory_pool::MemoryPool;
 use std::sync::Arc;
 
-/// One device of a backend, as the plugin's own allocations see it: where they come
-/// from and where they go back to.
+/// One device of a backend, as allocations see it: where they come from and where they
+/// go back to (the device's pool, when it has one and the allocation is of a kind and
+/// size it keeps; else the driver).
 #[derive(Clone)]
 pub struct DeviceMemory {
     device: Arc<dyn BackendDevice>,
+    pool: Option<Arc<MemoryPool>>,
 }
 
 impl DeviceMemory {
+    /// The driver's memory, unpooled (the plugin's own buffers: tables, environments).
     pub fn new(device: Arc<dyn BackendDevice>) -> Self {
-        DeviceMemory { device }
+        DeviceMemory { device, pool: None }
+    }
+
+    /// The device's memory through `pool` (libomptarget's allocations).
+    pub fn pooled(device: Arc<dyn BackendDevice>, pool: Arc<MemoryPool>) -> Self {
+        DeviceMemory {
+            device,
+            pool: Some(pool),
+        }
     }
 
     /// The vendor's object for the device.
@@ -31,13 +43,30 @@ impl DeviceMemory {
 
     /// `len` bytes of memory of `kind`, owned by the returned buffer.
     pub fn alloc(&self, len: usize, kind: AllocKind) -> Result<DeviceBuffer, BackendError> {
-        let addr = self.device.alloc(len, kind)?;
+        let addr = match &self.pool {
+            Some(pool) => pool.alloc(self.device.as_ref(), len, kind)?,
+            None => self.device.alloc(len, kind)?,
+        };
         Ok(DeviceBuffer {
             memory: self.clone(),
             addr,
             len,
             owned: true,
         })
+    }
+
+    /// Give `addr` back: to the pool it came from, else to the driver.
+    ///
+    /// # Safety
+    /// `addr` came from [`DeviceMemory::alloc`] on this device (or the driver's
+    /// allocation on it) and is dead.
+    pub unsafe fn release(&self, addr: DeviceAddr) -> Result<(), BackendError> {
+        match &self.pool {
+            // SAFETY: forwarded caller contract.
+            Some(pool) => unsafe { pool.free(self.device.as_ref(), addr) },
+            // SAFETY: forwarded caller contract.
+            None => unsafe { self.device.free(addr) },
+        }
     }
 
     /// Write `bytes` at `dst`.
@@ -119,7 +148,7 @@ impl DeviceBuffer {
         // SAFETY: the buffer owns the allocation (from `DeviceMemory::alloc` on this
         // device), which nothing is left to use: the buffer is consumed here, and with
         // `owned` cleared its Drop frees nothing a second time.
-        unsafe { self.memory.device.free(self.addr) }
+        unsafe { self.memory.release(self.addr) }
     }
 
     /// Give up ownership: the caller (libomptarget, through the C ABI) frees the
@@ -137,7 +166,7 @@ impl Drop for DeviceBuffer {
         }
         // SAFETY: the buffer owns the allocation (from `DeviceMemory::alloc` on this
         // device, neither freed nor handed out with `into_raw`), and it is going away.
-        let freed = unsafe { self.memory.device.free(self.addr) };
+        let freed = unsafe { self.memory.release(self.addr) };
         if let Err(e) = freed {
             diag::debug(|| format!("device {}: freeing {self:?}: {e}", self.memory.device()));
         }

@@ -2,14 +2,20 @@
 //! plugins-nextgen reads them (`GenericDeviceTy`): `LIBOMPTARGET_SHARED_MEMORY_SIZE`
 //! (dynamic shared memory every launch gets, and the device environment's
 //! `DynamicMemSize`), `LIBOMPTARGET_STACK_SIZE` and `LIBOMPTARGET_HEAP_SIZE` (set on the
-//! device at its initialisation, before any launch). Pure: the caller says where values
-//! come from.
+//! device at its initialisation, before any launch), and how the device pools its
+//! memory ([`crate::memory_pool`]: `LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`, ours
+//! `OMPTARGET_RS_MEMORY_POOL_LIMIT`). Pure: the caller says where values come from.
 
+use crate::memory_pool::{PoolSettings, DEFAULT_CACHE_LIMIT, DEFAULT_THRESHOLD};
 use thiserror::Error;
 
 pub const SHARED_MEMORY_SIZE_ENV: &str = "LIBOMPTARGET_SHARED_MEMORY_SIZE";
 pub const STACK_SIZE_ENV: &str = "LIBOMPTARGET_STACK_SIZE";
 pub const HEAP_SIZE_ENV: &str = "LIBOMPTARGET_HEAP_SIZE";
+/// LLVM's: the largest allocation the memory pool serves; 0 turns pooling off.
+pub const POOL_THRESHOLD_ENV: &str = "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD";
+/// Ours: the most bytes of free blocks the memory pool keeps.
+pub const POOL_LIMIT_ENV: &str = "OMPTARGET_RS_MEMORY_POOL_LIMIT";
 
 /// The settings of one device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -20,6 +26,8 @@ pub struct DeviceSettings {
     pub stack_size: Option<usize>,
     /// Bytes of device heap (device-side `malloc`), where set.
     pub heap_size: Option<usize>,
+    /// How a GPU device pools its memory.
+    pub pool: PoolSettings,
 }
 
 /// A variable set to something that is not a number of bytes.
@@ -55,6 +63,12 @@ impl DeviceSettings {
             dynamic_shared_memory: shared.map_or(0, |n| n as u32),
             stack_size: bytes(STACK_SIZE_ENV, host_size)?.map(|n| n as usize),
             heap_size: bytes(HEAP_SIZE_ENV, host_size)?.map(|n| n as usize),
+            pool: PoolSettings {
+                threshold: bytes(POOL_THRESHOLD_ENV, host_size)?
+                    .map_or(DEFAULT_THRESHOLD, |n| n as usize),
+                cache_limit: bytes(POOL_LIMIT_ENV, host_size)?
+                    .map_or(DEFAULT_CACHE_LIMIT, |n| n as usize),
+            },
         })
     }
 }
@@ -92,7 +106,25 @@ mod tests {
                 dynamic_shared_memory: 256,
                 stack_size: Some(2048),
                 heap_size: Some(16 << 20),
+                pool: PoolSettings::default(),
             })
+        );
+    }
+
+    #[test]
+    fn the_pool_variables_set_its_threshold_and_limit() {
+        let pool = |vars| settings(vars).map(|s| s.pool);
+        assert_eq!(pool(&[]), Ok(PoolSettings::default()));
+        assert_eq!(
+            pool(&[(POOL_THRESHOLD_ENV, "0"), (POOL_LIMIT_ENV, "4096")]),
+            Ok(PoolSettings {
+                threshold: 0,
+                cache_limit: 4096
+            })
+        );
+        assert_eq!(
+            settings(&[(POOL_THRESHOLD_ENV, "8k")]).unwrap_err().name,
+            POOL_THRESHOLD_ENV
         );
     }
 

@@ -32,6 +32,7 @@ pub mod kernels;
 pub mod launch_shape;
 pub mod load;
 mod locking;
+pub mod memory_pool;
 mod own_file;
 pub mod plugin;
 pub mod plugin_kind;

@@ -255,6 +255,13 @@ pub trait BackendDevice: AsAny + Send + Sync {
     /// Allocate `size` bytes of one of LLVM 16's kinds of memory. A backend with one
     /// kind of memory gives it for every kind; one that cannot give a kind refuses it.
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DeviceAddr, BackendError>;
+    /// Whether libomptarget's device memory on this device comes through a pool
+    /// ([`crate::memory_pool`]): a GPU's, whose driver allocation and release are slow
+    /// and whose release waits for the whole device. The host devices' memory is
+    /// ordinary memory.
+    fn pools_memory(&self) -> bool {
+        false
+    }
     /// Where device memory is this process's own (the host device): the host-only steps
     /// the core may take on it. None elsewhere.
     fn host_memory(&self) -> Option<&HostMemory> {

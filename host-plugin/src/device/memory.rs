@@ -10,18 +10,21 @@ impl Device {
     /// Allocate memory of one of LLVM 16's kinds (device, pinned host, managed), freed
     /// when the buffer is dropped ([`DeviceBuffer::into_raw`] hands it over instead).
     pub fn alloc(&self, size: usize, kind: AllocKind) -> Result<DeviceBuffer, PluginError> {
-        self.memory()
+        self.user_memory()
             .alloc(size, kind)
             .map_err(backend_err_with(self.id(), || {
                 format!("allocating {size} bytes of {kind:?} memory")
             }))
     }
 
+    /// Free what `alloc` gave: back to the device's pool (no driver call, no wait for
+    /// the device) or to the driver.
+    ///
     /// # Safety
     /// `addr` came from `alloc` on this device and is dead.
     pub unsafe fn free(&self, addr: DeviceAddr) -> Result<(), PluginError> {
         // SAFETY: forwarded caller contract.
-        unsafe { self.vendor.free(addr) }.map_err(backend_err(self.id(), "freeing"))
+        unsafe { self.user_memory().release(addr) }.map_err(backend_err(self.id(), "freeing"))
     }
 
     /// Copy host bytes to the device, to completion.

@@ -243,6 +243,10 @@ impl BackendDevice for CudaDevice {
         }
     }
 
+    fn pools_memory(&self) -> bool {
+        true
+    }
+
     unsafe fn free(&self, addr: DeviceAddr) -> Result<(), BackendError> {
         self.enter()?;
         let pinned = lock(&self.pinned.host_allocations).remove(&addr);

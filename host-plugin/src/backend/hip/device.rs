@@ -161,6 +161,10 @@ impl BackendDevice for HipDevice {
         }
     }
 
+    fn pools_memory(&self) -> bool {
+        true
+    }
+
     unsafe fn free(&self, addr: DeviceAddr) -> Result<(), BackendError> {
         let api = self.current()?;
         // SAFETY: forwarded caller contract (`addr` came from `alloc` and is dead).
