@@ -110,6 +110,19 @@ pub enum Event {
         context: u64,
     },
     Launch(Box<Launch>),
+    /// At the process's end: every driver function called, with its count (and, for
+    /// copies, the bytes).
+    Calls {
+        calls: std::collections::BTreeMap<String, CallCount>,
+    },
+}
+
+/// One driver function's line in the `calls` event.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub struct CallCount {
+    pub count: u64,
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 /// A `launch` event.
@@ -196,6 +209,26 @@ impl Log {
         self.events.iter().find_map(|e| match e {
             Event::ContextRetain { device: d, context } if *d == device => Some(*context),
             _ => None,
+        })
+    }
+
+    /// The `calls` event: every driver function the process called, with its count.
+    pub fn calls(&self) -> Option<&std::collections::BTreeMap<String, CallCount>> {
+        self.events.iter().find_map(|e| match e {
+            Event::Calls { calls } => Some(calls),
+            _ => None,
+        })
+    }
+
+    /// How often the process called the driver functions whose names start with any of
+    /// `prefixes` (`cuMemAlloc` counts `cuMemAlloc_v2`, `cuMemAllocManaged`...).
+    pub fn calls_to(&self, prefixes: &[&str]) -> u64 {
+        self.calls().map_or(0, |calls| {
+            calls
+                .iter()
+                .filter(|(name, _)| prefixes.iter().any(|p| name.starts_with(p)))
+                .map(|(_, c)| c.count)
+                .sum()
         })
     }
 

@@ -30,6 +30,7 @@ fn stack_and_heap_limits_are_set_once_at_initialisation_before_any_launch() {
         stack_size: Some(2048),
         heap_size: Some(16 << 20),
         dynamic_shared_memory: 0,
+        ..DeviceSettings::default()
     })
     .unwrap();
     fake.clear_log();
