@@ -1,11 +1,13 @@
 //! The devices the stand-in reports: `OMPTARGET_RS_CUDA_STANDIN_DEVICES` of them
 //! (default 1), all of compute capability `OMPTARGET_RS_CUDA_STANDIN_SM` (default 90),
-//! with an H100's attributes.
+//! with an H100's attributes, each with `OMPTARGET_RS_CUDA_STANDIN_MEMORY` bytes of
+//! device memory (default an H100's 80 GiB).
 
 use crate::errors::{Failure, Outcome};
 
 pub const DEVICES_ENV: &str = "OMPTARGET_RS_CUDA_STANDIN_DEVICES";
 pub const SM_ENV: &str = "OMPTARGET_RS_CUDA_STANDIN_SM";
+pub const MEMORY_ENV: &str = "OMPTARGET_RS_CUDA_STANDIN_MEMORY";
 
 /// What every device of this process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,19 +15,28 @@ pub struct Config {
     pub devices: usize,
     /// 90 for sm_90.
     pub sm: u32,
+    /// Each device's memory in bytes: what cuDeviceTotalMem and cuMemGetInfo report as
+    /// the total, and the most its device and managed allocations may take together.
+    pub memory: usize,
 }
 
 impl Config {
     /// From the environment; a value that does not parse is the default.
     pub fn from_env() -> Self {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// From the variables `var` gives; a value that does not parse is the default.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
         let number = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.trim().trim_start_matches("sm_").parse::<u32>().ok())
+            var(name).and_then(|v| v.trim().trim_start_matches("sm_").parse::<u32>().ok())
         };
         Config {
             devices: number(DEVICES_ENV).map_or(1, |n| n as usize),
             sm: number(SM_ENV).filter(|&sm| sm >= 10).unwrap_or(90),
+            memory: var(MEMORY_ENV)
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(TOTAL_MEMORY),
         }
     }
 
@@ -52,7 +63,7 @@ impl Config {
     }
 }
 
-/// 80 GiB, as an H100 SXM.
+/// Each device's memory by default: 80 GiB, as an H100 SXM.
 pub const TOTAL_MEMORY: usize = 80 << 30;
 pub const MAX_THREADS_PER_BLOCK: i32 = 1024;
 /// Static plus dynamic shared memory a block gets without opting in.
@@ -262,7 +273,7 @@ mod tests {
 
     #[test]
     fn an_h100_by_default() {
-        let config = Config { devices: 1, sm: 90 };
+        let config = Config::from_vars(|_| None);
         let get = |a| attribute_value(&config, a).unwrap();
         assert_eq!(get(attribute::MAX_THREADS_PER_BLOCK), 1024);
         assert_eq!(get(attribute::MAX_GRID_DIM_X), i32::MAX);
@@ -280,8 +291,43 @@ mod tests {
     }
 
     #[test]
+    fn the_environment_sets_devices_sm_and_memory() {
+        let defaults = Config::from_vars(|_| None);
+        assert_eq!(
+            defaults,
+            Config {
+                devices: 1,
+                sm: 90,
+                memory: TOTAL_MEMORY
+            }
+        );
+        let set = Config::from_vars(|name| {
+            Some(match name {
+                DEVICES_ENV => "4".into(),
+                SM_ENV => "sm_80".into(),
+                MEMORY_ENV => " 1048576\n".into(),
+                _ => return None,
+            })
+        });
+        assert_eq!(
+            set,
+            Config {
+                devices: 4,
+                sm: 80,
+                memory: 1 << 20
+            }
+        );
+        let junk = Config::from_vars(|name| (name == MEMORY_ENV).then(|| "1G".into()));
+        assert_eq!(junk.memory, TOTAL_MEMORY, "a value that does not parse");
+    }
+
+    #[test]
     fn device_ordinals_are_checked() {
-        let config = Config { devices: 2, sm: 80 };
+        let config = Config {
+            devices: 2,
+            sm: 80,
+            memory: 1 << 20,
+        };
         assert_eq!(config.check(1), Ok(1));
         assert!(config.check(2).is_err());
         assert!(config.check(-1).is_err());

@@ -16,6 +16,10 @@
 //!   (default: CUDA_ERROR_NOT_SUPPORTED after the launch is checked and reported).
 //! - `OMPTARGET_RS_CUDA_STANDIN_LOG=<file>`: the report (below).
 //! - `OMPTARGET_RS_CUDA_STANDIN_MAX_ROWS` (default 4096): table rows per launch event.
+//! - `OMPTARGET_RS_CUDA_STANDIN_MEMORY=<bytes>` (default 80 GiB): each device's memory.
+//!   A device or managed allocation that would take the current context's device past
+//!   it fails with CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo reports it as the total (free:
+//!   it minus that device's allocations), as does cuDeviceTotalMem.
 //!
 //! # The report
 //! One JSON object per line, appended (O_APPEND, one write per line), each with
@@ -53,6 +57,8 @@
 
 #![allow(non_snake_case)]
 
+#[cfg(test)]
+mod api_tests;
 mod device;
 mod errors;
 mod image;
@@ -273,9 +279,9 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, device: c_int) -> CuResult {
     shim("cuDeviceTotalMem_v2", || {
-        with_initialized(|s| s.config.check(device))?;
+        let total = with_initialized(|s| s.config.check(device).map(|_| s.config.memory))?;
         // SAFETY: the caller's pointer, per the driver API.
-        unsafe { out(bytes, device::TOTAL_MEMORY, "bytes") }
+        unsafe { out(bytes, total, "bytes") }
     })
 }
 
@@ -390,6 +396,7 @@ mod tests {
     /// refuses.
     #[test]
     fn the_exports_drive_a_real_cubin() {
+        let _alone = state::exclusive();
         let cubin = test_cubin::linked_cubin().to_vec();
         // SAFETY: every pointer below is a live local or the cubin's bytes.
         unsafe {

@@ -3,8 +3,12 @@
 //! touch is recorded: device, managed and pinned allocations, host ranges registered
 //! with cuMemHostRegister, and the data sections of loaded modules (their globals). A
 //! copy, memset or free that touches anything else is refused with
-//! CUDA_ERROR_INVALID_VALUE: what compute-sanitizer would report on a GPU.
+//! CUDA_ERROR_INVALID_VALUE: what compute-sanitizer would report on a GPU. Device and
+//! managed allocations belong to the device of the context that made them and count
+//! against its memory (`OMPTARGET_RS_CUDA_STANDIN_MEMORY`); one past it is
+//! CUDA_ERROR_OUT_OF_MEMORY.
 
+use crate::device::MEMORY_ENV;
 use crate::errors::{
     Failure, Outcome, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, CUDA_ERROR_OUT_OF_MEMORY,
@@ -97,6 +101,9 @@ impl RegionKind {
 struct Region {
     len: usize,
     kind: RegionKind,
+    /// The device of the context that allocated it (0 for ranges recorded from
+    /// elsewhere); device and managed allocations count against its memory.
+    device: usize,
     /// The memory, when the registry owns it (allocations; not registered or module
     /// ranges).
     _block: Option<Block>,
@@ -109,10 +116,30 @@ pub struct Memory {
 }
 
 impl Memory {
-    /// A new allocation of `len` bytes (cuMemAlloc, cuMemAllocManaged, cuMemHostAlloc).
-    pub fn alloc(&mut self, len: usize, kind: RegionKind) -> Outcome<u64> {
+    /// A new allocation of `len` bytes (cuMemAlloc, cuMemAllocManaged, cuMemHostAlloc)
+    /// by a context of `device`; a device or managed one that would take the device's
+    /// allocations past `limit` bytes is CUDA_ERROR_OUT_OF_MEMORY.
+    pub fn alloc(
+        &mut self,
+        len: usize,
+        kind: RegionKind,
+        device: usize,
+        limit: usize,
+    ) -> Outcome<u64> {
         if len == 0 {
             return Err(Failure::invalid_value("an allocation of 0 bytes"));
+        }
+        if counts_against_device(&kind) {
+            let used = self.allocated(device);
+            if len > limit.saturating_sub(used) {
+                return Err(Failure::new(
+                    CUDA_ERROR_OUT_OF_MEMORY,
+                    format!(
+                        "{len} bytes: device {device} has {used} of its {limit} bytes \
+                         allocated ({MEMORY_ENV})"
+                    ),
+                ));
+            }
         }
         let align = if kind == RegionKind::Pinned {
             PINNED_ALIGN
@@ -126,6 +153,7 @@ impl Memory {
             Region {
                 len,
                 kind,
+                device,
                 _block: Some(block),
             },
         );
@@ -159,6 +187,7 @@ impl Memory {
             Region {
                 len,
                 kind,
+                device: 0,
                 _block: None,
             },
         );
@@ -269,14 +298,21 @@ impl Memory {
         }
     }
 
-    /// Bytes held by allocations (for cuMemGetInfo).
-    pub fn allocated(&self) -> usize {
+    /// Bytes held by `device`'s device and managed allocations (for cuMemGetInfo and
+    /// the limit).
+    pub fn allocated(&self, device: usize) -> usize {
         self.regions
             .values()
-            .filter(|r| matches!(r.kind, RegionKind::Device | RegionKind::Managed))
+            .filter(|r| r.device == device && counts_against_device(&r.kind))
             .map(|r| r.len)
             .sum()
     }
+}
+
+/// Device and managed allocations take a device's memory; pinned, registered and
+/// module ranges do not.
+fn counts_against_device(kind: &RegionKind) -> bool {
+    matches!(kind, RegionKind::Device | RegionKind::Managed)
 }
 
 fn describe_kinds(kinds: &[RegionKind]) -> String {
@@ -327,10 +363,38 @@ pub fn read(memory: &Memory, addr: u64, len: usize, what: &str) -> Outcome<Vec<u
 mod tests {
     use super::*;
 
+    const LIMIT: usize = 1 << 20;
+
+    #[test]
+    fn each_device_has_its_own_allocations_and_limit() {
+        let mut m = Memory::default();
+        let a = m.alloc(600, RegionKind::Device, 0, 1000).unwrap();
+        let full = m.alloc(401, RegionKind::Managed, 0, 1000).unwrap_err();
+        assert_eq!(full.code, CUDA_ERROR_OUT_OF_MEMORY);
+        assert!(
+            full.detail.contains("device 0 has 600 of its 1000"),
+            "{full:?}"
+        );
+        assert!(full.detail.contains(MEMORY_ENV), "{full:?}");
+        let b = m.alloc(400, RegionKind::Managed, 0, 1000).unwrap();
+        assert_eq!(m.allocated(0), 1000);
+        // Another device's memory, and pinned host memory, are not device 0's.
+        let c = m.alloc(1000, RegionKind::Device, 1, 1000).unwrap();
+        m.alloc(5000, RegionKind::Pinned, 0, 1000).unwrap();
+        assert_eq!((m.allocated(0), m.allocated(1)), (1000, 1000));
+        assert!(m.alloc(1, RegionKind::Device, 1, 1000).is_err());
+        m.free(a, &[RegionKind::Device]).unwrap();
+        assert_eq!(m.allocated(0), 400);
+        m.alloc(600, RegionKind::Device, 0, 1000).unwrap();
+        m.free(b, &[RegionKind::Managed]).unwrap();
+        m.free(c, &[RegionKind::Device]).unwrap();
+        assert_eq!((m.allocated(0), m.allocated(1)), (600, 0));
+    }
+
     #[test]
     fn allocations_are_aligned_zeroed_and_checked() {
         let mut m = Memory::default();
-        let a = m.alloc(100, RegionKind::Device).unwrap();
+        let a = m.alloc(100, RegionKind::Device, 0, LIMIT).unwrap();
         assert_eq!(a % DEVICE_ALIGN as u64, 0);
         assert_eq!(read(&m, a, 100, "test").unwrap(), vec![0u8; 100]);
         assert!(m.check(a, 100, "x").is_ok());
@@ -338,7 +402,7 @@ mod tests {
         let past = m.check(a + 50, 51, "x").unwrap_err();
         assert!(past.detail.contains("runs past its end"), "{past:?}");
         assert!(m.check(8, 1, "x").is_err());
-        assert!(m.alloc(0, RegionKind::Device).is_err());
+        assert!(m.alloc(0, RegionKind::Device, 0, LIMIT).is_err());
         // Not the start, the wrong kind, twice.
         assert!(m.free(a + 8, &[RegionKind::Device]).is_err());
         assert!(m.free(a, &[RegionKind::Pinned]).is_err());
@@ -350,7 +414,7 @@ mod tests {
     #[test]
     fn copies_and_fills_move_bytes() {
         let mut m = Memory::default();
-        let a = m.alloc(16, RegionKind::Device).unwrap();
+        let a = m.alloc(16, RegionKind::Device, 0, LIMIT).unwrap();
         let src = [1u8, 2, 3, 4];
         // SAFETY: `a` has 16 bytes; `src` has 4.
         unsafe { copy(a + 4, src.as_ptr() as u64, 4) };

@@ -6,17 +6,17 @@ use crate::errors::CuResult;
 use crate::errors::{Failure, Outcome};
 use crate::memory::{self, RegionKind};
 use crate::state::with_initialized;
-use crate::{device, handle, key, out, shim};
+use crate::{handle, key, out, shim};
 use std::ffi::{c_uint, c_void};
 
 /// CU_MEM_ATTACH_GLOBAL and CU_MEM_ATTACH_HOST.
 const MANAGED_FLAGS: [c_uint; 2] = [1, 2];
 
-/// An allocation of `kind` in the current context.
+/// An allocation of `kind` in the current context (within its device's memory).
 fn allocate(size: usize, kind: RegionKind) -> Outcome<u64> {
     with_initialized(|s| {
-        s.current()?;
-        s.memory.alloc(size, kind)
+        let device = s.current()?.device;
+        s.memory.alloc(size, kind, device, s.config.memory)
     })
 }
 
@@ -100,14 +100,14 @@ pub extern "C" fn cuMemFreeHost(host: *mut c_void) -> CuResult {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CuResult {
     shim("cuMemGetInfo_v2", || {
-        let used = with_initialized(|s| {
-            s.current()?;
-            Ok(s.memory.allocated())
+        let (used, limit) = with_initialized(|s| {
+            let device = s.current()?.device;
+            Ok((s.memory.allocated(device), s.config.memory))
         })?;
         // SAFETY: the caller's pointers, per the driver API.
         unsafe {
-            out(free, device::TOTAL_MEMORY.saturating_sub(used), "free")?;
-            out(total, device::TOTAL_MEMORY, "total")
+            out(free, limit.saturating_sub(used), "free")?;
+            out(total, limit, "total")
         }
     })
 }
