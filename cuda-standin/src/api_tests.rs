@@ -1,5 +1,5 @@
 //! Tests of what the exported functions record and refuse for the GPU data path's
-//! tests: each device's memory limit.
+//! tests: each device's memory limit and the copy told to fail.
 
 use crate::errors::*;
 use crate::state::{self, with_state};
@@ -107,4 +107,46 @@ fn allocations_past_the_devices_memory_fail_until_some_is_freed() {
         assert_eq!(cuMemFreeHost(pinned), CUDA_SUCCESS);
     }
     assert_eq!(memory_info(), (4096, limit));
+}
+
+#[test]
+fn the_copy_told_to_fail_fails_without_touching_memory_and_the_next_works() {
+    let _device = device0();
+    let mut p = 0u64;
+    let ones = [1u8; 16];
+    let nines = [9u8; 16];
+    let mut back = [0xaau8; 16];
+    // SAFETY: live locals; `p` has 16 bytes, as have the host buffers.
+    unsafe {
+        assert_eq!(cuMemAlloc_v2(&mut p, 16), CUDA_SUCCESS);
+        faults::set_fail_copy(faults::copies_so_far() + 2);
+        assert_eq!(
+            cuMemcpyHtoD_v2(p, ones.as_ptr().cast(), 16),
+            CUDA_SUCCESS,
+            "the copy before"
+        );
+        assert_eq!(
+            cuMemcpyHtoD_v2(p, nines.as_ptr().cast(), 16),
+            CUDA_ERROR_ILLEGAL_ADDRESS
+        );
+        let h = back.as_mut_ptr().cast::<c_void>();
+        assert_eq!(cuMemcpyDtoH_v2(h, p, 16), CUDA_SUCCESS, "the copy after");
+        assert_eq!(back, ones, "the failed copy left the device memory alone");
+
+        // Any kind of copy, before its arguments are checked; the host side untouched.
+        back = [0xaa; 16];
+        let h = back.as_mut_ptr().cast::<c_void>();
+        faults::set_fail_copy(faults::copies_so_far() + 1);
+        assert_eq!(cuMemcpyDtoH_v2(h, p, 16), CUDA_ERROR_ILLEGAL_ADDRESS);
+        assert_eq!(back, [0xaa; 16]);
+        faults::set_fail_copy(faults::copies_so_far() + 1);
+        assert_eq!(
+            cuMemcpyPeer(8, null_mut(), p, null_mut(), 16),
+            CUDA_ERROR_ILLEGAL_ADDRESS
+        );
+        assert_eq!(cuMemcpyDtoH_v2(h, p, 16), CUDA_SUCCESS);
+        assert_eq!(back, ones);
+        faults::set_fail_copy(0);
+        assert_eq!(cuMemFree_v2(p), CUDA_SUCCESS);
+    }
 }

@@ -17,6 +17,7 @@ pub const CUDA_ERROR_NO_BINARY_FOR_GPU: CuResult = 209;
 pub const CUDA_ERROR_INVALID_HANDLE: CuResult = 400;
 pub const CUDA_ERROR_NOT_FOUND: CuResult = 500;
 pub const CUDA_ERROR_NOT_READY: CuResult = 600;
+pub const CUDA_ERROR_ILLEGAL_ADDRESS: CuResult = 700;
 pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: CuResult = 712;
 pub const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: CuResult = 713;
 pub const CUDA_ERROR_NOT_SUPPORTED: CuResult = 801;
@@ -80,6 +81,11 @@ const KNOWN: &[(CuResult, &str, &str)] = &[
         CUDA_ERROR_NOT_READY,
         "CUDA_ERROR_NOT_READY\0",
         "device not ready\0",
+    ),
+    (
+        CUDA_ERROR_ILLEGAL_ADDRESS,
+        "CUDA_ERROR_ILLEGAL_ADDRESS\0",
+        "an illegal memory access was encountered\0",
     ),
     (
         CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
@@ -192,6 +198,10 @@ mod tests {
             ),
             (CUDA_ERROR_NOT_FOUND, CUresult::CUDA_ERROR_NOT_FOUND),
             (CUDA_ERROR_NOT_READY, CUresult::CUDA_ERROR_NOT_READY),
+            (
+                CUDA_ERROR_ILLEGAL_ADDRESS,
+                CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+            ),
             (
                 CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
                 CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,

@@ -20,6 +20,9 @@
 //!   A device or managed allocation that would take the current context's device past
 //!   it fails with CUDA_ERROR_OUT_OF_MEMORY; cuMemGetInfo reports it as the total (free:
 //!   it minus that device's allocations), as does cuDeviceTotalMem.
+//! - `OMPTARGET_RS_CUDA_STANDIN_FAIL_COPY=<n>`: the n-th copy call of the process
+//!   (1-based, every cuMemcpy* counted together) returns CUDA_ERROR_ILLEGAL_ADDRESS
+//!   before it checks or touches anything; the copies before and after behave as usual.
 //!
 //! # The report
 //! One JSON object per line, appended (O_APPEND, one write per line), each with
@@ -29,7 +32,8 @@
 //!   image, plus its lowest PT_LOAD address a symbol value), `devices`, `sm`;
 //! - `error`: every call that returns an error: `call` (the exported symbol, e.g.
 //!   `cuModuleGetGlobal_v2`), `error` (`CUDA_ERROR_NOT_FOUND`), `code`, `detail` (for a
-//!   missing global `name <name>: ...`), `nth` (errors of that call so far);
+//!   missing global `name <name>: ...`; for the copy told to fail `told to fail copy
+//!   <n> ...`), `nth` (errors of that call so far);
 //! - `module_load`: `module`, `context`, `sm`, `bytes`, `from` (cubin/fatbinary),
 //!   `symbols`, `kernels`; `module_unload`: `module`, `why`;
 //! - `global` (cuModuleGetGlobal found it): `module`, `name`, `address`, `size`;
@@ -51,7 +55,8 @@
 //! and events); `state.rs` the driver state, `device.rs` the devices, `memory.rs`
 //! allocations and the ranges a copy may touch, `image.rs` what cuModuleLoadData was
 //! handed, `module.rs` a cubin laid out in memory, `modules.rs` modules in the state,
-//! `launch.rs` kernels and launches, `log.rs` the report, `errors.rs` CUresult values.
+//! `launch.rs` kernels and launches, `log.rs` the report, `faults.rs` the copy told to
+//! fail, `errors.rs` CUresult values.
 //!
 //! Every function takes the signature cudarc 0.19 binds for its symbol.
 
@@ -61,6 +66,7 @@
 mod api_tests;
 mod device;
 mod errors;
+mod faults;
 mod image;
 mod launch;
 mod log;

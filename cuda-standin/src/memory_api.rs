@@ -6,7 +6,7 @@ use crate::errors::CuResult;
 use crate::errors::{Failure, Outcome};
 use crate::memory::{self, RegionKind};
 use crate::state::with_initialized;
-use crate::{handle, key, out, shim};
+use crate::{faults, handle, key, out, shim};
 use std::ffi::{c_uint, c_void};
 
 /// CU_MEM_ATTACH_GLOBAL and CU_MEM_ATTACH_HOST.
@@ -120,11 +120,35 @@ enum Sides {
     DeviceToDevice,
 }
 
-/// Check and perform one copy (in the current context, on `stream` if any).
+/// The start of every copy call: the copy the stand-in was told to fail fails here,
+/// before anything is checked or touched.
+fn start_copy(_call: &'static str, len: usize) -> Outcome {
+    faults::copy(len)
+}
+
+/// One copy call (in the current context, on `stream` if any): started, checked and
+/// performed.
 ///
 /// # Safety
 /// The host side must be valid for `len` bytes (the driver API's contract).
 unsafe fn copy(
+    call: &'static str,
+    sides: Sides,
+    dst: u64,
+    src: u64,
+    len: usize,
+    stream: Option<u64>,
+) -> Outcome {
+    start_copy(call, len)?;
+    // SAFETY: the caller's promise, passed on.
+    unsafe { checked_copy(call, sides, dst, src, len, stream) }
+}
+
+/// Check and perform one copy (in the current context, on `stream` if any).
+///
+/// # Safety
+/// The host side must be valid for `len` bytes (the driver API's contract).
+unsafe fn checked_copy(
     call: &str,
     sides: Sides,
     dst: u64,
@@ -276,7 +300,7 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(
 
 /// A copy between contexts: both must be live.
 fn peer_copy(
-    call: &str,
+    call: &'static str,
     dst: u64,
     dst_ctx: u64,
     src: u64,
@@ -284,13 +308,14 @@ fn peer_copy(
     len: usize,
     stream: Option<u64>,
 ) -> Outcome {
+    start_copy(call, len)?;
     with_initialized(|s| {
         s.context(dst_ctx)?;
         s.context(src_ctx)?;
         Ok(())
     })?;
     // SAFETY: both sides are device memory, checked.
-    unsafe { copy(call, Sides::DeviceToDevice, dst, src, len, stream) }
+    unsafe { checked_copy(call, Sides::DeviceToDevice, dst, src, len, stream) }
 }
 
 #[no_mangle]
