@@ -46,7 +46,13 @@
 //!   `bytes` in hex; null without one), `table` (null without the table globals; else
 //!   `map_p`, `map_size`, `truncated`, `rows`: `[{host, tgt, tgt_name}]` with
 //!   `tgt_name` `symbol+offset` in the module or `unknown`, or `error` when the rows
-//!   are not in device memory; the launch then fails with CUDA_ERROR_INVALID_VALUE).
+//!   are not in device memory; the launch then fails with CUDA_ERROR_INVALID_VALUE);
+//! - `calls` (at exit, in a process that called cuInit): `calls`, every exported
+//!   function called with its `count`, the copy functions also with `bytes` (asked for,
+//!   failed copies included): `{"cuMemAlloc_v2": {"count": 2}, "cuMemcpyHtoD_v2":
+//!   {"count": 3, "bytes": 4096}, ...}`. An exit handler writes it; calls made after that
+//!   (by later exit handlers or destructors) get a second, complete one from the
+//!   library's destructor: the report's last `calls` event is the whole tally.
 //!
 //! # Layout
 //! `lib.rs` the shims' common part (catch panics, log errors) and the exported
@@ -55,8 +61,8 @@
 //! and events); `state.rs` the driver state, `device.rs` the devices, `memory.rs`
 //! allocations and the ranges a copy may touch, `image.rs` what cuModuleLoadData was
 //! handed, `module.rs` a cubin laid out in memory, `modules.rs` modules in the state,
-//! `launch.rs` kernels and launches, `log.rs` the report, `faults.rs` the copy told to
-//! fail, `errors.rs` CUresult values.
+//! `launch.rs` kernels and launches, `log.rs` the report, `calls.rs` the `calls` event,
+//! `faults.rs` the copy told to fail, `errors.rs` CUresult values.
 //!
 //! Every function takes the signature cudarc 0.19 binds for its symbol.
 
@@ -64,6 +70,7 @@
 
 #[cfg(test)]
 mod api_tests;
+mod calls;
 mod device;
 mod errors;
 mod faults;
@@ -90,14 +97,18 @@ pub use stream_api::*;
 /// What cuDriverGetVersion reports (CUDA 13.0, the H200's driver).
 const DRIVER_VERSION: c_int = 13000;
 
-/// Run a call's body: its error is reported and returned; a panic is reported and
-/// returns CUDA_ERROR_UNKNOWN (no panic crosses the C ABI).
-fn shim(call: &str, body: impl FnOnce() -> Outcome) -> CuResult {
-    let run = std::panic::AssertUnwindSafe(|| match body() {
-        Ok(()) => CUDA_SUCCESS,
-        Err(f) => {
-            log::error(call, f.code, &f.detail);
-            f.code
+/// Run a call's body: the call is counted (the `calls` event), its error reported and
+/// returned; a panic is reported and returns CUDA_ERROR_UNKNOWN (no panic crosses the
+/// C ABI).
+fn shim(call: &'static str, body: impl FnOnce() -> Outcome) -> CuResult {
+    let run = std::panic::AssertUnwindSafe(|| {
+        calls::count(call);
+        match body() {
+            Ok(()) => CUDA_SUCCESS,
+            Err(f) => {
+                log::error(call, f.code, &f.detail);
+                f.code
+            }
         }
     });
     std::panic::catch_unwind(run).unwrap_or_else(|panic| {
@@ -154,6 +165,7 @@ fn handle(key: u64) -> *mut c_void {
 #[no_mangle]
 pub extern "C" fn cuInit(flags: c_uint) -> CuResult {
     shim("cuInit", || {
+        calls::write_at_exit();
         with_state(|s| {
             if flags != 0 {
                 return Err(Failure::invalid_value(format!("flags {flags}")));

@@ -7,7 +7,8 @@ use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
+use std::time::{Duration, Instant};
 
 /// The environment variable naming the report file.
 pub const LOG_ENV: &str = "OMPTARGET_RS_CUDA_STANDIN_LOG";
@@ -35,7 +36,7 @@ fn report() -> &'static Mutex<Report> {
     })
 }
 
-fn lock() -> std::sync::MutexGuard<'static, Report> {
+fn lock() -> MutexGuard<'static, Report> {
     report().lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -44,6 +45,38 @@ pub fn event(name: &str, fields: Value) {
     let mut report = lock();
     write(&mut report, name, fields);
 }
+
+/// Whether there is a report to write to.
+pub fn enabled() -> bool {
+    lock_patiently(report()).is_some_and(|r| r.file.is_some())
+}
+
+/// [`event`] for an exit handler: the process may be exiting while another thread is
+/// inside a driver call, so the report's lock is only tried for a while (lines are
+/// short: its holder lets go within microseconds); the event is dropped rather than
+/// hang the exit.
+pub fn event_at_exit(name: &str, fields: Value) {
+    if let Some(mut report) = lock_patiently(report()) {
+        write(&mut report, name, fields);
+    }
+}
+
+/// `mutex` locked (poisoned or not), trying for at most a second: None if another
+/// thread held it all that time.
+pub fn lock_patiently<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    let start = Instant::now();
+    loop {
+        match mutex.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(TryLockError::Poisoned(poisoned)) => return Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) if start.elapsed() > PATIENCE => return None,
+            Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_micros(200)),
+        }
+    }
+}
+
+/// How long [`lock_patiently`] tries.
+const PATIENCE: Duration = Duration::from_secs(1);
 
 fn write(report: &mut Report, name: &str, fields: Value) {
     let Some(file) = report.file.as_mut() else {
@@ -147,6 +180,23 @@ mod tests {
     fn this_process_has_a_load_base() {
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         assert!(executable_load_base(&exe).is_some_and(|b| b > 0));
+    }
+
+    #[test]
+    fn a_lock_held_elsewhere_is_given_up_on_and_a_poisoned_one_taken() {
+        let mutex = Mutex::new(1);
+        let held = mutex.lock().unwrap();
+        let start = Instant::now();
+        assert!(lock_patiently(&mutex).is_none());
+        assert!(start.elapsed() >= PATIENCE);
+        drop(held);
+        assert_eq!(lock_patiently(&mutex).map(|g| *g), Some(1));
+        let _ = std::panic::catch_unwind(|| {
+            let _guard = mutex.lock().unwrap();
+            panic!("poison it");
+        });
+        assert!(mutex.is_poisoned());
+        assert_eq!(lock_patiently(&mutex).map(|g| *g), Some(1));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use crate::errors::CuResult;
 use crate::errors::{Failure, Outcome};
 use crate::memory::{self, RegionKind};
 use crate::state::with_initialized;
-use crate::{faults, handle, key, out, shim};
+use crate::{calls, faults, handle, key, out, shim};
 use std::ffi::{c_uint, c_void};
 
 /// CU_MEM_ATTACH_GLOBAL and CU_MEM_ATTACH_HOST.
@@ -120,9 +120,10 @@ enum Sides {
     DeviceToDevice,
 }
 
-/// The start of every copy call: the copy the stand-in was told to fail fails here,
-/// before anything is checked or touched.
-fn start_copy(_call: &'static str, len: usize) -> Outcome {
+/// The start of every copy call: its bytes are counted (the `calls` event), and the
+/// copy the stand-in was told to fail fails here, before anything is checked or touched.
+fn start_copy(call: &'static str, len: usize) -> Outcome {
+    calls::add_bytes(call, len);
     faults::copy(len)
 }
 
