@@ -63,3 +63,31 @@ pub fn compile_nvptx_program(source: &Path, output: &Path, sm: &str, extra_args:
             .arg(output),
     );
 }
+
+/// Compile a standard OpenMP program for an NVIDIA GPU (`sm`, e.g. `sm_90`) the way its
+/// users do: clang 16 through an installed config file (`config`, e.g.
+/// `<prefix>/share/omptarget-indirect/nvptx64-nvidia-cuda.cfg`: the compiler plugin and
+/// the device runtime with the lookup), `--offload-arch=<sm>`, ptxas and nvlink from
+/// CUDA's wheel behind a minimal `--cuda-path` folder made beside `output`.
+pub fn compile_nvptx_with_config(
+    config: &Path,
+    source: &Path,
+    output: &Path,
+    sm: &str,
+    extra_args: &[&str],
+) {
+    let folder = output.with_extension("cuda");
+    let cuda = test_support::cuda::folder_for_clang(&ptxas(), &folder)
+        .unwrap_or_else(|e| panic!("a --cuda-path folder in {}: {e}", folder.display()));
+    run_ok(
+        Command::new(clang16())
+            .arg(format!("--config={}", config.display()))
+            .arg(format!("--offload-arch={sm}"))
+            .arg(format!("--cuda-path={}", cuda.display()))
+            .arg("-Wno-unknown-cuda-version")
+            .args(extra_args)
+            .arg(source)
+            .arg("-o")
+            .arg(output),
+    );
+}

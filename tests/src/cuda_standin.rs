@@ -79,6 +79,9 @@ pub enum Event {
     },
     ModuleLoad {
         module: u64,
+        /// The context it was loaded in (absent from older stand-ins' reports).
+        #[serde(default)]
+        context: Option<u64>,
         sm: u32,
         bytes: usize,
         symbols: usize,
@@ -103,6 +106,9 @@ pub enum Event {
     },
     StreamCreate {
         stream: u64,
+        /// The context it was created in (the current one).
+        #[serde(default)]
+        context: Option<u64>,
     },
     /// cuDevicePrimaryCtxRetain handed out `context`, the primary context of `device`.
     ContextRetain {
@@ -130,6 +136,12 @@ pub struct CallCount {
 pub struct Launch {
     pub kernel: String,
     pub module: u64,
+    /// The context current at the launch, and the stream it was queued on (0: the
+    /// default stream); absent from older stand-ins' reports.
+    #[serde(default)]
+    pub context: Option<u64>,
+    #[serde(default)]
+    pub stream: Option<u64>,
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub shared_bytes: u32,
@@ -218,6 +230,60 @@ impl Log {
             Event::Calls { calls } => Some(calls),
             _ => None,
         })
+    }
+
+    /// One driver function's line of the `calls` event (zero when it was never called).
+    pub fn call(&self, name: &str) -> CallCount {
+        self.calls()
+            .and_then(|calls| calls.get(name).copied())
+            .unwrap_or_default()
+    }
+
+    /// The bytes copied by the driver functions whose names start with any of
+    /// `prefixes` (`cuMemcpyDtoH` counts `cuMemcpyDtoH_v2` and `cuMemcpyDtoHAsync_v2`).
+    pub fn bytes_to(&self, prefixes: &[&str]) -> u64 {
+        self.calls().map_or(0, |calls| {
+            calls
+                .iter()
+                .filter(|(name, _)| prefixes.iter().any(|p| name.starts_with(p)))
+                .map(|(_, c)| c.bytes)
+                .sum()
+        })
+    }
+
+    /// The primary context of every device retained, by device.
+    pub fn primary_contexts(&self) -> std::collections::BTreeMap<i32, u64> {
+        let mut contexts = std::collections::BTreeMap::new();
+        for e in &self.events {
+            if let Event::ContextRetain { device, context } = e {
+                contexts.entry(*device).or_insert(*context);
+            }
+        }
+        contexts
+    }
+
+    /// Every module loaded: (module, the context it was loaded in).
+    pub fn modules_loaded(&self) -> Vec<(u64, Option<u64>)> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::ModuleLoad {
+                    module, context, ..
+                } => Some((*module, *context)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every stream created: (stream, the context it was created in).
+    pub fn streams_created(&self) -> Vec<(u64, Option<u64>)> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::StreamCreate { stream, context } => Some((*stream, *context)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// How often the process called the driver functions whose names start with any of
