@@ -7,6 +7,7 @@ use super::driver::{
 use super::image::{self, CudaImage, DefinedSymbols};
 use super::module::CudaModule;
 use super::pinned::PinnedHostMemory;
+use super::staging::Staging;
 use crate::backend::{
     peer, AllocKind, BackendDevice, BackendError, DeviceAddr, DeviceLimit, EventHandle, HandleKind,
     HandleRegistry, InteropHandles, LoadedModule, QueueHandle, StagedImage,
@@ -44,6 +45,8 @@ pub struct CudaDevice {
     pub(super) handles: HandleRegistry,
     /// The page-locked host memory of every device of the backend.
     pub(super) pinned: Arc<PinnedHostMemory>,
+    /// Pinned buffers for large copies from and to pageable memory.
+    pub(super) staging: Staging,
 }
 
 impl CudaDevice {
@@ -93,6 +96,12 @@ impl CudaDevice {
     /// `kernel` is a kernel (the CUfunction handle `CudaModule::function` returned) of an
     /// image loaded on this device, taking `args.len()` pointer-sized arguments; `queue`
     /// is None or a live stream of this device.
+    /// Whether a copy of `len` bytes from or to host memory at `host` goes through the
+    /// staging buffers: large, and not memory the user pinned.
+    fn staged(&self, host: *const u8, len: usize) -> bool {
+        self.staging.settings().stages(len) && !self.pinned.covers(host, len)
+    }
+
     unsafe fn launch_kernel(
         &self,
         kernel: DeviceAddr,
@@ -162,6 +171,8 @@ impl Drop for CudaDevice {
         let idle = std::mem::take(&mut *lock(&self.idle_streams));
         if let Some(context) = *lock(&self.context) {
             if context.make_current().is_ok() {
+                // SAFETY: the buffers were made in this context, current now.
+                unsafe { self.staging.release() };
                 for stream in idle {
                     // SAFETY: an idle stream was created by queue_create in this
                     // context, finished, and is referenced nowhere else.
@@ -236,7 +247,7 @@ impl BackendDevice for CudaDevice {
                 }
                 AllocKind::Host => {
                     let p = result::malloc_host(size, 0).map_err(oom)? as DeviceAddr;
-                    lock(&self.pinned.host_allocations).insert(p);
+                    lock(&self.pinned.host_allocations).insert(p, size);
                     Ok(p)
                 }
             }
@@ -249,7 +260,7 @@ impl BackendDevice for CudaDevice {
 
     unsafe fn free(&self, addr: DeviceAddr) -> Result<(), BackendError> {
         self.enter()?;
-        let pinned = lock(&self.pinned.host_allocations).remove(&addr);
+        let pinned = lock(&self.pinned.host_allocations).remove(&addr).is_some();
         // SAFETY: the caller promises `addr` came from alloc on this device and is
         // dead; pinned host memory is told apart by the set it was recorded in.
         unsafe {
@@ -264,6 +275,15 @@ impl BackendDevice for CudaDevice {
 
     unsafe fn write(&self, dst: DeviceAddr, src: &[u8]) -> Result<(), BackendError> {
         self.enter()?;
+        if self.staged(src.as_ptr(), src.len()) {
+            // SAFETY: the context is current; `dst` is memory of this device (the
+            // caller's promise) and `src` a live slice; the null stream; waited for.
+            unsafe {
+                self.staging
+                    .to_device(dst, src.as_ptr(), src.len(), std::ptr::null_mut())?
+            };
+            return self.staging.finish();
+        }
         // SAFETY: the caller promises dst..dst+len is memory of this device; `src` is a
         // live slice; the copy is synchronous.
         unsafe { result::memcpy_htod_sync(dst, src) }.map_err(|e| driver_err("cuMemcpyHtoD", e))
@@ -271,6 +291,14 @@ impl BackendDevice for CudaDevice {
 
     unsafe fn read(&self, src: DeviceAddr, dst: &mut [u8]) -> Result<(), BackendError> {
         self.enter()?;
+        if self.staged(dst.as_ptr(), dst.len()) {
+            // SAFETY: the context is current; `src` is memory of this device (the
+            // caller's promise) and `dst` a live, exclusively borrowed slice.
+            return unsafe {
+                self.staging
+                    .to_host(dst.as_mut_ptr(), src, dst.len(), std::ptr::null_mut())
+            };
+        }
         // SAFETY: the caller promises src..src+len is memory of this device; the copy is
         // synchronous.
         unsafe { result::memcpy_dtoh_sync(dst, src) }.map_err(|e| driver_err("cuMemcpyDtoH", e))
@@ -381,6 +409,15 @@ impl BackendDevice for CudaDevice {
     ) -> Result<(), BackendError> {
         self.handles.check(HandleKind::Queue, queue)?;
         self.enter()?;
+        if self.staged(src, len) {
+            // SAFETY: the context is current; the caller promises `dst` is device
+            // memory and `src` readable for `len` bytes; the queue is a live stream of
+            // this device (checked above).
+            return unsafe {
+                self.staging
+                    .to_device(dst, src, len, queue as sys::CUstream)
+            };
+        }
         // SAFETY: the caller promises `dst` is device memory and `src` stays readable
         // until the queue (a live stream of this device, checked above) is finished.
         unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, queue as sys::CUstream) }
@@ -397,6 +434,13 @@ impl BackendDevice for CudaDevice {
     ) -> Result<(), BackendError> {
         self.handles.check(HandleKind::Queue, queue)?;
         self.enter()?;
+        if self.staged(dst, len) {
+            // SAFETY: the context is current; the caller promises `src` is device
+            // memory and `dst` writable and otherwise unused for `len` bytes; the queue
+            // is a live stream of this device (checked above). Returns with the bytes
+            // in `dst`, as the driver's copy to pageable memory does.
+            return unsafe { self.staging.to_host(dst, src, len, queue as sys::CUstream) };
+        }
         // SAFETY: the caller promises `src` is device memory and `dst` stays writable and
         // otherwise unused until the queue (a live stream of this device, checked above)
         // is finished.
@@ -595,6 +639,7 @@ mod tests {
             idle_streams: Mutex::new(Vec::new()),
             handles: HandleRegistry::new(0),
             pinned: Arc::default(),
+            staging: Staging::new(Default::default()),
         }
     }
 

@@ -22,6 +22,7 @@ mod driver;
 pub mod image;
 mod module;
 mod pinned;
+pub mod staging;
 
 pub use device::CudaDevice;
 
@@ -78,6 +79,7 @@ fn discover() -> Result<Vec<CudaDevice>, String> {
                     .map_err(|e| format!("cuDeviceGetAttribute({a:?}): {e:?}"))
             };
             use sys::CUdevice_attribute::*;
+            let staging_settings = staging::StagingSettings::from_env();
             devices.push(CudaDevice {
                 index,
                 of: count as usize,
@@ -101,6 +103,7 @@ fn discover() -> Result<Vec<CudaDevice>, String> {
                     .max(0) as u32,
                 context: Mutex::new(None),
                 idle_streams: Mutex::new(Vec::new()),
+                staging: staging::Staging::new(staging_settings),
                 handles: super::HandleRegistry::new(index),
                 pinned: Arc::clone(&pinned),
             });

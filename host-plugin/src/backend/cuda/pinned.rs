@@ -6,7 +6,7 @@ use super::driver::driver_err;
 use crate::backend::{unknown, BackendError, DeviceAddr, HandleKind};
 use crate::locking::lock;
 use cudarc::driver::{sys, DriverError};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// A host buffer page-locked by `lock_host`.
@@ -26,8 +26,9 @@ struct LockedBuffer {
 /// backend's, shared by its devices.
 #[derive(Default)]
 pub struct PinnedHostMemory {
-    /// Page-locked host allocations (TARGET_ALLOC_HOST): freed with cuMemFreeHost.
-    pub(super) host_allocations: Mutex<HashSet<DeviceAddr>>,
+    /// Page-locked host allocations (TARGET_ALLOC_HOST) and their sizes: freed with
+    /// cuMemFreeHost.
+    pub(super) host_allocations: Mutex<HashMap<DeviceAddr, usize>>,
     /// Host buffers page-locked by `lock_host`, by host address: only these are unlocked.
     locked: Mutex<HashMap<DeviceAddr, LockedBuffer>>,
 }
@@ -42,7 +43,7 @@ impl PinnedHostMemory {
     /// device's context is current.
     pub(super) unsafe fn lock(&self, ptr: *mut u8, len: usize) -> Result<*mut u8, BackendError> {
         let key = ptr as DeviceAddr;
-        if lock(&self.host_allocations).contains(&key) {
+        if lock(&self.host_allocations).contains_key(&key) {
             return Ok(ptr);
         }
         if len == 0 || ptr.is_null() {
@@ -92,6 +93,20 @@ impl PinnedHostMemory {
         Ok(device_ptr as *mut u8)
     }
 
+    /// Whether `ptr .. ptr + len` lies in page-locked memory this backend knows: a
+    /// pinned allocation or a locked buffer (copied directly, never staged).
+    pub(super) fn covers(&self, ptr: *const u8, len: usize) -> bool {
+        let (start, end) = (ptr as DeviceAddr, ptr as DeviceAddr + len as DeviceAddr);
+        let inside =
+            |base: DeviceAddr, size: usize| base <= start && end <= base + size as DeviceAddr;
+        lock(&self.host_allocations)
+            .iter()
+            .any(|(&base, &size)| inside(base, size))
+            || lock(&self.locked)
+                .iter()
+                .any(|(&base, buffer)| inside(base, buffer.len))
+    }
+
     /// Undo one `lock_host`; the last one unregisters (only what this backend
     /// registered). A pointer never locked here is refused before the driver sees it.
     ///
@@ -104,7 +119,7 @@ impl PinnedHostMemory {
         enter: impl FnOnce() -> Result<(), BackendError>,
     ) -> Result<(), BackendError> {
         let key = ptr as DeviceAddr;
-        if lock(&self.host_allocations).contains(&key) {
+        if lock(&self.host_allocations).contains_key(&key) {
             return Ok(());
         }
         let mut locked = lock(&self.locked);
