@@ -167,7 +167,7 @@ impl Device {
 
     /// Give the pool's free blocks back to the driver (at the end of the device's use,
     /// and when the plugin unloads everything).
-    fn trim_pool(&self) -> Result<(), PluginError> {
+    pub(crate) fn trim_pool(&self) -> Result<(), PluginError> {
         match self.pool.get() {
             Some(Some(pool)) => pool
                 .trim(self.vendor.as_ref())

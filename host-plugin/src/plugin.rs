@@ -77,6 +77,18 @@ impl Plugin {
         self.backend.is_valid_image(image)
     }
 
+    /// Give every device's pooled free blocks back to its driver (what is in use stays).
+    pub fn trim_pools(&self) -> Result<(), PluginError> {
+        let mut first_err = Ok(());
+        for device in &self.devices {
+            let r = device.trim_pool();
+            if first_err.is_ok() {
+                first_err = r;
+            }
+        }
+        first_err
+    }
+
     /// Unload everything on every device (`__tgt_rtl_deinit_plugin`).
     pub fn unload_all(&self) -> Result<(), PluginError> {
         let mut first_err = Ok(());

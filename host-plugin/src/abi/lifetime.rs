@@ -22,10 +22,13 @@ pub extern "C" fn __tgt_rtl_init_plugin() -> i32 {
 /// offloading library), not only at exit, while other libraries' images stay in use and
 /// it keeps pointers into their tables. So only images whose host copy is gone (their
 /// library was unmapped since) are unloaded here; the rest stay until the process ends.
+/// The memory pools give their free blocks back (nothing in use is touched), so the
+/// driver holds no memory the program no longer has.
 #[no_mangle]
 pub extern "C" fn __tgt_rtl_deinit_plugin() -> i32 {
     guard("deinit_plugin", OFFLOAD_FAIL, || {
         unload_images_of_unmapped_libraries()?;
+        plugin().trim_pools()?;
         Ok(OFFLOAD_SUCCESS)
     })
 }
