@@ -224,9 +224,10 @@ impl Log {
         })
     }
 
-    /// The `calls` event: every driver function the process called, with its count.
+    /// The last `calls` event (the stand-in writes another, complete, one when calls
+    /// come after its first): every driver function the process called, with its count.
     pub fn calls(&self) -> Option<&std::collections::BTreeMap<String, CallCount>> {
-        self.events.iter().find_map(|e| match e {
+        self.events.iter().rev().find_map(|e| match e {
             Event::Calls { calls } => Some(calls),
             _ => None,
         })
