@@ -130,8 +130,10 @@ pub const BENCHMARKS: &[Benchmark] = &[
     Benchmark {
         name: "runtime",
         source: "tests/fixtures/bench/runtime.c",
-        measures: "launch latency (empty, 8 mapped scalars) and copy throughput (update \
-                   to/from, enter/exit data) at 4 KiB, 1 MiB and 256 MiB",
+        measures: "launch latency (empty, 8 mapped scalars), copy throughput (update \
+                   to/from, enter/exit data) at 4 KiB, 1 MiB and 256 MiB, loops of regions \
+                   mapping 4 KiB and of enter/exit data of 1 MiB, and the 256 MiB round \
+                   trip from pageable and from pinned memory",
         args: &[],
         fallback_args: &["20"],
         plugins: &["ours", "llvm"],
