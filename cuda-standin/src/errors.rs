@@ -14,10 +14,13 @@ pub const CUDA_ERROR_INVALID_DEVICE: CuResult = 101;
 pub const CUDA_ERROR_INVALID_IMAGE: CuResult = 200;
 pub const CUDA_ERROR_INVALID_CONTEXT: CuResult = 201;
 pub const CUDA_ERROR_NO_BINARY_FOR_GPU: CuResult = 209;
+pub const CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: CuResult = 217;
 pub const CUDA_ERROR_INVALID_HANDLE: CuResult = 400;
 pub const CUDA_ERROR_NOT_FOUND: CuResult = 500;
 pub const CUDA_ERROR_NOT_READY: CuResult = 600;
 pub const CUDA_ERROR_ILLEGAL_ADDRESS: CuResult = 700;
+pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CuResult = 704;
+pub const CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE: CuResult = 708;
 pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: CuResult = 712;
 pub const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: CuResult = 713;
 pub const CUDA_ERROR_NOT_SUPPORTED: CuResult = 801;
@@ -68,6 +71,11 @@ const KNOWN: &[(CuResult, &str, &str)] = &[
         "no kernel image is available for execution on the device\0",
     ),
     (
+        CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+        "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED\0",
+        "peer access is not supported between these two devices\0",
+    ),
+    (
         CUDA_ERROR_INVALID_HANDLE,
         "CUDA_ERROR_INVALID_HANDLE\0",
         "invalid resource handle\0",
@@ -86,6 +94,16 @@ const KNOWN: &[(CuResult, &str, &str)] = &[
         CUDA_ERROR_ILLEGAL_ADDRESS,
         "CUDA_ERROR_ILLEGAL_ADDRESS\0",
         "an illegal memory access was encountered\0",
+    ),
+    (
+        CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+        "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED\0",
+        "peer access is already enabled\0",
+    ),
+    (
+        CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE,
+        "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE\0",
+        "primary context active\0",
     ),
     (
         CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
@@ -193,6 +211,10 @@ mod tests {
                 CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU,
             ),
             (
+                CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+                CUresult::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+            ),
+            (
                 CUDA_ERROR_INVALID_HANDLE,
                 CUresult::CUDA_ERROR_INVALID_HANDLE,
             ),
@@ -201,6 +223,14 @@ mod tests {
             (
                 CUDA_ERROR_ILLEGAL_ADDRESS,
                 CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+            ),
+            (
+                CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+                CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+            ),
+            (
+                CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE,
+                CUresult::CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE,
             ),
             (
                 CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,

@@ -9,6 +9,14 @@
 //! its full path before cudarc opens `libcuda.so` (same soname: glibc hands back the
 //! loaded one). It is a test tool: nothing installs or ships it.
 //!
+//! LLVM 16's own cuda plugins (Debian's `libomptarget.rtl.cuda.so` and `.nextgen.so`)
+//! run on it too, with only its folder on `LD_LIBRARY_PATH`: their loader dlsyms a
+//! fixed list of driver functions and reports 0 devices when one is missing, so the
+//! stand-in also exports what they ask for beyond cudarc's: cuModuleLoadDataEx,
+//! cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxSetFlags(_v2), cuCtxEnablePeerAccess,
+//! and the unversioned cuDeviceTotalMem, cuMemAllocHost and cuEventDestroy (for which
+//! their loader does not try the `_v2` first).
+//!
 //! # Environment
 //! - `OMPTARGET_RS_CUDA_STANDIN_DEVICES` (default 1) devices, all
 //!   `OMPTARGET_RS_CUDA_STANDIN_SM` (default 90), with an H100's attributes.
@@ -58,24 +66,28 @@
 //! `lib.rs` the shims' common part (catch panics, log errors) and the exported
 //! initialisation, device and context functions; `memory_api.rs`, `module_api.rs` and
 //! `stream_api.rs` the other exported functions (memory; modules and kernels; streams
-//! and events); `state.rs` the driver state, `device.rs` the devices, `memory.rs`
+//! and events); `context_api.rs` the primary context's state and flags and peer access,
+//! `legacy_api.rs` the unversioned names (both for LLVM 16's plugins); `state.rs` the driver state, `device.rs` the devices, `memory.rs`
 //! allocations and the ranges a copy may touch, `image.rs` what cuModuleLoadData was
 //! handed, `module.rs` a cubin laid out in memory, `modules.rs` modules in the state,
 //! `launch.rs` kernels and launches, `log.rs` the report, `calls.rs` the `calls` event,
 //! `faults.rs` the copy told to fail, `errors.rs` CUresult values.
 //!
-//! Every function takes the signature cudarc 0.19 binds for its symbol.
+//! Every function takes the signature cudarc 0.19 binds for its symbol; those only
+//! LLVM 16's plugins call, the real driver's (for an unversioned name, its old ABI).
 
 #![allow(non_snake_case)]
 
 #[cfg(test)]
 mod api_tests;
 mod calls;
+mod context_api;
 mod device;
 mod errors;
 mod faults;
 mod image;
 mod launch;
+mod legacy_api;
 mod log;
 mod memory;
 mod memory_api;
@@ -87,7 +99,9 @@ mod stream_api;
 #[cfg(test)]
 mod test_cubin;
 
+pub use context_api::*;
 use errors::{CuResult, Failure, Outcome, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_UNKNOWN, CUDA_SUCCESS};
+pub use legacy_api::*;
 pub use memory_api::*;
 pub use module_api::*;
 use state::{current_handle, set_current_handle, with_initialized, with_state};

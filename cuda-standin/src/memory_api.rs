@@ -13,7 +13,7 @@ use std::ffi::{c_uint, c_void};
 const MANAGED_FLAGS: [c_uint; 2] = [1, 2];
 
 /// An allocation of `kind` in the current context (within its device's memory).
-fn allocate(size: usize, kind: RegionKind) -> Outcome<u64> {
+pub(crate) fn allocate(size: usize, kind: RegionKind) -> Outcome<u64> {
     with_initialized(|s| {
         let device = s.current()?.device;
         s.memory.alloc(size, kind, device, s.config.memory)

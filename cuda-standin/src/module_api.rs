@@ -1,13 +1,32 @@
-//! The exported module and kernel functions: cuModuleLoadData, cuModuleUnload,
+//! The exported module and kernel functions: cuModuleLoadData(Ex), cuModuleUnload,
 //! cuModuleGetGlobal, cuModuleGetFunction, cuFuncGetAttribute, cuFuncSetAttribute and
 //! cuLaunchKernel. Thin shims over the state (`modules.rs`, `launch.rs`).
 
-use crate::errors::{CuResult, Failure};
+use crate::errors::{CuResult, Failure, Outcome};
 use crate::state::with_initialized;
 use crate::{handle, image, key, launch, out, shim, text};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 // ---- modules ----
+
+/// Load `image` in the current context, its handle written to `module`.
+///
+/// # Safety
+/// `module` must be null (refused) or writable; `image` a whole cubin, fatbinary or
+/// NUL-terminated PTX.
+unsafe fn load(module: *mut *mut c_void, image: *const c_void) -> Outcome {
+    if module.is_null() {
+        return Err(Failure::invalid_value("module is null"));
+    }
+    let id = with_initialized(|s| {
+        s.current()?;
+        // SAFETY: the caller promises a whole image (the driver API's contract).
+        let image = unsafe { image::from_raw(image.cast()) }?;
+        s.load_module(&image)
+    })?;
+    // SAFETY: the caller's pointer, per the driver API.
+    unsafe { out(module, handle(id), "module") }
+}
 
 /// # Safety
 /// `module` must be writable; `image` a whole cubin, fatbinary or NUL-terminated PTX.
@@ -16,18 +35,34 @@ pub unsafe extern "C" fn cuModuleLoadData(
     module: *mut *mut c_void,
     image: *const c_void,
 ) -> CuResult {
-    shim("cuModuleLoadData", || {
-        if module.is_null() {
-            return Err(Failure::invalid_value("module is null"));
+    // SAFETY: the caller's pointers, per the driver API.
+    shim("cuModuleLoadData", || unsafe { load(module, image) })
+}
+
+/// cuModuleLoadData with JIT options (LLVM 16's cuda plugins load with this one). The
+/// options only steer the JIT compiling PTX, which the stand-in refuses; they are
+/// checked to be there when `count` says so, and otherwise ignored: no option's value
+/// is read or written (a log buffer stays as it was).
+///
+/// # Safety
+/// `module` must be writable; `image` as for cuModuleLoadData; `options` and `values`
+/// null or `count` long.
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadDataEx(
+    module: *mut *mut c_void,
+    image: *const c_void,
+    count: c_uint,
+    options: *mut c_uint,
+    values: *mut *mut c_void,
+) -> CuResult {
+    shim("cuModuleLoadDataEx", || {
+        if count > 0 && (options.is_null() || values.is_null()) {
+            return Err(Failure::invalid_value(format!(
+                "{count} JIT options without their arrays"
+            )));
         }
-        let id = with_initialized(|s| {
-            s.current()?;
-            // SAFETY: the caller promises a whole image (the driver API's contract).
-            let image = unsafe { image::from_raw(image.cast()) }?;
-            s.load_module(&image)
-        })?;
-        // SAFETY: the caller's pointer, per the driver API.
-        unsafe { out(module, handle(id), "module") }
+        // SAFETY: the caller's pointers, per the driver API.
+        unsafe { load(module, image) }
     })
 }
 
@@ -140,4 +175,76 @@ pub extern "C" fn cuLaunchKernel(
             s.launch(&request)
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::*;
+    use crate::{cuCtxSetCurrent, cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRetain};
+    use crate::{cuInit, state, test_cubin};
+    use std::ptr::null_mut;
+
+    /// CU_JIT_INFO_LOG_BUFFER and CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES.
+    const JIT_INFO_LOG_BUFFER: c_uint = 3;
+    const JIT_INFO_LOG_BUFFER_SIZE_BYTES: c_uint = 4;
+
+    /// A cubin loads as with cuModuleLoadData, with or without JIT options (neither read
+    /// nor written); options counted but not given, or no current context, are refused.
+    #[test]
+    fn load_data_ex_loads_a_cubin_and_leaves_the_jit_options_alone() {
+        use cudarc::driver::sys::CUjit_option;
+        assert_eq!(
+            JIT_INFO_LOG_BUFFER,
+            CUjit_option::CU_JIT_INFO_LOG_BUFFER as c_uint
+        );
+        assert_eq!(
+            JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+            CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES as c_uint
+        );
+        let _alone = state::exclusive();
+        let image = test_cubin::linked_cubin().as_ptr().cast();
+        assert_eq!(cuInit(0), CUDA_SUCCESS);
+        let mut module = null_mut();
+        // SAFETY: every pointer below is a live local or the cubin's bytes.
+        unsafe {
+            let no_context = cuModuleLoadDataEx(&mut module, image, 0, null_mut(), null_mut());
+            assert_eq!(no_context, CUDA_ERROR_INVALID_CONTEXT);
+            let mut context = null_mut();
+            assert_eq!(cuDevicePrimaryCtxRetain(&mut context, 0), CUDA_SUCCESS);
+            assert_eq!(cuCtxSetCurrent(context), CUDA_SUCCESS);
+
+            let missing = cuModuleLoadDataEx(&mut module, image, 2, null_mut(), null_mut());
+            assert_eq!(missing, CUDA_ERROR_INVALID_VALUE);
+            assert_eq!(
+                cuModuleLoadDataEx(&mut module, image, 0, null_mut(), null_mut()),
+                CUDA_SUCCESS
+            );
+            let mut kern = null_mut();
+            let found = cuModuleGetFunction(&mut kern, module, c"kern".as_ptr());
+            assert_eq!(found, CUDA_SUCCESS);
+            assert_eq!(cuModuleUnload(module), CUDA_SUCCESS);
+
+            let mut log = [0x5au8; 64];
+            let mut options = [JIT_INFO_LOG_BUFFER, JIT_INFO_LOG_BUFFER_SIZE_BYTES];
+            let mut values = [log.as_mut_ptr().cast::<c_void>(), 64 as *mut c_void];
+            let with_options = cuModuleLoadDataEx(
+                &mut module,
+                image,
+                2,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            );
+            assert_eq!(with_options, CUDA_SUCCESS);
+            assert_eq!(log, [0x5a; 64], "the log buffer is untouched");
+            assert_eq!(values[1], 64 as *mut c_void, "the size is not written back");
+            assert_eq!(cuModuleUnload(module), CUDA_SUCCESS);
+            assert_eq!(
+                cuModuleLoadDataEx(null_mut(), image, 0, null_mut(), null_mut()),
+                CUDA_ERROR_INVALID_VALUE
+            );
+            assert_eq!(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+            assert_eq!(cuCtxSetCurrent(null_mut()), CUDA_SUCCESS);
+        }
+    }
 }

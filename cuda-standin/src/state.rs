@@ -1,8 +1,8 @@
 //! The driver's state, one per process behind a mutex: whether cuInit ran, the primary
 //! contexts (retained and released with counts; one released to 0 is invalid, and its
-//! modules, streams and events go with it), the memory registry, the loaded modules and
-//! their kernels, streams and events. Each thread's current context is thread-local, as
-//! in the driver.
+//! modules, streams, events and peer access go with it; its flags stay), the memory
+//! registry, the loaded modules and their kernels, streams and events. Each thread's
+//! current context is thread-local, as in the driver.
 //!
 //! Handles are values from counters (a context's is fixed per device), each kind in a
 //! range of its own, and always looked up, never dereferenced: an unknown one is
@@ -14,7 +14,7 @@ use crate::memory::Memory;
 use crate::module::Module;
 use serde_json::json;
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 const CONTEXT_BASE: u64 = 0xc0_0000_0000;
@@ -57,6 +57,12 @@ pub struct Context {
     pub device: usize,
     pub retains: u32,
     limits: HashMap<u32, usize>,
+    /// The primary context's flags (cuDevicePrimaryCtxSetFlags; 0 until set); they
+    /// stay when it is released to 0.
+    pub flags: u32,
+    /// The contexts this one may access (cuCtxEnablePeerAccess); emptied, and this one
+    /// taken out of every other's, when it is released to 0.
+    pub peers: BTreeSet<u64>,
 }
 
 impl Context {
@@ -150,13 +156,15 @@ pub fn set_current_handle(handle: u64) {
 }
 
 impl State {
-    fn new(config: Config) -> State {
+    pub(crate) fn new(config: Config) -> State {
         let contexts = (0..config.devices)
             .map(|device| Context {
                 handle: CONTEXT_BASE + 0x100 * (device as u64 + 1),
                 device,
                 retains: 0,
                 limits: HashMap::new(),
+                flags: 0,
+                peers: BTreeSet::new(),
             })
             .collect();
         State {
@@ -236,6 +244,10 @@ impl State {
         if context.retains == 0 {
             let handle = context.handle;
             context.limits.clear();
+            context.peers.clear();
+            for other in &mut self.contexts {
+                other.peers.remove(&handle);
+            }
             self.drop_context_contents(handle);
         }
         Ok(())
