@@ -2,7 +2,7 @@
 //!
 //! Builds tests/fixtures/bench/gpu_lookup.c once per lookup variant and SM (clang-22 for
 //! nvptx64, the variant's device runtime bitcode linked in, then ptxas) into
-//! target/gpu-bench/, builds the host driver `gpu_lookup_bench` (e2e-tests, release),
+//! target/gpu-bench/, builds the host driver `gpu_lookup_bench` (gpu-lookup-bench, release),
 //! checks the kernel run on the CPU against the driver's reference
 //! ([`check_kernel_on_host`]), and runs the driver on the cubins. Without a CUDA driver
 //! or GPU the driver prints one `SKIPPED:` line and exits 0. GPU machines have no clang: `cargo xtask gpu-bundle`
@@ -39,7 +39,7 @@ enum Lookup {
 }
 
 /// The variants, in the order the driver's table shows them; names must match the
-/// driver's (tests/src/bin/gpu_lookup_bench.rs).
+/// driver's (harness/gpu-lookup-bench/src/bench.rs).
 /// `ours_index` and `ours` are the same build: the driver keeps the plugin's index for
 /// the first and clears it for the second (and for `ours_warp`), so they compare the
 /// index with the search. `ours_archive` gets the table as `ours_index` does, through a
@@ -523,7 +523,7 @@ pub fn build_driver() -> Result<PathBuf> {
         "build",
         "--release",
         "-p",
-        "e2e-tests",
+        "gpu-lookup-bench",
         "--bin",
         "gpu_lookup_bench",
     ])?;
