@@ -41,6 +41,8 @@ pub struct CudaDevice {
     pub(super) context: Mutex<Option<Context>>,
     /// Streams of finished queues, handed out again by `queue_create`.
     pub(super) idle_streams: Mutex<Vec<QueueHandle>>,
+    /// Events given back by libomptarget, reused (it makes and drops two a region).
+    pub(super) idle_events: Mutex<Vec<EventHandle>>,
     /// The streams and events handed out: only these reach the driver.
     pub(super) handles: HandleRegistry,
     /// The page-locked host memory of every device of the backend.
@@ -169,10 +171,16 @@ impl Drop for CudaDevice {
     /// the device's images first (they are dropped before the device).
     fn drop(&mut self) {
         let idle = std::mem::take(&mut *lock(&self.idle_streams));
+        let idle_events = std::mem::take(&mut *lock(&self.idle_events));
         if let Some(context) = *lock(&self.context) {
             if context.make_current().is_ok() {
                 // SAFETY: the buffers were made in this context, current now.
                 unsafe { self.staging.release() };
+                for event in idle_events {
+                    // SAFETY: an idle event was made by event_create in this context and
+                    // given back by event_destroy: nothing refers to it.
+                    let _ = unsafe { result::event::destroy(event as sys::CUevent) };
+                }
                 for stream in idle {
                     // SAFETY: an idle stream was created by queue_create in this
                     // context, finished, and is referenced nowhere else.
@@ -557,11 +565,16 @@ impl BackendDevice for CudaDevice {
     }
 
     fn event_create(&self) -> Result<Option<EventHandle>, BackendError> {
-        self.enter()?;
-        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
-            .map_err(|e| driver_err("cuEventCreate", e))?;
-        self.handles.insert(HandleKind::Event, event as EventHandle);
-        Ok(Some(event as EventHandle))
+        let event = match lock(&self.idle_events).pop() {
+            Some(event) => event,
+            None => {
+                self.enter()?;
+                result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+                    .map_err(|e| driver_err("cuEventCreate", e))? as EventHandle
+            }
+        };
+        self.handles.insert(HandleKind::Event, event);
+        Ok(Some(event))
     }
 
     fn event_record(
@@ -605,14 +618,12 @@ impl BackendDevice for CudaDevice {
             .map_err(|e| driver_err("cuEventSynchronize", e))
     }
 
+    /// The event goes to the idle list for the next event_create (a recorded event is
+    /// recorded again there: CUDA events may be), destroyed with the device.
     fn event_destroy(&self, event: EventHandle) -> Result<(), BackendError> {
-        self.handles.check(HandleKind::Event, event)?;
-        self.enter()?;
         self.handles.remove(HandleKind::Event, event)?;
-        // SAFETY: the registry held `event` from event_create on this device and it was
-        // just removed there, so it is destroyed once.
-        unsafe { result::event::destroy(event as sys::CUevent) }
-            .map_err(|e| driver_err("cuEventDestroy", e))
+        lock(&self.idle_events).push(event);
+        Ok(())
     }
 }
 
@@ -637,6 +648,7 @@ mod tests {
             shared_memory_per_block: 0,
             context: Mutex::new(None),
             idle_streams: Mutex::new(Vec::new()),
+            idle_events: Mutex::new(Vec::new()),
             handles: HandleRegistry::new(0),
             pinned: Arc::default(),
             staging: Staging::new(Default::default()),

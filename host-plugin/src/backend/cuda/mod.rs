@@ -103,6 +103,7 @@ fn discover() -> Result<Vec<CudaDevice>, String> {
                     .max(0) as u32,
                 context: Mutex::new(None),
                 idle_streams: Mutex::new(Vec::new()),
+                idle_events: Mutex::new(Vec::new()),
                 staging: staging::Staging::new(staging_settings),
                 handles: super::HandleRegistry::new(index),
                 pinned: Arc::clone(&pinned),
