@@ -374,3 +374,38 @@ fn exiting_child() -> ! {
     }
     std::process::exit(0)
 }
+
+/// The stream-ordered pair the cuda plugin uses where the device has memory pools: made
+/// and freed at once on the legacy stream or a live one, counted, refused on a stream
+/// that is not live, and only device memory is freed by it.
+#[test]
+fn stream_ordered_allocations_are_made_and_freed_on_a_live_stream() {
+    let _device = device0();
+    let (free_before, _) = memory_info();
+    let (mut a, mut pinned) = (0u64, null_mut());
+    // SAFETY: live locals.
+    unsafe {
+        assert_eq!(cuMemAllocAsync(&mut a, 4096, 0), CUDA_SUCCESS);
+        assert_ne!(a, 0);
+        assert_eq!(memory_info().0, free_before - 4096);
+        assert_eq!(
+            cuMemAllocAsync(&mut a, 1, 0xdead_0000),
+            CUDA_ERROR_INVALID_HANDLE
+        );
+        assert_eq!(cuMemFreeAsync(a, 0xdead_0000), CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(cuMemFreeAsync(a, 0), CUDA_SUCCESS);
+        assert_eq!(memory_info().0, free_before);
+        assert_eq!(
+            cuMemFreeAsync(a, 0),
+            CUDA_ERROR_INVALID_VALUE,
+            "freed twice"
+        );
+        assert_eq!(cuMemAllocHost_v2(&mut pinned, 64), CUDA_SUCCESS);
+        assert_ne!(
+            cuMemFreeAsync(pinned as u64, 0),
+            CUDA_SUCCESS,
+            "host memory"
+        );
+        assert_eq!(cuMemFreeHost(pinned), CUDA_SUCCESS);
+    }
+}

@@ -108,6 +108,7 @@ pub mod attribute {
     pub const CONCURRENT_MANAGED_ACCESS: u32 = 89;
     pub const MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: u32 = 97;
     pub const MAX_BLOCKS_PER_MULTIPROCESSOR: u32 = 106;
+    pub const MEMORY_POOLS_SUPPORTED: u32 = 115;
 }
 
 /// cuDeviceGetAttribute's answer: what an H100 reports for the attributes modelled, 0
@@ -145,7 +146,8 @@ fn modelled(config: &Config, attribute: u32) -> Option<i32> {
         | CONCURRENT_KERNELS
         | UNIFIED_ADDRESSING
         | MANAGED_MEMORY
-        | CONCURRENT_MANAGED_ACCESS => 1,
+        | CONCURRENT_MANAGED_ACCESS
+        | MEMORY_POOLS_SUPPORTED => 1,
         COMPUTE_CAPABILITY_MAJOR => major,
         COMPUTE_CAPABILITY_MINOR => minor,
         MAX_SHARED_MEMORY_PER_MULTIPROCESSOR => 233_472,
@@ -264,6 +266,10 @@ mod tests {
             (
                 attribute::MAX_BLOCKS_PER_MULTIPROCESSOR,
                 A::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR,
+            ),
+            (
+                attribute::MEMORY_POOLS_SUPPORTED,
+                A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
             ),
         ];
         for (ours, theirs) in pairs {

@@ -71,6 +71,37 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(host: *mut *mut c_void, size: usize) 
     })
 }
 
+/// Stream-ordered: the stand-in runs every call at once, so the allocation is made
+/// now, after checking `stream` (0, the legacy default stream, or a live one).
+///
+/// # Safety
+/// `dptr` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut u64, size: usize, stream: u64) -> CuResult {
+    shim("cuMemAllocAsync", || {
+        with_initialized(|s| {
+            s.current()?;
+            s.check_stream(stream)
+        })?;
+        let p = allocate(size, RegionKind::Device)?;
+        // SAFETY: the caller's pointer, per the driver API.
+        unsafe { out(dptr, p, "dptr") }
+    })
+}
+
+/// Stream-ordered: freed now (the stand-in's streams have nothing pending), after
+/// checking `stream`.
+#[no_mangle]
+pub extern "C" fn cuMemFreeAsync(dptr: u64, stream: u64) -> CuResult {
+    shim("cuMemFreeAsync", || {
+        with_initialized(|s| {
+            s.current()?;
+            s.check_stream(stream)?;
+            s.memory.free(dptr, &[RegionKind::Device])
+        })
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn cuMemFree_v2(dptr: u64) -> CuResult {
     shim("cuMemFree_v2", || {
