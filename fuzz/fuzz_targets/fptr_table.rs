@@ -5,10 +5,10 @@
 //! its first target; rows to null or to their own host address are left out), and every
 //! error is a real conflict (a vtable word among them).
 #![no_main]
-use host_plugin::host_entry::{
+use host_plugin::generic::host_entry::{
     EntryKind, HostEntry, HostOffloadEntry, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE,
 };
-use host_plugin::table::fptr::{self, FptrError, IndirectPair, Origin};
+use host_plugin::generic::table::fptr::{self, FptrError, IndirectPair, Origin};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use std::collections::{HashMap, HashSet};

@@ -2,8 +2,8 @@
 //! mutated ELF shared objects (seeded with real clang-16 and clang-22 outputs).
 #![no_main]
 use host_plugin::backend::host::inspect_loadable;
-use host_plugin::image::{elf_machine, ImageError};
-use host_plugin::symbols::Wanted;
+use host_plugin::elf::image::{elf_machine, ImageError};
+use host_plugin::elf::symbols::Wanted;
 use host_plugin::{Plugin, PluginKind};
 use libfuzzer_sys::fuzz_target;
 /// `EM_X86_64`, the host backend's machine.

@@ -10,7 +10,7 @@
 //! The image is `OMPTARGET_RS_FUZZ_IMAGE`, set by `cargo xtask fuzz` (which builds it
 //! from tests/fixtures/plugin/device_image.c with clang-16 and device-rtl).
 #![no_main]
-use host_plugin::host_entry::{
+use host_plugin::generic::host_entry::{
     EntryKind, HostEntry, HostOffloadEntry, FLAG_CTOR, FLAG_INDIRECT, FLAG_INDIRECT_VTABLE,
 };
 use host_plugin::{FptrMapEntry, Plugin, PluginKind};

@@ -41,10 +41,10 @@ use host_plugin::abi::{TgtDeviceImage, TgtOffloadEntry, TgtTargetTable};
 use host_plugin::backend::host::HostBackend;
 use host_plugin::backend::HostMemory;
 use host_plugin::backend::{AllocKind, Backend};
-use host_plugin::device_buffer::{DeviceBuffer, DeviceMemory};
-use host_plugin::host_entry::{HostEntry, FLAG_INDIRECT};
-use host_plugin::symbols::{Wanted, LOOKUP_BATCH};
-use host_plugin::table::fptr;
+use host_plugin::elf::symbols::{Wanted, LOOKUP_BATCH};
+use host_plugin::generic::device_buffer::{DeviceBuffer, DeviceMemory};
+use host_plugin::generic::host_entry::{HostEntry, FLAG_INDIRECT};
+use host_plugin::generic::table::fptr;
 use host_plugin::{FptrMapEntry, HostOffloadEntry, Plugin, PluginKind};
 use std::ffi::CString;
 use std::process::ExitCode;
@@ -180,7 +180,7 @@ fn phases_once(bytes: &[u8], entries: &[HostOffloadEntry]) -> Result<[Duration; 
     let (indexed, index) = timed(|| -> Result<DeviceBuffer, String> {
         let err = |e: host_plugin::BackendError| e.to_string();
         let global = module.global(INDEX_C).map_err(err)?;
-        let placed = host_plugin::table::host_index::build(&memory, &table)?;
+        let placed = host_plugin::generic::table::host_index::build(&memory, &table)?;
         // SAFETY: `global` is the image's 32-byte index global.
         unsafe { memory.write(global, bytemuck::bytes_of(&placed.index.header)) }.map_err(err)?;
         Ok(placed.index.buckets)

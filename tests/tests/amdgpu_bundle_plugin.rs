@@ -9,7 +9,7 @@ mod amdgpu_support;
 use amdgpu_support::*;
 use e2e_tests::plugin::entry;
 use host_plugin::backend::hip::HipBackend;
-use host_plugin::host_entry::FLAG_INDIRECT;
+use host_plugin::generic::host_entry::FLAG_INDIRECT;
 use host_plugin::{HostOffloadEntry, Plugin, PluginKind};
 
 fn entries() -> Vec<HostOffloadEntry<'static>> {

@@ -130,7 +130,7 @@ fn the_compatible_and_most_specific_code_object_is_chosen() {
 fn clang16_openmp_kernels_are_launched_by_their_exec_mode() {
     use host_plugin::backend::hip::HipBackend;
     use host_plugin::backend::LaunchRequest;
-    use host_plugin::launch_shape::ExecMode;
+    use host_plugin::support::launch_shape::ExecMode;
     use host_plugin::{Plugin, PluginKind};
     use std::process::Command;
 

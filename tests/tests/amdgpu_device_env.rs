@@ -1,5 +1,5 @@
 //! AMDGPU images get LLVM 16's device environment, as CUDA images do: the plugin core
-//! writes it for every GPU kind after the load (host_plugin::device_env). A code object
+//! writes it for every GPU kind after the load (host_plugin::generic::device_env). A code object
 //! with the 16-byte `omptarget_device_environment` global that LLVM 16's AMDGPU device
 //! runtime defines, loaded through the plugin core on the stand-in HIP library.
 
@@ -9,7 +9,7 @@ use amdgpu_support::*;
 use e2e_tests::process::run_ok;
 use e2e_tests::tools::llvm22;
 use host_plugin::backend::hip::HipBackend;
-use host_plugin::device_settings::DeviceSettings;
+use host_plugin::generic::device_settings::DeviceSettings;
 use host_plugin::{HostOffloadEntry, Plugin, PluginKind};
 use std::process::Command;
 

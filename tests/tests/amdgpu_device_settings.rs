@@ -12,8 +12,8 @@ use amdgpu_support::*;
 use e2e_tests::plugin::entry;
 use host_plugin::backend::hip::HipBackend;
 use host_plugin::backend::{AllocKind, InteropHandles, LaunchRequest};
-use host_plugin::device_settings::DeviceSettings;
-use host_plugin::host_entry::FLAG_INDIRECT;
+use host_plugin::generic::device_settings::DeviceSettings;
+use host_plugin::generic::host_entry::FLAG_INDIRECT;
 use host_plugin::{HostOffloadEntry, Plugin, PluginKind};
 
 fn plugin_on(fake: &FakeHip) -> Plugin {

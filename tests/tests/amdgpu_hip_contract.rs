@@ -13,8 +13,8 @@ use host_plugin::backend::hip::grid::DeviceLimits;
 use host_plugin::backend::hip::HipBackend;
 use host_plugin::backend::AllocKind;
 use host_plugin::backend::LaunchRequest;
-use host_plugin::host_entry::FLAG_INDIRECT;
-use host_plugin::table::fptr_index::{FptrIndex, IndexView, SLOTS};
+use host_plugin::generic::host_entry::FLAG_INDIRECT;
+use host_plugin::generic::table::fptr_index::{FptrIndex, IndexView, SLOTS};
 use host_plugin::{Backend, HostOffloadEntry, Plugin, PluginError, PluginKind};
 
 fn entries() -> Vec<HostOffloadEntry<'static>> {

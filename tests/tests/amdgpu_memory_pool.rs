@@ -45,7 +45,7 @@ fn threshold_zero_turns_the_pool_off() {
     let backend = HipBackend::from_library(fake.path_str()).expect("load the stand-in");
     let plugin = Plugin::with_backend(PluginKind::Amdgpu, Box::new(backend));
     let device = plugin.device(0).unwrap();
-    let mut settings = host_plugin::device_settings::DeviceSettings::default();
+    let mut settings = host_plugin::generic::device_settings::DeviceSettings::default();
     settings.pool.threshold = 0;
     device.configure(settings).unwrap();
     device.init_device().unwrap();

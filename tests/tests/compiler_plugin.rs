@@ -631,7 +631,7 @@ fn indirect_functions_the_host_link_folded_call_the_device_code() {
 }
 
 /// The plugin's debug log of `exe`'s load says that one host address stands for two
-/// device functions (host-plugin/src/table/fptr.rs).
+/// device functions (host-plugin/src/generic/table/fptr.rs).
 fn assert_one_host_address_has_two_device_functions(exe: &Path) {
     let out = Command::new(exe)
         .env("LD_LIBRARY_PATH", prefix().join("lib"))

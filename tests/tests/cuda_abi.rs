@@ -11,7 +11,7 @@ use e2e_tests::plugin::{
 };
 use host_plugin::abi::{TgtAsyncInfo, TgtOffloadEntry, OFFLOAD_SUCCESS};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
-use host_plugin::host_entry::FLAG_INDIRECT;
+use host_plugin::generic::host_entry::FLAG_INDIRECT;
 use std::ffi::{c_void, CString};
 use std::ptr::null_mut;
 

@@ -11,8 +11,8 @@ use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::cuda::{image::cubin_runs_on, CudaBackend};
 use host_plugin::backend::AllocKind;
 use host_plugin::backend::LaunchRequest;
-use host_plugin::device_buffer::DeviceBuffer;
-use host_plugin::host_entry::FLAG_INDIRECT;
+use host_plugin::generic::device_buffer::DeviceBuffer;
+use host_plugin::generic::host_entry::FLAG_INDIRECT;
 use host_plugin::{DeviceAddr, FptrMapEntry, HostOffloadEntry, Plugin, PluginKind};
 
 // Host "addresses" are only keys for the device. Odd multiples of 8; the synthetic rows
@@ -492,7 +492,8 @@ fn synthetic_tables_surround_the_real_rows() {
         .collect();
     for total in [1000, 1_000_000] {
         let rows = big_table(&real, total);
-        let table = host_plugin::table::fptr::from_rows(&rows).expect("no conflicting rows");
+        let table =
+            host_plugin::generic::table::fptr::from_rows(&rows).expect("no conflicting rows");
         assert_eq!(table.len(), total, "no duplicate host addresses");
         let at = |h| table.iter().position(|r| r.host_ptr == h).unwrap();
         for r in &real {

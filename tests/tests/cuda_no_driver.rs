@@ -185,7 +185,7 @@ fn embedded_cubin(program: &[u8]) -> Option<Vec<u8>> {
 #[test]
 fn clang16_nvptx_images_have_what_the_backend_reads() {
     use host_plugin::backend::cuda::{device_environment_names, DeviceEnvironmentLayout};
-    use host_plugin::launch_shape::ExecMode;
+    use host_plugin::support::launch_shape::ExecMode;
     use object::read::{ObjectSection, ObjectSymbol};
 
     let dir = scratch("cuda-tests", "clang16-nvptx");

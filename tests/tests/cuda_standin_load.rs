@@ -39,7 +39,7 @@ use e2e_tests::plugin::{
 };
 use e2e_tests::tools::host_cc;
 use host_plugin::abi::{TgtOffloadEntry, OFFLOAD_SUCCESS};
-use host_plugin::host_entry::FLAG_INDIRECT;
+use host_plugin::generic::host_entry::FLAG_INDIRECT;
 use host_plugin::{Plugin, PluginKind};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::collections::{BTreeMap, HashSet};

@@ -11,7 +11,7 @@
 use e2e_tests::cuda_standin::{self, Log};
 use e2e_tests::paths::{require_file, scratch, target_dir};
 use e2e_tests::plugin::entry;
-use host_plugin::host_entry::FLAG_INDIRECT;
+use host_plugin::generic::host_entry::FLAG_INDIRECT;
 use host_plugin::{Plugin, PluginKind};
 
 /// The entries of the cubin `cargo xtask gpu-programs` generates (harness/src/gpu_programs.rs,

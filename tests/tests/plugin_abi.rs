@@ -9,7 +9,7 @@ use e2e_tests::plugin::{
 use host_plugin::abi::{
     KernelArgs, TgtBinDesc, TgtDeviceImage, TgtOffloadEntry, OFFLOAD_FAIL, OFFLOAD_SUCCESS,
 };
-use host_plugin::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
+use host_plugin::generic::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use host_plugin::FptrMapEntry;
 use plugin_support::{host_image, plugin_dir};
 use std::ffi::{c_void, CString};

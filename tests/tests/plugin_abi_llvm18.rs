@@ -10,7 +10,7 @@ mod plugin_support;
 use e2e_tests::plugin::{device_image, tgt_entry, DataAlloc, DataDelete, DataMove, Launch};
 use host_plugin::abi::loader::ABI_OVERRIDE_VAR;
 use host_plugin::abi::{TgtDeviceBinary, TgtDeviceImage, TgtOffloadEntry, OFFLOAD_FAIL};
-use host_plugin::host_entry::FLAG_INDIRECT;
+use host_plugin::generic::host_entry::FLAG_INDIRECT;
 use plugin_support::{host_image, plugin_dir};
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr::null_mut;

@@ -5,8 +5,8 @@ mod plugin_support;
 
 use e2e_tests::plugin::{entry, words};
 use host_plugin::backend::AllocKind;
-use host_plugin::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
-use host_plugin::table::fptr_index::FptrIndex;
+use host_plugin::generic::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
+use host_plugin::generic::table::fptr_index::FptrIndex;
 use host_plugin::{
     fptr_head, DeviceEntry, FptrHead, HostOffloadEntry, IndexInfo, Plugin, PluginError, PluginKind,
 };
@@ -793,7 +793,7 @@ fn gpu_kinds_have_no_devices_yet() {
 fn symbol_lookups_through_the_gnu_hash_table_match_the_dynamic_symbol_table() {
     use object::{Object, ObjectSymbol};
     let image = host_image("device_image", true);
-    let symbols = host_plugin::image::inspect_shared_object(&image, object::elf::EM_X86_64)
+    let symbols = host_plugin::elf::image::inspect_shared_object(&image, object::elf::EM_X86_64)
         .expect("a valid image");
     let file = object::File::parse(&*image).unwrap();
     let exported: Vec<(Vec<u8>, u64)> = file

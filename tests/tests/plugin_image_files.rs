@@ -6,7 +6,7 @@
 mod plugin_support;
 
 use e2e_tests::plugin::entry;
-use host_plugin::host_entry::FLAG_INDIRECT;
+use host_plugin::generic::host_entry::FLAG_INDIRECT;
 use host_plugin::{Plugin, PluginKind};
 use plugin_support::host_image;
 

@@ -13,7 +13,7 @@ use e2e_tests::plugin::{
 };
 use host_plugin::abi::{TgtDeviceImage, TgtOffloadEntry, OFFLOAD_FAIL};
 use host_plugin::backend::AllocKind;
-use host_plugin::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
+use host_plugin::generic::host_entry::{FLAG_INDIRECT, FLAG_INDIRECT_VTABLE};
 use host_plugin::{FptrMapEntry, HostOffloadEntry, Plugin, PluginKind};
 use plugin_support::{compile_offload_sources, device_image_of, host_image, plugin_dir, scratch};
 use std::ffi::c_void;

@@ -6,9 +6,9 @@ use crate::cli::Options;
 use crate::entries::{entry, words};
 use crate::kernel::{host_key, Pattern, FUNCTIONS, TOTAL_THREADS};
 use host_plugin::backend::AllocKind;
-use host_plugin::device_buffer::DeviceBuffer;
-use host_plugin::host_entry::FLAG_INDIRECT;
-use host_plugin::table::fptr_index::FptrIndex;
+use host_plugin::generic::device_buffer::DeviceBuffer;
+use host_plugin::generic::host_entry::FLAG_INDIRECT;
+use host_plugin::generic::table::fptr_index::FptrIndex;
 use host_plugin::{DeviceAddr, FptrMapEntry, HostOffloadEntry, Plugin};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -208,7 +208,7 @@ impl Bench<'_> {
                 }
                 Lookup::Llvm19 => {
                     // LLVM 19's rows are {host, device} pairs too, sorted unsigned.
-                    let table = self.upload(host_plugin::table::fptr::as_bytes(&rows))?;
+                    let table = self.upload(host_plugin::generic::table::fptr::as_bytes(&rows))?;
                     let table_addr = table.addr();
                     owned.push(table);
                     let env = image.environment.ok_or("no LLVM 19 environment")?;

@@ -3,7 +3,7 @@
 //! computes (the reference each launch is checked against, and `--print-reference`), the
 //! check, and the index the plugin builds for a table (`--print-index`).
 
-use host_plugin::table::fptr_index::BuildError;
+use host_plugin::generic::table::fptr_index::BuildError;
 use host_plugin::FptrMapEntry;
 use std::fmt::Write as _;
 
@@ -47,14 +47,14 @@ pub fn print_index(size: usize) -> Result<String, String> {
             tgt_ptr: (r % FUNCTIONS) as u64,
         })
         .collect();
-    let index = match host_plugin::table::fptr_index::build(&rows) {
+    let index = match host_plugin::generic::table::fptr_index::build(&rows) {
         Ok(index) => index,
         // What the plugin installs for a 1-entry table: no index (the search answers).
         Err(BuildError::TooSmall { .. }) => return Ok("0 0 0\n".into()),
         Err(e) => {
             return Err(format!(
                 "no index: {}",
-                host_plugin::table::fptr_index::describe(e)
+                host_plugin::generic::table::fptr_index::describe(e)
             ))
         }
     };

@@ -5,11 +5,11 @@
 
 use super::entries::LibomptargetEntry;
 use crate::backend::DeviceAddr;
-use crate::host_entry::{EntryKind, HostEntry};
+use crate::generic::host_entry::{EntryKind, HostEntry};
 use std::collections::HashMap;
 use std::ffi::CStr;
 
-/// Kept with the image on its device ([`crate::device::Device::keep_with_image`]); its
+/// Kept with the image on its device ([`crate::generic::device::Device::keep_with_image`]); its
 /// address is the handle libomptarget holds.
 pub(super) struct LoadedBinary {
     /// libomptarget's entries of the image, read in place.

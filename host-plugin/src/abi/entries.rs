@@ -1,7 +1,7 @@
 //! libomptarget's host entries as the core reads them ([`HostEntry`]), in place.
 
 use super::types::TgtOffloadEntry;
-use crate::host_entry::{EntryKind, HostEntry};
+use crate::generic::host_entry::{EntryKind, HostEntry};
 use std::ffi::CStr;
 
 /// One of libomptarget's host entries, read in place: its array lives in the host binary

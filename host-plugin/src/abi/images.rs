@@ -10,10 +10,10 @@ use super::{
     guard, invalid, plugin, TgtBinDesc, TgtDeviceBinary, TgtDeviceImage, TgtImageInfo,
     TgtOffloadEntry, TgtTargetTable, OFFLOAD_FAIL, OFFLOAD_SUCCESS,
 };
-use crate::diag;
-use crate::error::PluginError;
-use crate::host_entry::HostEntry;
-use crate::table::fptr::FptrMapEntry;
+use crate::generic::error::PluginError;
+use crate::generic::host_entry::HostEntry;
+use crate::generic::table::fptr::FptrMapEntry;
+use crate::support::diag;
 use std::ffi::c_void;
 
 /// Largest vtable we read from host memory for an indirect vtable entry: far above any

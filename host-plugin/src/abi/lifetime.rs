@@ -5,7 +5,7 @@
 use super::images::unload_images_of_unmapped_libraries;
 use super::loader::loader;
 use super::{guard, invalid, on_device, plugin, status, OFFLOAD_FAIL, OFFLOAD_SUCCESS};
-use crate::diag;
+use crate::support::diag;
 use std::ffi::c_void;
 
 #[no_mangle]

@@ -74,7 +74,7 @@ pub fn loader() -> LoaderAbi {
     static LOADER: OnceLock<LoaderAbi> = OnceLock::new();
     *LOADER.get_or_init(|| {
         let (abi, how) = detect();
-        crate::diag::debug(|| format!("libomptarget {} ({how})", abi.major()));
+        crate::support::diag::debug(|| format!("libomptarget {} ({how})", abi.major()));
         abi
     })
 }

@@ -3,8 +3,8 @@
 
 use super::binary::{self, LoadedBinary};
 use super::{guard, invalid, plugin, TgtDeviceBinary, OFFLOAD_FAIL, OFFLOAD_SUCCESS};
-use crate::error::PluginError;
-use crate::host_entry::EntryKind;
+use crate::generic::error::PluginError;
+use crate::generic::host_entry::EntryKind;
 use std::ffi::{c_char, c_void, CStr};
 
 /// libomptarget 18: the device address of global `name` of a loaded binary. For an

@@ -6,7 +6,7 @@ use super::{
     guard, invalid, on_device, plugin, status, TgtAsyncInfo, OFFLOAD_FAIL, OFFLOAD_SUCCESS,
 };
 use crate::backend::AllocKind;
-use crate::error::PluginError;
+use crate::generic::error::PluginError;
 use std::ffi::c_void;
 
 #[no_mangle]

@@ -23,11 +23,11 @@ mod published;
 mod queues;
 pub mod types;
 
-use crate::device::Device;
-use crate::diag;
-use crate::error::PluginError;
-use crate::plugin::Plugin;
-use crate::plugin_kind::PluginKind;
+use crate::generic::device::Device;
+use crate::generic::error::PluginError;
+use crate::generic::plugin::Plugin;
+use crate::generic::plugin_kind::PluginKind;
+use crate::support::diag;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 pub use types::*;
@@ -35,7 +35,7 @@ pub use types::*;
 /// Which plugin this library is, from the name libomptarget loaded it by
 /// (`libomptarget.rtl.<kind>.so`): one build serves every kind, each copy is its own.
 fn own_kind() -> PluginKind {
-    let file = crate::own_file::path();
+    let file = crate::support::own_file::path();
     let base = file
         .as_deref()
         .and_then(|f| f.file_name())

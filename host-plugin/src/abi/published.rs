@@ -7,7 +7,7 @@ use crate::backend::DeviceAddr;
 use std::ffi::c_void;
 
 /// It must stay put until the image is unloaded, so it is boxed and kept with the image
-/// in the plugin ([`crate::device::Device::keep_with_image`]). Entry names point at
+/// in the plugin ([`crate::generic::device::Device::keep_with_image`]). Entry names point at
 /// libomptarget's own host entries, as LLVM's plugins return them.
 pub(super) struct PublishedTable {
     _raw: Box<[TgtOffloadEntry]>,
@@ -18,13 +18,12 @@ impl PublishedTable {
     /// The host entries, each with its device address (`addrs`, in the same order).
     /// A million-entry table goes on huge pages where it is large enough.
     pub(super) fn new(entries: &[LibomptargetEntry], addrs: &[DeviceAddr]) -> Self {
-        let mut raw =
-            crate::huge_pages::boxed_from_iter(entries.iter().zip(addrs).map(|(h, &addr)| {
-                TgtOffloadEntry {
-                    addr: addr as *mut c_void,
-                    ..h.0
-                }
-            }));
+        let mut raw = crate::support::huge_pages::boxed_from_iter(entries.iter().zip(addrs).map(
+            |(h, &addr)| TgtOffloadEntry {
+                addr: addr as *mut c_void,
+                ..h.0
+            },
+        ));
         let range = raw.as_mut_ptr_range();
         let table = Box::new(TgtTargetTable {
             entries_begin: range.start,

@@ -5,8 +5,8 @@ use super::{
     guard, invalid, on_device, plugin, status, TgtAsyncInfo, OFFLOAD_FAIL, OFFLOAD_SUCCESS,
 };
 use crate::backend::{EventHandle, QueueHandle};
-use crate::device::AsyncInfo;
-use crate::error::PluginError;
+use crate::generic::device::AsyncInfo;
+use crate::generic::error::PluginError;
 use std::ffi::c_void;
 
 /// The async info as the device sees it ([`AsyncInfo`]), for `body`; what the device
@@ -67,7 +67,7 @@ pub unsafe extern "C" fn __tgt_rtl_query_async(device: i32, async_info: *mut Tgt
 }
 
 // ---------------------------------------------------------------------------------------
-// Events: the device's (a token where its backend has none, [`crate::device::token_event`]).
+// Events: the device's (a token where its backend has none, [`crate::generic::device::token_event`]).
 
 /// # Safety
 /// `event` is null or writable.

@@ -1,6 +1,6 @@
 //! What a device tells its runtime beyond its number: a plain type of the vendor API,
 //! which each backend answers ([`super::BackendDevice::device_facts`]) and the core writes
-//! into the device environment ([`crate::device_env`]).
+//! into the device environment ([`crate::generic::device_env`]).
 
 /// What a device tells its runtime beyond its number: the backend's answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

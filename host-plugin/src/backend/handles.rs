@@ -38,7 +38,7 @@ impl HandleRegistry {
     }
 
     fn live(&self) -> MutexGuard<'_, HashSet<(HandleKind, u64)>> {
-        crate::locking::lock(&self.live)
+        crate::support::locking::lock(&self.live)
     }
 
     /// Record a handle the driver just created.

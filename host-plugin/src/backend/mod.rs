@@ -3,9 +3,9 @@
 //! [`BackendDevice`] per device (memory, transfers, images, launches, queues, events),
 //! as nextgen's `GenericDeviceTy` gets a vendor's device; the core never knows which
 //! vendor it drives. Rules every GPU shares are written once, in the core: the kernel
-//! registry, the exec mode and the launch shape ([`crate::kernels`], from what
+//! registry, the exec mode and the launch shape ([`crate::generic::kernels`], from what
 //! [`LoadedModule::kernel_limits`] reports), the device environment
-//! ([`crate::device_env`]); a vendor implements only the calls that differ. This module
+//! ([`crate::generic::device_env`]); a vendor implements only the calls that differ. This module
 //! and its plain types import nothing from the core.
 
 pub mod cuda;
@@ -27,7 +27,7 @@ pub type DeviceAddr = u64;
 
 /// A capability a backend may offer ([`BackendDevice::host_memory`]): device memory that is
 /// this process's own (the host device). The core then builds what it writes for the
-/// device in place ([`crate::table::host_index`]) and prefetches globals it is about to
+/// device in place ([`crate::generic::table::host_index`]) and prefetches globals it is about to
 /// read.
 #[derive(Debug)]
 pub struct HostMemory;
@@ -37,7 +37,7 @@ impl HostMemory {
     /// million pointer globals scattered over an image otherwise waits for each cache
     /// miss in turn).
     pub fn prefetch(&self, addr: DeviceAddr) {
-        crate::prefetch::read_address(addr);
+        crate::support::prefetch::read_address(addr);
     }
 }
 
@@ -141,7 +141,7 @@ pub trait LoadedModule: Send + Sync {
         &self,
         _kernel: DeviceAddr,
         _name: &CStr,
-    ) -> Result<Option<crate::launch_shape::Limits>, BackendError> {
+    ) -> Result<Option<crate::support::launch_shape::Limits>, BackendError> {
         Ok(None)
     }
 }
@@ -180,8 +180,8 @@ pub trait Backend: Send + Sync {
     fn inspect_image<'a>(
         &self,
         image: &'a [u8],
-    ) -> Result<Option<crate::image::ImageSymbols<'a>>, crate::image::ImageError> {
-        crate::image::inspect_shared_object(image, self.elf_machine()).map(Some)
+    ) -> Result<Option<crate::elf::image::ImageSymbols<'a>>, crate::elf::image::ImageError> {
+        crate::elf::image::inspect_shared_object(image, self.elf_machine()).map(Some)
     }
 
     /// Can some device of this backend run the image (e.g. a cubin's SM)? Asked after
@@ -194,14 +194,15 @@ pub trait Backend: Send + Sync {
     /// device can run. A backend that also takes containers (HIP: clang offload bundles
     /// of several code objects) says so here.
     fn is_valid_image(&self, image: &[u8]) -> bool {
-        crate::image::elf_machine(image) == Some(self.elf_machine()) && self.is_compatible(image)
+        crate::elf::image::elf_machine(image) == Some(self.elf_machine())
+            && self.is_compatible(image)
     }
 
     /// The execution mode of a kernel without `<kernel>_exec_mode` (not an OpenMP
-    /// kernel), recorded in its [`crate::kernels::KernelRecord`]: None (the default) runs
+    /// kernel), recorded in its [`crate::generic::kernels::KernelRecord`]: None (the default) runs
     /// it once when launched without a request; CUDA launches such kernels with SPMD's
     /// default shape.
-    fn untagged_kernel_mode(&self) -> Option<crate::launch_shape::ExecMode> {
+    fn untagged_kernel_mode(&self) -> Option<crate::support::launch_shape::ExecMode> {
         None
     }
 }
@@ -248,7 +249,7 @@ pub trait BackendDevice: AsAny + Send + Sync {
     fn load_image(
         &self,
         code: &[u8],
-        symbols: Option<&crate::symbols::ImageSymbols<'_>>,
+        symbols: Option<&crate::elf::symbols::ImageSymbols<'_>>,
         staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError>;
 
@@ -256,7 +257,7 @@ pub trait BackendDevice: AsAny + Send + Sync {
     /// kind of memory gives it for every kind; one that cannot give a kind refuses it.
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<DeviceAddr, BackendError>;
     /// Whether libomptarget's device memory on this device comes through a pool
-    /// ([`crate::memory_pool`]): a GPU's, whose driver allocation and release are slow
+    /// ([`crate::generic::memory_pool`]): a GPU's, whose driver allocation and release are slow
     /// and whose release waits for the whole device. The host devices' memory is
     /// ordinary memory.
     fn pools_memory(&self) -> bool {
@@ -290,7 +291,7 @@ pub trait BackendDevice: AsAny + Send + Sync {
     ) -> Result<(), BackendError>;
 
     /// Run `kernel(args...)` to completion; each argument is one pointer-sized value.
-    /// `shape`: the geometry the generic rules computed ([`crate::kernels`]), None to run
+    /// `shape`: the geometry the generic rules computed ([`crate::generic::kernels`]), None to run
     /// the kernel once (the host; a GPU runs one thread). `args` may be dropped as soon
     /// as this returns.
     ///
@@ -301,7 +302,7 @@ pub trait BackendDevice: AsAny + Send + Sync {
         &self,
         kernel: DeviceAddr,
         args: &[DeviceAddr],
-        shape: Option<crate::launch_shape::Shape>,
+        shape: Option<crate::support::launch_shape::Shape>,
     ) -> Result<(), BackendError>;
     /// Enqueue the launch of [`BackendDevice::launch`] on `queue` and return (it
     /// completes when the queue is finished). A device without queues handed none out:
@@ -314,7 +315,7 @@ pub trait BackendDevice: AsAny + Send + Sync {
         &self,
         _kernel: DeviceAddr,
         _args: &[DeviceAddr],
-        _shape: Option<crate::launch_shape::Shape>,
+        _shape: Option<crate::support::launch_shape::Shape>,
         queue: QueueHandle,
     ) -> Result<(), BackendError> {
         Err(unknown(HandleKind::Queue, self.index(), queue))
@@ -437,7 +438,7 @@ pub trait BackendDevice: AsAny + Send + Sync {
         Ok(InteropHandles::default())
     }
     /// What the device environment of LLVM 17's and 18's device runtimes says about the
-    /// device beyond its number ([`crate::device_env`]); LLVM's generic defaults unless
+    /// device beyond its number ([`crate::generic::device_env`]); LLVM's generic defaults unless
     /// the vendor knows better.
     fn device_facts(&self) -> DeviceFacts {
         DeviceFacts::default()

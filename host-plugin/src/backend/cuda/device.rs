@@ -12,8 +12,8 @@ use crate::backend::{
     peer, AllocKind, BackendDevice, BackendError, DeviceAddr, DeviceLimit, EventHandle, HandleKind,
     HandleRegistry, InteropHandles, LoadedModule, QueueHandle, StagedImage,
 };
-use crate::launch_shape::{Limits, Shape};
-use crate::locking::lock;
+use crate::support::launch_shape::{Limits, Shape};
+use crate::support::locking::lock;
 use cudarc::driver::{result, sys, DriverError};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
@@ -207,7 +207,7 @@ impl BackendDevice for CudaDevice {
     fn load_image(
         &self,
         bytes: &[u8],
-        _symbols: Option<&crate::symbols::ImageSymbols<'_>>,
+        _symbols: Option<&crate::elf::symbols::ImageSymbols<'_>>,
         _staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
         let kind = image::classify(bytes)

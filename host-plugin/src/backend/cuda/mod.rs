@@ -27,7 +27,7 @@ pub mod staging;
 pub use device::CudaDevice;
 
 use super::{Backend, BackendDevice};
-use crate::launch_shape::ExecMode;
+use crate::support::launch_shape::ExecMode;
 use cudarc::driver::{result, sys};
 use driver::MAX_TEAMS;
 use image::CudaImage;
@@ -36,7 +36,7 @@ use std::ffi::CStr;
 use std::sync::{Arc, Mutex};
 
 /// The device environment is written for every GPU kind by the plugin core
-/// ([`crate::device_env`]); these names, offload-formats' as the core's are, stay for
+/// ([`crate::generic::device_env`]); these names, offload-formats' as the core's are, stay for
 /// the tests and tools that asked here.
 pub use offload_formats::device_runtime::DeviceEnvironmentLayout;
 
@@ -171,15 +171,15 @@ impl Backend for CudaBackend {
     fn inspect_image<'a>(
         &self,
         image: &'a [u8],
-    ) -> Result<Option<crate::image::ImageSymbols<'a>>, crate::image::ImageError> {
+    ) -> Result<Option<crate::elf::image::ImageSymbols<'a>>, crate::elf::image::ImageError> {
         match image::classify(image) {
             Some(_) => Ok(None),
-            None => match crate::image::elf_machine(image) {
-                Some(found) => Err(crate::image::ImageError::WrongMachine {
+            None => match crate::elf::image::elf_machine(image) {
+                Some(found) => Err(crate::elf::image::ImageError::WrongMachine {
                     found,
                     expected: object::elf::EM_CUDA,
                 }),
-                None => Err(crate::image::ImageError::NotElf(
+                None => Err(crate::elf::image::ImageError::NotElf(
                     "not a cubin, fatbinary or PTX".into(),
                 )),
             },

@@ -4,7 +4,7 @@
 use super::driver::{driver_err, Context};
 use super::image::DefinedSymbols;
 use crate::backend::{BackendError, DeviceAddr, LoadedModule};
-use crate::launch_shape::Limits;
+use crate::support::launch_shape::Limits;
 use cudarc::driver::{result, sys};
 use std::ffi::CStr;
 

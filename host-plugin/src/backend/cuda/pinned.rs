@@ -4,7 +4,7 @@
 
 use super::driver::driver_err;
 use crate::backend::{unknown, BackendError, DeviceAddr, HandleKind};
-use crate::locking::lock;
+use crate::support::locking::lock;
 use cudarc::driver::{sys, DriverError};
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -18,7 +18,7 @@
 
 use super::driver::driver_err;
 use crate::backend::{BackendError, DeviceAddr};
-use crate::locking::lock;
+use crate::support::locking::lock;
 use cudarc::driver::sys;
 use std::sync::Mutex;
 

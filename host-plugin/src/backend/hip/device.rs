@@ -11,9 +11,9 @@ use crate::backend::{
     peer, AllocKind, BackendDevice, BackendError, DeviceAddr, DeviceCode, DeviceLimit,
     InteropHandles, LoadedModule, StagedImage,
 };
-use crate::diag;
-use crate::launch_shape::Shape;
-use crate::symbols::ImageSymbols;
+use crate::elf::symbols::ImageSymbols;
+use crate::support::diag;
+use crate::support::launch_shape::Shape;
 use offload_formats::target_id::TargetId;
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! (`openmp/libomptarget/plugins-nextgen/amdgpu/src/rtl.cpp`, `AMDGPUDeviceTy::initImpl`)
 //! puts in the device's grid values, computed here from what HIP reports instead of HSA.
 //! The launch rules themselves are the vendor-neutral ones of
-//! [`launch_shape`](crate::launch_shape).
+//! [`launch_shape`](crate::support::launch_shape).
 //!
 //! Facts, from LLVM 16 (`llvm/include/llvm/Frontend/OpenMP/OMPGridValues.h` of llvm-16-dev,
 //! and the release's `libomptarget.rtl.amdgpu.nextgen.so.16`):
@@ -21,7 +21,7 @@
 //! - `OMP_NUM_TEAMS` / `OMP_TEAMS_THREAD_LIMIT` are applied by LLVM 16 before `initImpl`
 //!   overwrites the values, so they do not change AMDGPU launches there; not read here.
 
-use crate::launch_shape::Limits;
+use crate::support::launch_shape::Limits;
 
 /// `GV_Default_WG_Size` of both AMDGPU grid value sets.
 pub const DEFAULT_WORK_GROUP_SIZE: u32 = 256;
@@ -145,7 +145,7 @@ pub fn teams_per_cu_from_env() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch_shape::{shape, threads, ExecMode, Shape};
+    use crate::support::launch_shape::{shape, threads, ExecMode, Shape};
 
     /// An MI210-like gfx90a (wave64, 104 compute units) as HIP describes it.
     const GFX90A: DeviceAttributes = DeviceAttributes {

@@ -15,7 +15,7 @@
 //! AMDGPU launch limits.
 //!
 //! Launch geometry: the plugin core keeps the kernels, reads each one's
-//! `<kernel>_exec_mode` and sizes the grid by LLVM 16's rules ([`crate::kernels`]) from
+//! `<kernel>_exec_mode` and sizes the grid by LLVM 16's rules ([`crate::generic::kernels`]) from
 //! the limits `kernel_limits` reports ([`module`]: the device's, capped by the kernel's
 //! own work-group limit); the device only launches the shape it is given, or, for a
 //! plain kernel launched without a request, one work-item (`launch`). The device
@@ -34,7 +34,7 @@ pub mod sys;
 pub use device::{HipDevice, HipDeviceInfo};
 
 use super::{Backend, BackendDevice};
-use crate::diag;
+use crate::support::diag;
 use grid::{DeviceAttributes, DeviceLimits};
 use offload_formats::target_id::TargetId;
 use std::ffi::c_int;

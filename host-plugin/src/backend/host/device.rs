@@ -9,7 +9,7 @@ use crate::backend::{
     take_staged, AllocKind, BackendDevice, BackendError, DeviceAddr, HostMemory, LoadedModule,
     StagedImage,
 };
-use crate::launch_shape::Shape;
+use crate::support::launch_shape::Shape;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
@@ -34,7 +34,7 @@ impl BackendDevice for HostDevice {
     fn load_image(
         &self,
         code: &[u8],
-        _symbols: Option<&crate::symbols::ImageSymbols<'_>>,
+        _symbols: Option<&crate::elf::symbols::ImageSymbols<'_>>,
         staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
         let file = match take_staged::<ImageFile>(staged) {
@@ -59,7 +59,7 @@ impl BackendDevice for HostDevice {
             return Err(BackendError::OutOfMemory(size));
         }
         // The table and the index of a large image: written right after this.
-        crate::huge_pages::advise(ptr.cast(), size);
+        crate::support::huge_pages::advise(ptr.cast(), size);
         Ok(ptr as DeviceAddr)
     }
 

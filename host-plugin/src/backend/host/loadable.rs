@@ -5,7 +5,7 @@
 //! images that passed the header checks and then crashed glibc's loader.
 //!
 //! x86-64 only: the rule of glibc's loader, which the host backends (in-process and
-//! isolated) hand images to; [`crate::image::inspect_shared_object`] asks it for them.
+//! isolated) hand images to; [`crate::elf::image::inspect_shared_object`] asks it for them.
 //!
 //! One module per part the loader reads: [`mod@segments`], the [`dynamic`] section, the
 //! [`mod@symbol_tables`], the [`mod@versions`], the [`hash_tables`] and the [`relocations`]

@@ -26,8 +26,8 @@ pub(crate) use loadable::check as check_loadable;
 /// (AMDGPU through HIP) go to their vendor's loader, which reads them itself.
 pub fn inspect_loadable(
     image: &[u8],
-) -> Result<crate::image::ImageSymbols<'_>, crate::image::ImageError> {
-    crate::image::inspect_shared_object_for(image, object::elf::EM_X86_64, &check_loadable)
+) -> Result<crate::elf::image::ImageSymbols<'_>, crate::elf::image::ImageError> {
+    crate::elf::image::inspect_shared_object_for(image, object::elf::EM_X86_64, &check_loadable)
 }
 
 #[derive(Default)]
@@ -41,7 +41,7 @@ impl Backend for HostBackend {
     fn inspect_image<'a>(
         &self,
         image: &'a [u8],
-    ) -> Result<Option<crate::image::ImageSymbols<'a>>, crate::image::ImageError> {
+    ) -> Result<Option<crate::elf::image::ImageSymbols<'a>>, crate::elf::image::ImageError> {
         inspect_loadable(image).map(Some)
     }
 

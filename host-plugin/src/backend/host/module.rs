@@ -18,7 +18,7 @@ pub(super) struct HostModule {
 
 impl LoadedModule for HostModule {
     fn release_load_files(&self) {
-        let file = crate::locking::lock(&self.file).take();
+        let file = crate::support::locking::lock(&self.file).take();
         drop(file);
     }
 

@@ -172,7 +172,7 @@ impl Arena {
     }
 
     pub(crate) fn alloc(&self, len: usize) -> Result<DeviceAddr, BackendError> {
-        let offset = crate::locking::lock(&self.blocks)
+        let offset = crate::support::locking::lock(&self.blocks)
             .alloc(len as u64)
             .ok_or(BackendError::OutOfMemory(len))?;
         Ok(self.device_base + offset)
@@ -180,7 +180,7 @@ impl Arena {
 
     pub(crate) fn free(&self, addr: DeviceAddr) -> Result<(), BackendError> {
         let offset = addr.wrapping_sub(self.device_base);
-        let mut blocks = crate::locking::lock(&self.blocks);
+        let mut blocks = crate::support::locking::lock(&self.blocks);
         let (start, end) = blocks.free(offset).ok_or_else(|| {
             BackendError::Bounds(format!("{addr:#x} is not an allocation of this device"))
         })?;
@@ -361,7 +361,7 @@ mod tests {
         assert_eq!(unsafe { other.add(12345).read() }, 0xa5);
         // Past what freed memory may keep, a freed block gives its pages back.
         let big = arena.alloc(48 << 20).unwrap();
-        crate::locking::lock(&arena.blocks).retained = RETAIN_FREED_BYTES;
+        crate::support::locking::lock(&arena.blocks).retained = RETAIN_FREED_BYTES;
         arena.free(big).unwrap();
         // SAFETY: as above; the pages were given back and read as zeros.
         assert_eq!(unsafe { other.add(12345).read() }, 0);

@@ -14,8 +14,8 @@ use crate::backend::host_common::{dlopen, HOST_DEVICE_COUNT};
 use crate::backend::{
     take_staged, AllocKind, BackendDevice, BackendError, DeviceAddr, LoadedModule, StagedImage,
 };
-use crate::diag;
-use crate::launch_shape::Shape;
+use crate::support::diag;
+use crate::support::launch_shape::Shape;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
@@ -45,7 +45,7 @@ impl BackendDevice for IsolatedDevice {
     fn load_image(
         &self,
         code: &[u8],
-        _symbols: Option<&crate::symbols::ImageSymbols<'_>>,
+        _symbols: Option<&crate::elf::symbols::ImageSymbols<'_>>,
         staged: Option<StagedImage>,
     ) -> Result<Box<dyn LoadedModule>, BackendError> {
         let device = Arc::clone(self.process.running()?);
@@ -62,7 +62,7 @@ impl BackendDevice for IsolatedDevice {
             Reply::Failed { message, .. } => return Err(BackendError::Load(message)),
             other => return Err(unexpected(other)),
         };
-        crate::locking::lock(&device.images).insert(name.clone(), Arc::new(fd));
+        crate::support::locking::lock(&device.images).insert(name.clone(), Arc::new(fd));
         Ok(Box::new(IsolatedModule {
             device,
             module,

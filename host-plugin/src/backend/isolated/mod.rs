@@ -70,7 +70,7 @@ impl Backend for IsolatedBackend {
     fn inspect_image<'a>(
         &self,
         image: &'a [u8],
-    ) -> Result<Option<crate::image::ImageSymbols<'a>>, crate::image::ImageError> {
+    ) -> Result<Option<crate::elf::image::ImageSymbols<'a>>, crate::elf::image::ImageError> {
         super::host::inspect_loadable(image).map(Some)
     }
 

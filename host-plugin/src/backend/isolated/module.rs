@@ -46,7 +46,7 @@ impl LoadedModule for IsolatedModule {
 
 impl Drop for IsolatedModule {
     fn drop(&mut self) {
-        crate::locking::lock(&self.device.images).remove(&self.name);
+        crate::support::locking::lock(&self.device.images).remove(&self.name);
         if !self.device.process.ended() {
             let _ = self.device.request(&Request::Unload {
                 module: self.module,

@@ -12,7 +12,7 @@ use super::fault::signal_name;
 use super::protocol::Range;
 use super::protocol::{self, FaultRecord, Reply, Request};
 use crate::backend::BackendError;
-use crate::diag;
+use crate::support::diag;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::os::unix::process::CommandExt;
@@ -70,7 +70,8 @@ pub fn find_executable() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(DEVICE_EXECUTABLE_ENV) {
         return Ok(PathBuf::from(path));
     }
-    let plugin = crate::own_file::path().ok_or("cannot tell where the plugin file is (dladdr)")?;
+    let plugin =
+        crate::support::own_file::path().ok_or("cannot tell where the plugin file is (dladdr)")?;
     let dir = plugin.parent().unwrap_or(Path::new("."));
     let candidates = [
         dir.join(DEVICE_EXECUTABLE),
@@ -283,7 +284,7 @@ impl DeviceProcess {
         request: &Request,
         fd: Option<BorrowedFd<'_>>,
     ) -> Result<Reply, BackendError> {
-        let mut channel = crate::locking::lock(&self.channel);
+        let mut channel = crate::support::locking::lock(&self.channel);
         channel.check_running()?;
         let answer = protocol::send(channel.socket.as_fd(), &request.encode(), fd).and_then(|()| {
             channel.ring(doorbell::KIND_SOCKET);
@@ -318,7 +319,7 @@ impl DeviceProcess {
                 other => LaunchOutcome::Failed(format!("unexpected answer {other:?}")),
             });
         }
-        let mut channel = crate::locking::lock(&self.channel);
+        let mut channel = crate::support::locking::lock(&self.channel);
         channel.check_running()?;
         let page = channel.doorbell.page();
         page.kernel.store(kernel, Ordering::Relaxed);
@@ -356,13 +357,13 @@ impl DeviceProcess {
     }
 
     fn send(&self, request: &Request, fd: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
-        let channel = crate::locking::lock(&self.channel);
+        let channel = crate::support::locking::lock(&self.channel);
         protocol::send(channel.socket.as_fd(), &request.encode(), fd)
     }
 
     /// A reply of the start-up, before the doorbell is in use.
     fn receive_reply(&self) -> std::io::Result<Reply> {
-        let mut channel = crate::locking::lock(&self.channel);
+        let mut channel = crate::support::locking::lock(&self.channel);
         let reply = channel.receive();
         channel.forward_output();
         match reply? {
@@ -376,12 +377,12 @@ impl DeviceProcess {
 
     /// Whether the process has ended (after a fault, say).
     pub fn ended(&self) -> bool {
-        crate::locking::lock(&self.channel).ended.is_some()
+        crate::support::locking::lock(&self.channel).ended.is_some()
     }
 
     /// End the process now (SIGKILL) and reap it; later requests fail with `why`.
     pub fn end(&self, why: &str) {
-        let mut channel = crate::locking::lock(&self.channel);
+        let mut channel = crate::support::locking::lock(&self.channel);
         channel.forward_output();
         if channel.ended.is_none() {
             channel.ended = Some(why.to_owned());

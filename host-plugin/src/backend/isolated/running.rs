@@ -57,7 +57,7 @@ pub struct Isolated {
 static STARTED: Mutex<Vec<Arc<Isolated>>> = Mutex::new(Vec::new());
 
 extern "C" fn end_devices_at_exit() {
-    for device in crate::locking::lock(&STARTED).drain(..) {
+    for device in crate::support::locking::lock(&STARTED).drain(..) {
         device.process.end("the program exited");
     }
 }
@@ -90,7 +90,7 @@ impl Isolated {
             images: Mutex::default(),
             vm_refused: AtomicBool::new(false),
         });
-        let mut started = crate::locking::lock(&STARTED);
+        let mut started = crate::support::locking::lock(&STARTED);
         if started.is_empty() {
             // SAFETY: registers a plain extern "C" function of this library, which is
             // never unloaded (linked with -z nodelete).
@@ -221,7 +221,9 @@ impl Isolated {
             .map(|n| n.trim_end_matches(" (deleted)"));
         match name {
             Some(name) => {
-                let fd = crate::locking::lock(&self.images).get(name).cloned()?;
+                let fd = crate::support::locking::lock(&self.images)
+                    .get(name)
+                    .cloned()?;
                 let file = std::fs::File::from(fd.as_fd().try_clone_to_owned().ok()?);
                 let len = file.metadata().ok()?.len() as usize;
                 let mut bytes = vec![0u8; len];
