@@ -5,16 +5,21 @@
 //! `self::` in a module's own file (the items `#[cfg(test)]` is on and test files left
 //! out; what follows such an item is read) is
 //! resolved to the module it reaches (through the names modules bind with `use`); an
-//! edge runs from the file's module to that module. Two checks, which `cargo xtask
-//! test` runs (in `cargo test --workspace`):
+//! edge runs from the file's module to that module. A module's layer is its folder
+//! below `src/` ([`LAYERS`]: `abi`, `generic`, `backend`, `elf`, `support`), and the
+//! vendors are `backend`'s folders [`VENDORS`]. The checks, which `cargo xtask test`
+//! runs (in `cargo test --workspace`):
 //! - **no cycle**: the graph has no strongly connected component of more than one
 //!   module;
+//! - **imports run down the layers**: no edge runs from a folder to one above it in
+//!   [`LAYERS`] (the C shims above the core, the core above the backend, the backend
+//!   above the leaves, `elf` above `support`);
 //! - **vendors import only the vendor API and leaves**: no edge runs from a vendor
 //!   (`backend::cuda`, `backend::hip`, `backend::host`, `backend::isolated` and their
-//!   children) to a module outside `backend` but the [`LEAVES`] (ELF reading,
-//!   utilities, the launch rules' plain types), which import only each other; and from
-//!   each vendor some edge to the vendor API or a leaf was read (a vendor whose imports
-//!   the reader missed fails, it does not pass for having no wrong edge).
+//!   children) to a module outside `backend` but the leaves ([`LEAF_FOLDERS`]: ELF
+//!   reading, utilities, the launch rules' plain types), which import only each other;
+//!   and from each vendor some edge to the vendor API or a leaf was read (a vendor
+//!   whose imports the reader missed fails, it does not pass for having no wrong edge).
 //!
 //! The parsing is textual and simple (comments and string literals are skipped, not
 //! macros' bodies); a test below shows it cycles on a small crate it writes, so that
@@ -24,19 +29,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Modules any layer may import (ELF reading, utilities, the launch rules' plain
-/// types): each imports nothing but other leaves, which a test holds it to.
-const LEAVES: &[&str] = &[
-    "elf::image",
-    "elf::symbols",
-    "elf::symbols::gnu_hash",
-    "support::diag",
-    "support::huge_pages",
-    "support::launch_shape",
-    "support::locking",
-    "support::own_file",
-    "support::prefetch",
-];
+/// host-plugin's folders below `src/` (its layers), top first: a module imports only
+/// modules of its own folder and of those below it. The crate root (`lib.rs`, the
+/// crate's face) is above them all.
+const LAYERS: &[&str] = &["abi", "generic", "backend", "elf", "support"];
+
+/// The leaves' folders (ELF reading; utilities and the launch rules' plain types): any
+/// layer may import their modules, which import nothing but other leaves.
+const LEAF_FOLDERS: &[&str] = &["elf", "support"];
 
 const VENDORS: &[&str] = &[
     "backend::cuda",
@@ -710,7 +710,102 @@ fn is_vendor(module: &str) -> bool {
 }
 
 fn is_backend(module: &str) -> bool {
-    module == "backend" || module.starts_with("backend::")
+    in_module(module, "backend")
+}
+
+/// `module` is in one of the leaves' folders.
+fn is_leaf(module: &str) -> bool {
+    LEAF_FOLDERS.iter().any(|folder| in_module(module, folder))
+}
+
+/// The position of `module`'s folder in [`LAYERS`]; None for the crate root and for a
+/// module in no folder of the list (which [`layer_problems`] reports).
+fn layer(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|folder| in_module(module, folder))
+}
+
+/// What is wrong with the layers in `edges`: every module of a folder that is not in
+/// [`LAYERS`] (but the crate root), and every edge from a folder to one above it.
+fn layer_problems(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (from, to) in edges {
+        let Some(own) = layer(from) else {
+            if from != "crate" {
+                problems.push(format!("{from} is in no folder of the layers {LAYERS:?}"));
+            }
+            continue;
+        };
+        for t in to {
+            if layer(t).is_some_and(|target| target < own) {
+                problems.push(format!(
+                    "{from} ({}) imports {t}, a layer above it ({})",
+                    LAYERS[own],
+                    LAYERS[layer(t).unwrap_or(own)]
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn imports_run_down_the_layers() {
+    let edges = graph(&src());
+    for folder in LAYERS {
+        assert!(
+            edges.keys().any(|m| in_module(m, folder)),
+            "no module read in {folder}/: {:?}",
+            edges.keys()
+        );
+    }
+    let problems = layer_problems(&edges);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The layer check fails on an edge up the layers (the core importing a shim, a leaf
+/// importing the core, `support` importing `elf`) and on a module outside the
+/// folders, and passes edges down, within a folder and from the crate root.
+#[test]
+fn the_layer_check_fails_on_an_import_upward() {
+    let graph = |edges: &[(&str, &[&str])]| -> BTreeMap<String, BTreeSet<String>> {
+        edges
+            .iter()
+            .map(|(from, to)| {
+                let to = to.iter().map(|t| (*t).to_owned()).collect();
+                ((*from).to_owned(), to)
+            })
+            .collect()
+    };
+    let good: &[(&str, &[&str])] = &[
+        ("crate", &["abi", "generic::plugin"]),
+        ("abi", &["generic::plugin", "backend", "support::diag"]),
+        ("generic::plugin", &["generic::device", "backend::cuda"]),
+        ("backend::cuda", &["backend", "elf::symbols"]),
+        (
+            "elf::symbols",
+            &["elf::symbols::gnu_hash", "support::prefetch"],
+        ),
+        ("support::prefetch", &[]),
+    ];
+    assert_eq!(layer_problems(&graph(good)), Vec::<String>::new());
+    let mut bad = graph(good);
+    bad.insert(
+        "generic::plugin".to_owned(),
+        BTreeSet::from(["abi".to_owned()]),
+    );
+    bad.insert(
+        "support::prefetch".to_owned(),
+        BTreeSet::from(["elf::symbols".to_owned()]),
+    );
+    bad.insert("loose".to_owned(), BTreeSet::new());
+    assert_eq!(
+        layer_problems(&bad),
+        [
+            "generic::plugin (generic) imports abi, a layer above it (abi)",
+            "loose is in no folder of the layers [\"abi\", \"generic\", \"backend\", \"elf\", \"support\"]",
+            "support::prefetch (support) imports elf::symbols, a layer above it (elf)",
+        ]
+    );
 }
 
 #[test]
@@ -734,7 +829,7 @@ fn no_import_cycle() {
 }
 
 /// What is wrong with the vendors' imports in `edges`: every edge from a vendor (or a
-/// child of one) to a module outside `backend` but the [`LEAVES`], and every vendor of
+/// child of one) to a module outside `backend` but the leaves, and every vendor of
 /// [`VENDORS`] from which no edge to the vendor API (`backend` or one of its modules
 /// that is no vendor) or to a leaf was read, which means the reader did not see its
 /// imports (each vendor implements the vendor API's traits, so it names them).
@@ -743,14 +838,14 @@ fn vendor_import_problems(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Str
         .iter()
         .filter(|(from, _)| is_vendor(from))
         .flat_map(|(from, to)| to.iter().map(move |t| (from.as_str(), t.as_str())))
-        .filter(|(_, to)| !is_backend(to) && !LEAVES.contains(to))
+        .filter(|(_, to)| !is_backend(to) && !is_leaf(to))
         .map(|(from, to)| format!("a vendor imports the core: {from} -> {to}"));
     let unread = VENDORS.iter().filter_map(|vendor| {
         let read = edges
             .iter()
             .filter(|(from, _)| in_module(from, vendor))
             .flat_map(|(_, to)| to)
-            .any(|to| (is_backend(to) && !is_vendor(to)) || LEAVES.contains(&to.as_str()));
+            .any(|to| (is_backend(to) && !is_vendor(to)) || is_leaf(to));
         (!read).then(|| {
             format!("no import of the vendor API or a leaf was read from {vendor} or its children")
         })
@@ -906,12 +1001,19 @@ fn the_reader_reads_past_test_items() {
 #[test]
 fn leaves_import_only_leaves() {
     let edges = graph(&src());
-    let wrong: Vec<String> = LEAVES
+    let leaves: Vec<&String> = edges.keys().filter(|m| is_leaf(m)).collect();
+    for folder in LEAF_FOLDERS {
+        assert!(
+            leaves.iter().any(|m| in_module(m, folder)),
+            "no leaf read in {folder}/: {leaves:?}"
+        );
+    }
+    let wrong: Vec<String> = leaves
         .iter()
         .flat_map(|leaf| {
             edges[*leaf]
                 .iter()
-                .filter(|to| !LEAVES.contains(&to.as_str()))
+                .filter(|to| !is_leaf(to))
                 .map(move |to| format!("{leaf} -> {to}"))
         })
         .collect();
