@@ -1,11 +1,10 @@
 //! One NVIDIA GPU (nextgen's per-device object): its primary context, memory,
 //! transfers, launches, streams and events through the CUDA driver API.
 
-use super::driver::{
-    driver_err, Context, DEFAULT_BLOCKS, DEFAULT_THREADS, SHARED_MEMORY_WITHOUT_OPT_IN,
-};
+use super::driver::{driver_err, Context, DEFAULT_BLOCKS, DEFAULT_THREADS};
 use super::image::{self, CudaImage, DefinedSymbols};
 use super::module::CudaModule;
+use super::ordered::StreamOrdered;
 use super::pinned::PinnedHostMemory;
 use super::staging::Staging;
 use crate::backend::{
@@ -49,6 +48,8 @@ pub struct CudaDevice {
     pub(super) pinned: Arc<PinnedHostMemory>,
     /// Pinned buffers for large copies from and to pageable memory.
     pub(super) staging: Staging,
+    /// Device memory released in stream order, where the device can.
+    pub(super) ordered: StreamOrdered,
 }
 
 impl CudaDevice {
@@ -92,77 +93,10 @@ impl CudaDevice {
         Ok(ctx)
     }
 
-    /// Launch `kernel` on `queue`'s stream (None: the legacy default stream, waited for).
-    ///
-    /// # Safety
-    /// `kernel` is a kernel (the CUfunction handle `CudaModule::function` returned) of an
-    /// image loaded on this device, taking `args.len()` pointer-sized arguments; `queue`
-    /// is None or a live stream of this device.
     /// Whether a copy of `len` bytes from or to host memory at `host` goes through the
     /// staging buffers: large, and not memory the user pinned.
     fn staged(&self, host: *const u8, len: usize) -> bool {
         self.staging.settings().stages(len) && !self.pinned.covers(host, len)
-    }
-
-    unsafe fn launch_kernel(
-        &self,
-        kernel: DeviceAddr,
-        args: &[DeviceAddr],
-        shape: Option<Shape>,
-        queue: Option<QueueHandle>,
-    ) -> Result<(), BackendError> {
-        self.enter()?;
-        let shape = shape.unwrap_or(Shape {
-            blocks: 1,
-            threads: 1,
-            dynamic_shared_memory: 0,
-        });
-        if shape.dynamic_shared_memory > SHARED_MEMORY_WITHOUT_OPT_IN {
-            // SAFETY: as for the launch below: `kernel` is a live CUfunction of this
-            // device; the core checked the size against the kernel's limit.
-            unsafe {
-                result::function::set_function_attribute(
-                    kernel as sys::CUfunction,
-                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    shape.dynamic_shared_memory as i32,
-                )
-            }
-            .map_err(|e| driver_err("cuFuncSetAttribute", e))?;
-        }
-        // cuLaunchKernel takes a pointer to each argument's value and copies the values
-        // before it returns (the driver API's contract for kernelParams; LLVM's plugin
-        // also launches from a local array without waiting), so these may drop while
-        // the kernel is still queued.
-        let mut values: Vec<u64> = args.to_vec();
-        let mut params: Vec<*mut c_void> = values
-            .iter_mut()
-            .map(|v| (v as *mut u64).cast::<c_void>())
-            .collect();
-        // The legacy default stream without a queue.
-        let stream = queue.map_or(std::ptr::null_mut(), |q| q as sys::CUstream);
-        // SAFETY: the caller promises `kernel` is a kernel (the CUfunction handle
-        // `CudaModule::function` returned) of an image loaded on this device, taking
-        // `args.len()` pointer-sized arguments; `stream` is null or a live stream of this
-        // device (checked in the registry above); `values` outlives the call, which
-        // copies them.
-        unsafe {
-            result::launch_kernel(
-                kernel as sys::CUfunction,
-                (shape.blocks, 1, 1),
-                (shape.threads, 1, 1),
-                shape.dynamic_shared_memory,
-                stream,
-                &mut params,
-            )
-        }
-        .map_err(|e| BackendError::Launch(format!("cuLaunchKernel {shape:?}: {e:?}")))?;
-        if queue.is_some() {
-            // Its completion and any fault are seen when the queue is finished.
-            return Ok(());
-        }
-        // SAFETY: the null stream is the legacy default stream of the current context.
-        unsafe { result::stream::synchronize(std::ptr::null_mut()) }
-            .map_err(|e| BackendError::Launch(format!("kernel {shape:?} failed: {e:?}")))
     }
 }
 
@@ -248,7 +182,10 @@ impl BackendDevice for CudaDevice {
         // which is what data_alloc promises.
         unsafe {
             match kind {
-                AllocKind::Default | AllocKind::Device => result::malloc_sync(size).map_err(oom),
+                AllocKind::Default | AllocKind::Device => match self.ordered.alloc(size) {
+                    Some(made) => made,
+                    None => result::malloc_sync(size).map_err(oom),
+                },
                 AllocKind::Shared => {
                     result::malloc_managed(size, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL)
                         .map_err(oom)
@@ -268,6 +205,10 @@ impl BackendDevice for CudaDevice {
 
     unsafe fn free(&self, addr: DeviceAddr) -> Result<(), BackendError> {
         self.enter()?;
+        // SAFETY: the context is current; the caller promises `addr` is dead.
+        if let Some(freed) = unsafe { self.ordered.free(addr) } {
+            return freed;
+        }
         let pinned = lock(&self.pinned.host_allocations).remove(&addr).is_some();
         // SAFETY: the caller promises `addr` came from alloc on this device and is
         // dead; pinned host memory is told apart by the set it was recorded in.
@@ -652,6 +593,7 @@ mod tests {
             handles: HandleRegistry::new(0),
             pinned: Arc::default(),
             staging: Staging::new(Default::default()),
+            ordered: StreamOrdered::default(),
         }
     }
 

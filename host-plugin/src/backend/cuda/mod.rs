@@ -20,7 +20,9 @@
 mod device;
 mod driver;
 pub mod image;
+mod launch;
 mod module;
+mod ordered;
 mod pinned;
 pub mod staging;
 
@@ -104,6 +106,7 @@ fn discover() -> Result<Vec<CudaDevice>, String> {
                 context: Mutex::new(None),
                 idle_streams: Mutex::new(Vec::new()),
                 idle_events: Mutex::new(Vec::new()),
+                ordered: ordered::StreamOrdered::for_device(handle),
                 staging: staging::Staging::new(staging_settings),
                 handles: super::HandleRegistry::new(index),
                 pinned: Arc::clone(&pinned),
