@@ -96,7 +96,7 @@ pub fn wanted(ir: &Ir) -> bool {
 
 /// Each call site's memo: its last two keys and answers, 8-byte words in this order, zero
 /// at the function's entry. Zero is a true answer for key zero: the plugin keeps no row
-/// of the null host address (host-plugin/src/table/fptr.rs), so the lookup maps null to null.
+/// of the null host address (host-plugin/src/generic/table/fptr.rs), so the lookup maps null to null.
 /// A loop of virtual calls on objects of one or two classes then answers from the memo,
 /// and the call's target no longer waits for the lookup.
 #[derive(Clone, Copy)]
