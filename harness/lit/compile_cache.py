@@ -9,10 +9,12 @@ suite in the same `xtask` process take the very files it made.
 
 The key of a compile is CLANG, the working folder and every argument with the run's
 folder RUN_DIR written as @RUN@, the compiler's environment variables, and the SHA-256
-of every argument that is a file (the test's source, an object an earlier command of
-the test made). The value is the `-o` output, stdout and stderr, kept only for a
+of every argument that is a file (the test's source). The value is the `-o` output, stdout and stderr, kept only for a
 compile that exited 0 and wrote a regular file. A command this cannot key exactly (no
-single `-o`, side outputs, standard input) runs the compiler as it is.
+single `-o`, side outputs, standard input) runs the compiler as it is, and so does one
+that reads anything from the run's own folder (an object or a shared library an earlier
+command of the test made there): a link records such a library by its path, which is
+this run's, and a program taken from another run would load the other run's library.
 
 Each call appends `hit` or `miss` to CACHE/stats, which the harness reports.
 """
@@ -59,6 +61,9 @@ def file_digest(path):
 def key_of(clang, run_dir, args, output):
     """The compile's key, or None when it cannot be keyed exactly."""
     if any(a == "-" or a.startswith(UNKEYED_PREFIXES) for a in args):
+        return None
+    inputs = [a for i, a in enumerate(args) if not (a == output and i > 0 and args[i - 1] == "-o")]
+    if any(run_dir in a for a in inputs):
         return None
     key = hashlib.sha256()
 

@@ -145,7 +145,7 @@ printf '%s|%s' "$*" "$input" | sed "s|$out|OUT|" > "$out"
             let done = Command::new(words[0])
                 .args(&words[1..])
                 .arg(&self.clang)
-                .args(["-fopenmp", "-I", run_dir.to_str().unwrap()])
+                .args(["-fopenmp", "-I", self.dir.to_str().unwrap()])
                 .arg(source)
                 .args(extra)
                 .arg("-o")
@@ -223,6 +223,23 @@ printf '%s|%s' "$*" "$input" | sed "s|$out|OUT|" > "$out"
             (0, 0),
             "a bypass is neither hit nor miss"
         );
+    }
+
+    /// A link against a library an earlier command made in the run's folder records
+    /// that path: a program taken from another run would load the other run's library.
+    #[test]
+    fn a_compile_reading_from_the_runs_folder_is_never_cached() {
+        let f = fixture("run-inputs");
+        for run in ["llvm", "ours"] {
+            let made = f.dir.join(run).join("Output");
+            fs::create_dir_all(&made).unwrap();
+            let library = made.join("t.so");
+            fs::write(&library, "a library").unwrap();
+            let (ok, _, _, output) = f.compile(run, &library, &[]);
+            assert!(ok && output.contains(run), "{output}");
+        }
+        assert_eq!(f.runs(), 2, "each run compiles its own");
+        assert_eq!(f.cache.counts().unwrap(), (0, 0), "neither hit nor miss");
     }
 
     #[test]
