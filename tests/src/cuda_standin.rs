@@ -330,6 +330,15 @@ impl Log {
             .collect()
     }
 
+    /// The error events of the calls whose names start with `prefix` (`cuMemAlloc`:
+    /// `cuMemAlloc_v2` and `cuMemAllocAsync`): (call, error, detail).
+    pub fn errors_of_calls(&self, prefix: &str) -> Vec<(&str, &str, &str)> {
+        self.errors()
+            .into_iter()
+            .filter(|(call, _, _)| call.starts_with(prefix))
+            .collect()
+    }
+
     /// Every error but the stand-in's refusal to run a kernel.
     pub fn errors_but_cannot_run(&self) -> Vec<(&str, &str, &str)> {
         self.errors()

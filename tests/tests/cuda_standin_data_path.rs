@@ -68,12 +68,7 @@ impl Run {
 
     /// (count, bytes) of the driver calls whose names start with `prefix`.
     fn copies(&self, prefix: &str) -> (u64, u64) {
-        self.log.calls().map_or((0, 0), |calls| {
-            calls
-                .iter()
-                .filter(|(name, _)| name.starts_with(prefix))
-                .fold((0, 0), |(c, b), (_, n)| (c + n.count, b + n.bytes))
-        })
+        (self.log.calls_to(&[prefix]), self.log.bytes_to(&[prefix]))
     }
 }
 
@@ -187,12 +182,7 @@ fn when_the_device_runs_out_the_pool_gives_back_and_the_allocation_succeeds() {
     );
     // The one refusal: the driver's out-of-memory (cuMemAllocAsync where the device has
     // memory pools, as the stand-in's has), then the retry that worked.
-    let refusals: Vec<_> = run
-        .log
-        .errors()
-        .into_iter()
-        .filter(|(call, _, _)| call.starts_with("cuMemAlloc"))
-        .collect();
+    let refusals = run.log.errors_of_calls("cuMemAlloc");
     assert_eq!(refusals.len(), 1, "{:?}", run.log.errors());
     assert_eq!(refusals[0].1, "CUDA_ERROR_OUT_OF_MEMORY");
     assert!(

@@ -468,9 +468,8 @@ fn the_memory_limit_binds_per_device() {
     );
     let refused: Vec<_> = run
         .log
-        .errors()
+        .errors_of_calls("cuMemAlloc")
         .into_iter()
-        .filter(|(call, _, _)| call.starts_with("cuMemAlloc"))
         .map(|(_, e, d)| (e, d))
         .collect();
     assert!(

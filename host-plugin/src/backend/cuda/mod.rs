@@ -71,6 +71,8 @@ fn discover() -> Result<Vec<CudaDevice>, String> {
         result::init().map_err(|e| format!("cuInit: {e:?}"))?;
         let count = result::device::get_count().map_err(|e| format!("cuDeviceGetCount: {e:?}"))?;
         let mut devices = Vec::new();
+        // Read once: every device stages alike.
+        let staging_settings = staging::StagingSettings::from_env();
         for ordinal in 0..count {
             let index = ordinal as usize;
             let handle = result::device::get(ordinal)
@@ -81,7 +83,6 @@ fn discover() -> Result<Vec<CudaDevice>, String> {
                     .map_err(|e| format!("cuDeviceGetAttribute({a:?}): {e:?}"))
             };
             use sys::CUdevice_attribute::*;
-            let staging_settings = staging::StagingSettings::from_env();
             devices.push(CudaDevice {
                 index,
                 of: count as usize,
