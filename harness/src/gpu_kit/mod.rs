@@ -122,16 +122,30 @@ impl Kit {
 /// Builds the whole kit; returns its folder.
 pub fn build_kit() -> Result<PathBuf> {
     let start = Instant::now();
-    let plugins = plugin::build_plugins()?;
+    let plugins = timed("plugins", plugin::build_plugins)?;
     let mut kit = Kit::start(kit_dir(), 16)?;
-    let nvptx = NvptxBuild::prepare(SM, &build_dir().join("nvptx"))?;
-    cuda_tests::add(&mut kit, &plugins)?;
-    let prefix = programs::add(&mut kit, &nvptx)?;
-    doctor::add(&mut kit, &prefix)?;
-    lit::add(&mut kit, &nvptx)?;
-    closure::add(&mut kit)?;
-    script::add(&mut kit)?;
+    let nvptx = timed("nvptx build", || {
+        NvptxBuild::prepare(SM, &build_dir().join("nvptx"))
+    })?;
+    timed("CUDA tests", || cuda_tests::add(&mut kit, &plugins))?;
+    let prefix = timed("programs", || programs::add(&mut kit, &nvptx))?;
+    timed("doctor", || doctor::add(&mut kit, &prefix))?;
+    timed("lit", || lit::add(&mut kit, &nvptx))?;
+    timed("closure", || closure::add(&mut kit))?;
+    timed("script", || script::add(&mut kit))?;
     kit.finish(start)
+}
+
+/// Runs one part of a kit's build and prints its time, so a log shows where a kit's
+/// minutes go.
+fn timed<T>(part: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let start = Instant::now();
+    let out = f()?;
+    println!(
+        "gpu-bundle: {part} took {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(out)
 }
 
 impl Kit {
