@@ -10,7 +10,7 @@
 //! caller's setup, such as `apt-get install`, succeeded); a root without it is an
 //! interrupted one and is made anew.
 
-use crate::{root_cargo, util};
+use crate::{cache_lock, root_cargo, util};
 use anyhow::{Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -42,6 +42,7 @@ pub struct RootSpec<'a> {
 pub fn cached(spec: &RootSpec) -> Result<(PathBuf, Option<f64>)> {
     util::ensure_debian_packages(&["debootstrap"])?;
     let root = util::target_dir().join(spec.dir);
+    let _lock = cache_lock::lock(&root)?;
     let stamp = root.join(STAMP);
     if let Ok(text) = fs::read_to_string(&stamp) {
         if text.trim_end().ends_with(spec.describe) {

@@ -11,6 +11,7 @@
 //! - the benchmarks ([`bench`]).
 
 pub mod bench;
+pub mod cache_lock;
 pub mod debian13;
 pub mod debian13_gpu_image;
 pub mod debian13_gpu_install;

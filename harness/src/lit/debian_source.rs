@@ -51,6 +51,7 @@ pub(crate) fn libomptarget_tests_of(
     cache: &Path,
     download: impl FnOnce(&Path) -> Result<()>,
 ) -> Result<PathBuf> {
+    let _lock = crate::cache_lock::lock(cache)?;
     if let Some(dir) = cached_tests(cache) {
         eprintln!("lit: using cached tests in {}", dir.display());
         return Ok(dir);
