@@ -25,6 +25,7 @@ pub mod indirect_programs;
 pub mod lit;
 pub mod nvptx_program;
 pub mod package_check;
+pub mod prefetch;
 pub mod reliability;
 pub mod root_cargo;
 

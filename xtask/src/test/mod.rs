@@ -1,10 +1,11 @@
-//! `cargo xtask test`: everything CI runs, in two lanes after the builds.
+//! `cargo xtask test`: everything CI runs, builds first, then in two lanes.
 //!
 //! First, in order (a failure stops the run: every later step needs their output):
-//! prerequisites (Debian packages and the ptxas wheel; installed when run as root), the
-//! device RTL (all targets), the plugins and the CUDA driver stand-in, the install
-//! (compiler plugin, config files) under target/install, and the GPU kit's sm_90
-//! programs under target/gpu-programs/ (their images checked).
+//! prerequisites (the disk space a run needs, checked; Debian packages and the ptxas
+//! wheel, installed when run as root), the device RTL (all targets), the plugins and
+//! the CUDA driver stand-in, the install (compiler plugin, config files) under
+//! target/install, and the GPU kit's sm_90 programs under target/gpu-programs/ (their
+//! images checked).
 //!
 //! Then two lanes side by side, each step in a lane after the one before it:
 //! - **host** (this process): `cargo fmt --check` and clippy with `-D warnings`;
@@ -14,19 +15,24 @@
 //!   their images checked on the CPU; the GPU kit (`cargo xtask gpu-bundle`) built and
 //!   run in a bare Debian 12 root; the LLVM 16 package built (`cargo xtask dist`),
 //!   lintian-clean, installed in a bare Debian 12 root where the README's quick start
-//!   runs as written; LLVM 16's lit suite through our x86_64 plugin, in-process and on
-//!   the isolated host device; bounded fuzzing of every parser;
-//! - **debian13** (a second `xtask test`, [`lane`]): LLVM 17 and 18 in their Debian 13
-//!   roots (the project installed and packaged inside each, the standard programs built
-//!   with clang-N and run through it, the GPU device RTL for clang-N checked), both
-//!   packages' quick start in a bare Debian 13 root, the LLVM 18 kit (`gpu-bundle --llvm
-//!   18`) in a bare Debian 13 root, and LLVM 17's and 18's lit suites through their
-//!   plugin and ours. `--sequential` runs them after the host lane, in this process.
+//!   runs as written; bounded fuzzing of every parser;
+//! - **debian13+lit** (a second `xtask test`, [`lane`], started once the prerequisites
+//!   are in): while the builds run, the Debian roots and lit sources its steps use
+//!   (downloads and unpacking, beside the compiling); once they passed, LLVM 17 and 18
+//!   in their Debian 13 roots (the project installed and packaged inside each, the
+//!   standard programs built with clang-N and run through it, the GPU device RTL for
+//!   clang-N checked), both packages' quick start in a bare Debian 13 root, the LLVM 18
+//!   kit (`gpu-bundle --llvm 18`) in a bare Debian 13 root, LLVM 17's and 18's lit
+//!   suites through their plugin and ours, and LLVM 16's lit suite through our x86_64
+//!   plugin, in-process and on the isolated host device. `--sequential` runs them after
+//!   the host lane, in this process.
 //!
 //! Test steps all run so one report shows every failure. The summary table gives each
-//! step's lane and time, then the wall clock; the last line is
+//! step's wall time, CPU time and lane, then the wall clock; the last line is
 //! `xtask test: N passed, N failed`.
 
+mod cpu;
+mod disk;
 mod lane;
 
 use anyhow::{bail, ensure, Result};
@@ -56,11 +62,11 @@ pub struct Args {
     /// Skip LLVM 17 and 18 in their Debian 13 roots (install inside, standard programs).
     #[arg(long)]
     pub skip_debian13: bool,
-    /// Run the Debian 13 steps after the host's, in this process, instead of beside
-    /// them in a second one.
+    /// Run the second lane's steps (Debian 13, lit) after the host's, in this process,
+    /// instead of beside them in a second one.
     #[arg(long)]
     pub sequential: bool,
-    /// Run only the Debian 13 steps and write their results to this file: how the
+    /// Run only the second lane's steps and write their results to this file: how the
     /// second process is started.
     #[arg(long, hide = true)]
     pub lane_results: Option<PathBuf>,
@@ -100,8 +106,10 @@ const DEBIAN_PACKAGES: &[&str] = &[
     "libclang-cpp16-dev",
     "lld-16",
     "rocm-device-libs",
-    // Source-package tooling for the lit suite, compression for bundles.
+    // Source-package tooling for the lit suites (curl: 17's and 18's sources),
+    // compression for bundles.
     "dpkg-dev",
+    "curl",
     // The packages' check (`cargo xtask dist`).
     "lintian",
     "xz-utils",
@@ -122,24 +130,30 @@ fn install_prefix() -> std::path::PathBuf {
 /// One step's outcome, as the summary table shows it.
 pub struct Step {
     name: String,
-    /// Which process ran it: [`HOST_LANE`] or [`DEBIAN13_LANE`].
+    /// Which process ran it: [`HOST_LANE`] or [`SECOND_LANE`].
     lane: &'static str,
     result: Result<()>,
     secs: f64,
+    /// CPU seconds of the step's process and of the commands it waited for.
+    cpu_secs: f64,
 }
 
-/// The steps this process runs: builds, lint, cargo test, the kit, lit 16, fuzzing.
+/// The steps this process runs: builds, lint, cargo test, the LLVM 16 kit and package,
+/// fuzzing.
 const HOST_LANE: &str = "host";
-/// The steps of LLVM 17 and 18 in Debian 13 roots, run beside the host's (see [`lane`]).
-const DEBIAN13_LANE: &str = "debian13";
+/// The steps run beside the host's (see [`lane`]): LLVM 17 and 18 in their Debian 13
+/// roots, and the lit suites of 16, 17 and 18.
+const SECOND_LANE: &str = "debian13+lit";
 
 fn timed(name: &str, f: impl FnOnce() -> Result<()>) -> Step {
     util::section(name);
     let start = Instant::now();
+    let cpu_start = cpu::seconds();
     let result = f();
     let secs = start.elapsed().as_secs_f64();
+    let cpu_secs = cpu::seconds() - cpu_start;
     match &result {
-        Ok(()) => eprintln!("<== {name}: ok ({secs:.1} s)"),
+        Ok(()) => eprintln!("<== {name}: ok ({secs:.1} s, {cpu_secs:.0} CPU s)"),
         Err(e) => eprintln!("<== {name}: FAILED ({secs:.1} s): {e:#}"),
     }
     Step {
@@ -147,38 +161,55 @@ fn timed(name: &str, f: impl FnOnce() -> Result<()>) -> Step {
         lane: HOST_LANE,
         result,
         secs,
+        cpu_secs,
     }
 }
 
 pub fn main(args: Args) -> Result<()> {
     if let Some(results) = &args.lane_results {
-        // The child of `spawn_debian13_lane`: its steps only, their results to the file.
-        let steps = debian13_steps(&args);
+        // The child of `spawn_second_lane`: its caches while the builds run, then (once
+        // they passed) its steps; their results to the file.
+        let mut steps = vec![second_lane_prefetch(&args)];
+        if steps[0].result.is_ok() && lane::wait_for_builds()? {
+            steps.extend(second_lane_steps(&args));
+        }
         return lane::write_results(results, &steps);
     }
     let start = Instant::now();
     let mut steps = Vec::new();
+    let mut second = None;
     for (name, f) in build_steps() {
         let step = timed(name, f);
         let failed = step.result.is_err();
         steps.push(step);
         if failed {
+            // The second lane hears that the builds failed and ends after its caches.
+            steps.extend(second.map(lane::Lane::join).unwrap_or_default());
             return summarize(&steps, start);
         }
+        // Once the Debian packages are in (no two apt runs at once), the second lane
+        // makes its roots and sources while the builds compile.
+        if name == PREREQUISITES && !args.sequential {
+            second = spawn_second_lane(&args)?;
+        }
     }
-    // The Debian 13 steps need the builds above and nothing the host steps make.
-    let debian13 = if args.sequential {
-        None
-    } else {
-        spawn_debian13_lane(&args)?
-    };
+    // Its steps need the builds above and nothing the host steps make.
+    if let Some(lane) = &mut second {
+        lane.tell_builds_passed()?;
+    }
     steps.extend(host_steps(&args));
-    match debian13 {
+    match second {
         Some(lane) => steps.extend(lane.join()),
-        None => steps.extend(debian13_steps(&args)),
+        None => {
+            steps.push(second_lane_prefetch(&args));
+            steps.extend(second_lane_steps(&args));
+        }
     }
     summarize(&steps, start)
 }
+
+/// The first build step, after which the second lane starts.
+const PREREQUISITES: &str = "prerequisites";
 
 /// A build step: its name and what it runs.
 type BuildStep = (&'static str, Box<dyn FnOnce() -> Result<()>>);
@@ -187,8 +218,9 @@ type BuildStep = (&'static str, Box<dyn FnOnce() -> Result<()>>);
 fn build_steps() -> Vec<BuildStep> {
     vec![
         (
-            "prerequisites",
+            PREREQUISITES,
             Box::new(|| {
+                disk::ensure_room()?;
                 util::ensure_debian_packages(DEBIAN_PACKAGES)?;
                 util::ptxas().map(|p| eprintln!("ptxas: {}", p.display()))
             }),
@@ -213,8 +245,8 @@ fn build_steps() -> Vec<BuildStep> {
     ]
 }
 
-/// The Debian 13 lane in a child process, when it has a step to run.
-fn spawn_debian13_lane(args: &Args) -> Result<Option<lane::Lane>> {
+/// The second lane in a child process, when it has a step to run.
+fn spawn_second_lane(args: &Args) -> Result<Option<lane::Lane>> {
     if args.skip_debian13 && args.skip_lit {
         return Ok(None);
     }
@@ -227,8 +259,8 @@ fn spawn_debian13_lane(args: &Args) -> Result<Option<lane::Lane>> {
     .filter(|(skip, _)| *skip)
     .map(|(_, flag)| flag.to_string())
     .collect();
-    let results = util::target_dir().join("xtask-test-debian13-lane.tsv");
-    lane::Lane::spawn(DEBIAN13_LANE, &flags, &results).map(Some)
+    let results = util::target_dir().join("xtask-test-second-lane.tsv");
+    lane::Lane::spawn(SECOND_LANE, &flags, &results).map(Some)
 }
 
 /// The host lane: lint, the workspace's tests, programs and images, the LLVM 16 kit
@@ -265,8 +297,10 @@ fn host_steps(args: &Args) -> Vec<Step> {
                 .iter()
                 .flat_map(|t| ["--test", t])
                 .collect();
+            // `--workspace`, as the step before: `-p e2e-tests` would resolve other
+            // features for the shared dependencies and rebuild them (28 s in CI).
             Ok(
-                cmd!(sh, "{cargo} test -p e2e-tests {tests...} --no-fail-fast")
+                cmd!(sh, "{cargo} test --workspace {tests...} --no-fail-fast")
                     .env("OMPTARGET_RS_ISOLATED", "1")
                     .run()?,
             )
@@ -317,21 +351,6 @@ fn host_steps(args: &Args) -> Vec<Step> {
             Ok(())
         },
     ));
-    if !args.skip_lit {
-        steps.push(timed("libomptarget 16 lit suite (our plugin)", || {
-            let dir = util::target_dir().join("plugin");
-            let summary = lit::run_suite(Some(&dir))?;
-            lit::assert_matches_baseline(&summary)
-        }));
-        steps.push(timed(
-            "libomptarget 16 lit suite (our plugin, isolated host device)",
-            || {
-                let dir = util::target_dir().join("plugin");
-                let summary = lit::run_suite_isolated(&dir)?;
-                lit::assert_isolated_matches(&summary)
-            },
-        ));
-    }
     if !args.skip_fuzz {
         steps.push(timed("bounded fuzzing", || {
             fuzz::run_all(args.fuzz_seconds, &[]).map(|_| ())
@@ -340,14 +359,35 @@ fn host_steps(args: &Args) -> Vec<Step> {
     steps
 }
 
-/// The Debian 13 lane: LLVM 17 and 18 as a Debian 13 user has them (the install built
+/// The second lane's first step, run while the builds compile: the Debian roots and
+/// lit sources its steps would otherwise make on first use.
+fn second_lane_prefetch(args: &Args) -> Step {
+    let wanted = harness::prefetch::Wanted {
+        debian13: !args.skip_debian13,
+        lit: !args.skip_lit,
+    };
+    let mut step = timed(
+        "Debian 13 roots and lit sources (beside the builds)",
+        || {
+            let made = harness::prefetch::prefetch(&wanted)?;
+            eprintln!("{}", made.join("\n"));
+            Ok(())
+        },
+    );
+    step.lane = SECOND_LANE;
+    step
+}
+
+/// The second lane: LLVM 17 and 18 as a Debian 13 user has them (the install built
 /// inside each root, standard programs compiled by clang-N through it and run through
-/// our plugin), their packages, the LLVM 18 kit, and their lit suites.
-fn debian13_steps(args: &Args) -> Vec<Step> {
+/// our plugin), their packages, the LLVM 18 kit; then the lit suites of LLVM 17 and 18
+/// (in their roots, their plugin and ours) and LLVM 16's (ours, in-process and
+/// isolated).
+fn second_lane_steps(args: &Args) -> Vec<Step> {
     let mut steps = Vec::new();
     let mut step = |name: &str, f: &mut dyn FnMut() -> Result<()>| {
         let mut s = timed(name, f);
-        s.lane = DEBIAN13_LANE;
+        s.lane = SECOND_LANE;
         steps.push(s);
     };
     if !args.skip_debian13 {
@@ -408,21 +448,38 @@ fn debian13_steps(args: &Args) -> Vec<Step> {
                 lit::compare_in_debian13(major, &util::target_dir().join("plugin"))
             });
         }
+        let plugins = util::target_dir().join("plugin");
+        step("libomptarget 16 lit suite (our plugin)", &mut || {
+            let summary = lit::run_suite(Some(&plugins))?;
+            lit::assert_matches_baseline(&summary)
+        });
+        step(
+            "libomptarget 16 lit suite (our plugin, isolated host device)",
+            &mut || {
+                let summary = lit::run_suite_isolated(&plugins)?;
+                lit::assert_isolated_matches(&summary)
+            },
+        );
     }
     steps
 }
 
 fn summarize(steps: &[Step], start: Instant) -> Result<()> {
     util::section("summary");
+    eprintln!(
+        "  {:>6}  {:>9}  {:>9}  {:<12}  step",
+        "", "wall", "CPU", "lane"
+    );
     for s in steps {
         let verdict = if s.result.is_ok() { "ok" } else { "FAILED" };
         eprintln!(
-            "  {verdict:>6}  {:7.1} s  {:<8}  {}",
-            s.secs, s.lane, s.name
+            "  {verdict:>6}  {:7.1} s  {:7.0} s  {:<12}  {}",
+            s.secs, s.cpu_secs, s.lane, s.name
         );
     }
+    let cpu: f64 = steps.iter().map(|s| s.cpu_secs).sum();
     eprintln!(
-        "  {:>6}  {:7.1} s  wall clock (the {HOST_LANE} and {DEBIAN13_LANE} lanes side by side)",
+        "  {:>6}  {:7.1} s  {cpu:7.0} s  wall clock (the {HOST_LANE} and {SECOND_LANE} lanes side by side)",
         "total",
         start.elapsed().as_secs_f64()
     );
