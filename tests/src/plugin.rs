@@ -4,7 +4,7 @@
 use crate::paths::{require_file, target_dir};
 use host_plugin::abi::{KernelArgs, TgtDeviceImage, TgtOffloadEntry, TgtTargetTable};
 use host_plugin::HostOffloadEntry;
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::ptr::null_mut;
 
@@ -24,15 +24,7 @@ pub type Launch = unsafe extern "C" fn(
 
 /// An offload entry without a host vtable.
 pub fn entry(name: &str, host: u64, size: u64, flags: i32) -> HostOffloadEntry<'static> {
-    HostOffloadEntry {
-        host_addr: host,
-        name: CString::new(name)
-            .expect("an entry name without NUL")
-            .into(),
-        size,
-        flags,
-        host_vtable: None,
-    }
+    HostOffloadEntry::named(name, host, size, flags).expect("an entry name without NUL")
 }
 
 /// A libomptarget host entry (`__tgt_offload_entry`) named `name`, which must outlive
@@ -49,7 +41,7 @@ pub fn tgt_entry(name: &CStr, host: usize, size: usize, flags: i32) -> TgtOffloa
 
 /// 64-bit words as the bytes the device reads (native byte order).
 pub fn words(w: &[u64]) -> Vec<u8> {
-    w.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    bytemuck::cast_slice(w).to_vec()
 }
 
 /// The descriptor `__tgt_rtl_load_binary` takes for `image` and its `entries`; it

@@ -3,7 +3,6 @@
 //! or without its index, LLVM 19's environment), then every case measured (launch.rs).
 
 use crate::cli::Options;
-use crate::entries::{entry, words};
 use crate::kernel::{host_key, Pattern, FUNCTIONS, TOTAL_THREADS};
 use host_plugin::backend::AllocKind;
 use host_plugin::generic::device_buffer::DeviceBuffer;
@@ -96,24 +95,27 @@ impl Bench<'_> {
     }
 
     fn load(&self, key: usize, lookup: Lookup, bytes: &[u8]) -> Result<Loaded, String> {
-        let mut entries: Vec<HostOffloadEntry> = vec![entry("lookup_bench", 0x1000, 0, 0)];
+        let entry = |name: &str, host: u64, size: u64, flags: i32| {
+            HostOffloadEntry::named(name, host, size, flags).map_err(|e| e.to_string())
+        };
+        let mut entries: Vec<HostOffloadEntry> = vec![entry("lookup_bench", 0x1000, 0, 0)?];
         // The four functions as `declare target indirect` entries; their host keys are
         // the first rows of every table.
-        entries.extend((0..FUNCTIONS).map(|f| {
-            entry(
+        for f in 0..FUNCTIONS {
+            entries.push(entry(
                 &format!("__omp_offloading_bench_fn{f}"),
                 host_key(f),
                 8,
                 FLAG_INDIRECT,
-            )
-        }));
+            )?);
+        }
         if lookup == Lookup::Llvm19 {
             entries.push(entry(
                 LLVM19_ENVIRONMENT,
                 0x2000,
                 LLVM19_ENVIRONMENT_SIZE,
                 0,
-            ));
+            )?);
         }
         let loaded = self
             .plugin
@@ -155,7 +157,7 @@ impl Bench<'_> {
                     tgt_ptr: target(r),
                 })
                 .collect();
-            let mut owned = vec![self.upload(&words(&keys))?];
+            let mut owned = vec![self.upload(bytemuck::cast_slice(&keys))?];
             match lookup {
                 Lookup::Direct => {}
                 Lookup::Ours { index } => {
@@ -218,7 +220,7 @@ impl Bench<'_> {
                         self.plugin.device(0).and_then(|on| {
                             on.write(
                                 env + LLVM19_TABLE_OFFSET,
-                                &words(&[table_addr, size as u64]),
+                                bytemuck::cast_slice(&[table_addr, size as u64]),
                             )
                         })
                     }

@@ -21,12 +21,10 @@
 //!
 //! The modules: `cli` (the options), `kernel` (the kernel's cases and their host
 //! reference), `bench` (the variants' images and tables through the plugin), `launch` (a
-//! launch and a measured case), `report` (the table and JSON), `entries` (offload entries
-//! and device words).
+//! launch and a measured case), `report` (the table and JSON).
 
 mod bench;
 mod cli;
-mod entries;
 mod kernel;
 mod launch;
 mod report;

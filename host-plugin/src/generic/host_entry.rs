@@ -31,6 +31,25 @@ pub struct HostOffloadEntry<'a> {
     pub host_vtable: Option<Vec<u8>>,
 }
 
+impl HostOffloadEntry<'static> {
+    /// An entry without a host vtable, owning a copy of `name`: what a caller of the Rust
+    /// API builds from its own names. An error when `name` holds a NUL.
+    pub fn named(
+        name: &str,
+        host_addr: u64,
+        size: u64,
+        flags: i32,
+    ) -> Result<Self, std::ffi::NulError> {
+        Ok(HostOffloadEntry {
+            host_addr,
+            name: Cow::Owned(std::ffi::CString::new(name)?),
+            size,
+            flags,
+            host_vtable: None,
+        })
+    }
+}
+
 /// The entry goes into the indirect function table (function or vtable).
 pub fn is_indirect(flags: i32) -> bool {
     flags::is_indirect(flags as u32)
