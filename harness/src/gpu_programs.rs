@@ -32,6 +32,7 @@ use offload_formats::entries::holder;
 use serde_json::json;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -41,6 +42,7 @@ pub struct Args {
 }
 
 /// One program built for the kit.
+#[derive(Clone)]
 pub struct Program {
     pub name: String,
     /// The executable, in [`dir`].
@@ -175,8 +177,25 @@ pub fn build_with_install(sm: &str) -> Result<Vec<Program>> {
     build(&nvptx, &prefix, sm)
 }
 
-/// Build every program for `sm` into [`dir`] (emptied first) and write its manifest.
+/// Build every program for `sm` into [`dir`] (emptied first) and write its manifest;
+/// once per process for each `sm` and `prefix` (`cargo xtask test` builds them in a
+/// build step and its GPU kit copies them).
 pub fn build(nvptx: &NvptxBuild, prefix: &Path, sm: &str) -> Result<Vec<Program>> {
+    /// What this process built: (sm, prefix) and its programs.
+    type Built = Vec<((String, PathBuf), Vec<Program>)>;
+    static BUILT: Mutex<Built> = Mutex::new(Vec::new());
+    let key = (sm.to_owned(), prefix.to_path_buf());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, programs)) = built.iter().find(|(k, _)| *k == key) {
+        eprintln!("gpu-programs: the {sm} programs were built by this process already");
+        return Ok(programs.clone());
+    }
+    let programs = build_now(nvptx, prefix, sm)?;
+    built.push((key, programs.clone()));
+    Ok(programs)
+}
+
+fn build_now(nvptx: &NvptxBuild, prefix: &Path, sm: &str) -> Result<Vec<Program>> {
     util::section(&format!("gpu-programs: clang-16 programs for {sm}"));
     let out = dir(sm);
     if out.exists() {

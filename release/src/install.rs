@@ -41,6 +41,7 @@ use install_layout::{
 };
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use xshell::{cmd, Shell};
 
 /// Each installed plugin copy must stay below this (issue 17).
@@ -74,6 +75,29 @@ pub fn install(prefix: &Path) -> Result<PathBuf> {
 /// Build everything clang `major` needs and install it under `prefix`; returns the
 /// absolute prefix.
 pub fn install_for(prefix: &Path, major: u32) -> Result<PathBuf> {
+    let key = (prefix.to_path_buf(), major);
+    if let Some((_, done)) = lock(&INSTALLED).iter().find(|(k, _)| *k == key) {
+        eprintln!(
+            "install: {} for LLVM {major} was made by this process already",
+            done.display()
+        );
+        return Ok(done.clone());
+    }
+    let done = install_now(prefix, major)?;
+    lock(&INSTALLED).push((key, done.clone()));
+    Ok(done)
+}
+
+/// The installs this process made, (requested prefix, LLVM) to the absolute prefix. The
+/// sources cannot change while one `cargo xtask test` runs, and its build step, the demo
+/// and the GPU kit all install into target/install: the later ones take the first.
+static INSTALLED: Mutex<Vec<((PathBuf, u32), PathBuf)>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn install_now(prefix: &Path, major: u32) -> Result<PathBuf> {
     llvm_release::ensure_packaged_here(major)?;
     // clang-N, libomptarget N and LLVM N's tools (the config's compiler, what it links,
     // llvm-objcopy-N for the debug-info split), before the device RTL is built: its
