@@ -382,8 +382,11 @@ fn run(major: u32) -> Result<Report> {
     let install_secs = start.elapsed().as_secs_f64();
     let package = dist_inside(&sh, root, cargo, major, cargo_target, Some(&prefix))?;
 
+    // In the release profile: the install just built the compiler plugin's dependencies
+    // (llvm-sys, inkwell) that way for LLVM `major`, and the tests reuse them instead of
+    // compiling them again for the test profile.
     util::section(&format!(
-        "LLVM {major} in Debian 13: the compiler plugin's tests (inside the root)"
+        "LLVM {major} in Debian 13: the compiler plugin's tests (inside the root, release)"
     ));
     let llvm_sys_prefix = format!(
         "LLVM_SYS_{major}0_PREFIX={}",
@@ -396,6 +399,7 @@ fn run(major: u32) -> Result<Report> {
         &[llvm_sys_prefix],
         &[
             "test",
+            "--release",
             "-p",
             "compiler-plugin",
             "--no-default-features",
