@@ -1,10 +1,11 @@
 //! What the second lane of `cargo xtask test` makes while the first one builds: the
-//! Debian roots its steps run in and the lit suites' test sources. Making them is mostly
-//! downloading and unpacking, which overlaps the builds' compiling instead of following
-//! it. Each is the cache its step would otherwise make on first use (locked, so no two
+//! Debian roots its steps run in, the bare root of this machine's release (the host
+//! lane's package check and GPU kit), and the lit suites' test sources. Making them is
+//! mostly downloading and unpacking, which overlaps the builds' compiling instead of
+//! following it. Each is the cache its step would otherwise make on first use (locked, so no two
 //! processes make one at once): nothing here is a check of its own.
 
-use crate::{debian13, debian_root, lit};
+use crate::{debian13, debian_root, lit, llvm_release};
 use anyhow::Result;
 use std::time::Instant;
 
@@ -47,5 +48,13 @@ pub fn prefetch(wanted: &Wanted) -> Result<Vec<String>> {
         lit::debian_source::libomptarget_tests()?;
         note("LLVM 16's lit tests".into(), start);
     }
+    // Last: the host lane's package check needs it some 15 minutes after the builds.
+    let start = Instant::now();
+    let codename = llvm_release::os_release_codename()?;
+    debian_root::bare(&codename)?;
+    note(
+        format!("bare root of this machine's release ({codename})"),
+        start,
+    );
     Ok(made)
 }

@@ -4,10 +4,12 @@
 //!
 //! The root is `debootstrap --variant=minbase --include=python3 <codename>` of this
 //! machine's own release, from the archive this machine's apt configuration uses for it
-//! (read from `apt-cache policy`; no archive is named here: see [`crate::debian_root`]), cached under
-//! target/bare-root/. The kit is copied in and run with chroot, with /proc and a tmpfs
-//! on /dev/shm (lit's worker pool needs it) mounted for the run and unmounted afterwards,
-//! whatever happened.
+//! (read from `apt-cache policy`; no archive is named here: see [`crate::debian_root`]),
+//! cached under target/bare-root/. The run works on a fresh copy of it
+//! (target/gpu-kit-root/<codename>, removed when the run passed, kept with its results
+//! when not), so the package check may copy the cached root at the same time. The kit is
+//! copied in and run with chroot, with /proc and a tmpfs on /dev/shm (lit's worker pool
+//! needs it) mounted for the run and unmounted afterwards, whatever happened.
 //!
 //! Passes when the run passes and its summary shows that every step that needs a GPU
 //! printed SKIPPED; run.sh's own `kit_libraries` step has checked every ELF file of the
@@ -72,14 +74,10 @@ pub fn run_in_bare_root(kit: &Path, codename: &str) -> Result<Proof> {
     util::section(&format!(
         "gpu-bundle: run.sh in a bare Debian root ({codename})"
     ));
-    let (root, bootstrap_secs) = debian_root::bare(codename)?;
+    let (base, bootstrap_secs) = debian_root::bare(codename)?;
+    let root = debian_root::fresh_copy(&base, &format!("gpu-kit-root/{codename}"))?;
     let inside_kit = root.join(KIT_IN_ROOT);
     let inside_results = root.join(RESULTS_IN_ROOT);
-    for dir in [&inside_kit, &inside_results] {
-        if dir.exists() {
-            fs::remove_dir_all(dir)?;
-        }
-    }
     let sh = Shell::new()?;
     cmd!(sh, "cp -a {kit} {inside_kit}").run()?;
 
@@ -114,6 +112,7 @@ pub fn run_in_bare_root(kit: &Path, codename: &str) -> Result<Proof> {
         output.status,
         inside_results.display()
     );
+    debian_root::remove_root(&root)?;
     Ok(Proof {
         bootstrap_secs,
         run_secs,

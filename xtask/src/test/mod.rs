@@ -17,8 +17,9 @@
 //!   runs as written; bounded fuzzing of every parser; last, the GPU kit (`cargo xtask
 //!   gpu-bundle`) built and run in a bare Debian 12 root;
 //! - **debian13+lit** (a second `xtask test`, [`lane`], started once the prerequisites
-//!   are in): while the builds run, the Debian roots and lit sources its steps use
-//!   (downloads and unpacking, beside the compiling); once they passed, LLVM 17 and 18
+//!   are in): while the builds run, the Debian roots and lit sources its steps use, and
+//!   the bare Debian 12 root of the host lane's last steps (downloads and unpacking,
+//!   beside the compiling); once they passed, LLVM 17 and 18
 //!   in their Debian 13 roots (the project installed and packaged inside each, the
 //!   standard programs built with clang-N and run through it, the GPU device RTL for
 //!   clang-N checked), both packages' quick start in a bare Debian 13 root, the LLVM 18
@@ -362,20 +363,18 @@ fn host_steps(args: &Args) -> Vec<Step> {
 }
 
 /// The second lane's first step, run while the builds compile: the Debian roots and
-/// lit sources its steps would otherwise make on first use.
+/// lit sources its steps (and the host lane's package check and GPU kit) would
+/// otherwise make on first use.
 fn second_lane_prefetch(args: &Args) -> Step {
     let wanted = harness::prefetch::Wanted {
         debian13: !args.skip_debian13,
         lit: !args.skip_lit,
     };
-    let mut step = timed(
-        "Debian 13 roots and lit sources (beside the builds)",
-        || {
-            let made = harness::prefetch::prefetch(&wanted)?;
-            eprintln!("{}", made.join("\n"));
-            Ok(())
-        },
-    );
+    let mut step = timed("Debian roots and lit sources (beside the builds)", || {
+        let made = harness::prefetch::prefetch(&wanted)?;
+        eprintln!("{}", made.join("\n"));
+        Ok(())
+    });
     step.lane = SECOND_LANE;
     step
 }
