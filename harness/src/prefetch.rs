@@ -2,8 +2,8 @@
 //! Debian roots its steps run in, the bare root of this machine's release (the host
 //! lane's package check and GPU kit), and the lit suites' test sources. Making them is
 //! mostly downloading and unpacking, which overlaps the builds' compiling instead of
-//! following it. Each is the cache its step would otherwise make on first use (locked, so no two
-//! processes make one at once): nothing here is a check of its own.
+//! following it. Each is the cache its step would otherwise make on first use (locked,
+//! so no two processes make one at once): nothing here is a check of its own.
 
 use crate::{debian13, debian_root, lit, llvm_release};
 use anyhow::Result;
